@@ -1,0 +1,43 @@
+// Distributed batch loader: which samples each data-parallel rank reads at each step.
+//
+// Contract (G = global batch, B = micro batch, dp = data-parallel size, r = dp rank):
+//   global batch k = samples k·G … (k+1)·G − 1 of the GptDataset;
+//   rank r takes the contiguous slice starting at k·G + r·(G/dp), of G/dp samples;
+//   its micro-batch m (0 ≤ m < G/(B·dp)) is the next B samples of that slice:
+//   row b of micro-batch m = sample k·G + r·(G/dp) + m·B + b.
+//   inputs[b·S + t] = sample[t], targets[b·S + t] = sample[t + 1].
+//
+// Invariant: load() is a pure function of (step, micro, rank layout, dataset), so a resumed run
+// reads exactly what an uninterrupted one would, and the dp ranks together read each global batch
+// exactly once. load() does not allocate. Not thread-safe (one scratch buffer).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "data/gpt_dataset.h"
+
+namespace megatrain {
+
+class BatchLoader {
+ public:
+  // Throws InputError unless global_batch_size is a positive multiple of micro_batch_size × dp.
+  // `dataset` must outlive this object.
+  BatchLoader(const GptDataset& dataset, int micro_batch_size, int global_batch_size, int dp_rank,
+              int dp_size);
+
+  int micro_batches_per_step() const { return micro_batches_; }  // G / (B·dp)
+  int micro_batch_size() const { return micro_batch_size_; }
+  int seq_len() const { return dataset_.seq_len(); }
+
+  // The global sample index of row b of micro-batch `micro` at `step` on this rank.
+  int64_t sample_index(int64_t step, int micro, int row) const;
+
+  void load(int64_t step, int micro, int32_t* inputs /* (B, S) */, int32_t* targets /* (B, S) */) const;
+
+ private:
+  const GptDataset& dataset_;
+  int micro_batch_size_, global_batch_size_, dp_rank_, dp_size_, micro_batches_;
+  mutable std::vector<int32_t> scratch_;  // (S+1)
+};
+
+}  // namespace megatrain

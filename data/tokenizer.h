@@ -1,0 +1,38 @@
+// Tokenizers: text <-> token ids. The interface every tokenizer implements, the byte-level
+// tokenizer (ids 0..255 are the bytes, 256 is <|endoftext|>), and a factory from a spec string.
+// Invariant: for every tokenizer, decode(encode(text)) == text, and eod_id() < vocab_size().
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace megatrain {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Token ids of `text`; does not append the end-of-document token.
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Text of `ids`; an id outside [0, vocab_size()) throws InputError.
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  virtual int vocab_size() const = 0;
+  virtual int32_t eod_id() const = 0;  // appended after every document by preprocess
+};
+
+// Byte-level: id = byte value (0..255); 256 = <|endoftext|> (decodes to that literal text).
+class ByteTokenizer final : public Tokenizer {
+ public:
+  static constexpr int32_t kEod = 256;
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(std::span<const int32_t> ids) const override;
+  int vocab_size() const override { return 257; }
+  int32_t eod_id() const override { return kEod; }
+};
+
+// "bytes" -> ByteTokenizer; anything else throws InputError listing the known specs.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
+
+}  // namespace megatrain

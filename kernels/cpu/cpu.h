@@ -1,0 +1,53 @@
+// The CPU backend: plain pointers and sizes, no Tensor. Row-major throughout. OpenMP inside;
+// every reduction has a fixed order independent of the thread count, so results are bitwise
+// reproducible run to run. Semantics of each op are documented once, in kernels/ops.h.
+#pragma once
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace megatrain::cpu {
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int C,
+                    int OC);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t N, int C, int OC);
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* dresidual,
+                        const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N,
+                        int C);
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, float eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* dresidual, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int C);
+
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+void swiglu_forward(float* out, const float* inp, int64_t N, int F);
+void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int F);
+
+void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse);
+
+struct AttnDims {
+  int B, T, H, Hkv, D;
+};
+void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        const AttnDims& d);
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
+                       int C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T,
+                        int C);
+
+void add_forward(float* out, const float* a, const float* b, int64_t n);
+void dropout_apply(float* x, int64_t n, float p, const RngKey& key);
+void cross_entropy_forward(float* losses, float* logits, const int32_t* targets, int64_t N, int Vp, int V,
+                           bool grad, float scale);
+
+double sum_squares(const float* x, int64_t n);
+void scale_inplace(float* x, int64_t n, float factor);
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& st);
+
+}  // namespace megatrain::cpu

@@ -1,0 +1,37 @@
+// Rotary position embedding in the Hugging Face Llama "rotate half" convention:
+// for a head vector x of size D and j < D/2, with angle a = t · θ^(−2j/D),
+//   x'[j] = x[j]·cos a − x[j + D/2]·sin a,   x'[j + D/2] = x[j + D/2]·cos a + x[j]·sin a.
+// Rotation is orthogonal, so backward is the same map with −a.
+#include <cmath>
+
+#include "kernels/cpu/cpu.h"
+
+namespace megatrain::cpu {
+
+void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse) {
+  const int half = D / 2;
+  const int64_t row = static_cast<int64_t>(H + 2 * Hkv) * D;
+  const int rotated_heads = H + Hkv;  // q heads then k heads; v is untouched
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; ++t) {
+    float cs[512], sn[512];
+    for (int j = 0; j < half; ++j) {
+      const double a = t * std::pow(static_cast<double>(theta), -2.0 * j / D);
+      cs[j] = static_cast<float>(std::cos(a));
+      sn[j] = static_cast<float>(inverse ? -std::sin(a) : std::sin(a));
+    }
+    for (int b = 0; b < B; ++b) {
+      float* r = qkv + (static_cast<int64_t>(b) * T + t) * row;
+      for (int h = 0; h < rotated_heads; ++h) {
+        float* x = r + static_cast<int64_t>(h) * D;
+        for (int j = 0; j < half; ++j) {
+          const float x0 = x[j], x1 = x[j + half];
+          x[j] = x0 * cs[j] - x1 * sn[j];
+          x[j + half] = x1 * cs[j] + x0 * sn[j];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace megatrain::cpu

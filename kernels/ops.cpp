@@ -1,0 +1,228 @@
+// Dispatch: checks shapes, dtypes and devices once, then calls the backend with plain pointers.
+#include "kernels/ops.h"
+
+#include "kernels/cpu/cpu.h"
+
+namespace megatrain {
+namespace {
+
+bool present(const Tensor& t) { return t.data != nullptr; }
+
+void on_cpu(const Stream& s) {
+  MT_CHECK(s.device == Device::cpu, "this build has only the CPU backend (configure with -DMEGATRAIN_CUDA=ON)");
+}
+
+void expect_f32(const Tensor& t, const char* name, int64_t numel) {
+  MT_CHECK(t.dtype == DType::f32, "{} must be f32, got {}", name, dtype_name(t.dtype));
+  MT_CHECK(t.numel() == numel, "{} has shape {} ({} elements), expected {} elements", name, t.shape.str(),
+           t.numel(), numel);
+}
+
+float* opt(const Tensor& t, const char* name, int64_t numel) {
+  if (!present(t)) return nullptr;
+  expect_f32(t, name, numel);
+  return t.f32();
+}
+
+int64_t rows(const Tensor& t) { return t.numel() / t.shape[t.shape.ndim - 1]; }
+int last(const Tensor& t) { return static_cast<int>(t.shape[t.shape.ndim - 1]); }
+
+}  // namespace
+
+void matmul_forward(const Stream& s, Tensor out, Tensor inp, Tensor weight, Tensor bias) {
+  on_cpu(s);
+  const int64_t N = rows(inp);
+  const int C = last(inp), OC = static_cast<int>(weight.shape[0]);
+  expect_f32(weight, "weight", static_cast<int64_t>(OC) * C);
+  expect_f32(out, "out", N * OC);
+  cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), opt(bias, "bias", OC), N, C, OC);
+}
+
+void matmul_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                     Tensor weight) {
+  on_cpu(s);
+  const int64_t N = rows(inp);
+  const int C = last(inp), OC = static_cast<int>(weight.shape[0]);
+  expect_f32(dweight, "dweight", static_cast<int64_t>(OC) * C);
+  expect_f32(dout, "dout", N * OC);
+  cpu::matmul_backward(opt(dinp, "dinp", N * C), dweight.f32(), opt(dbias, "dbias", OC), dout.f32(), inp.f32(),
+                       weight.f32(), N, C, OC);
+}
+
+void layernorm_forward(const Stream& s, Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                       Tensor bias, float eps) {
+  on_cpu(s);
+  const int64_t N = rows(inp);
+  const int C = last(inp);
+  expect_f32(out, "out", N * C);
+  expect_f32(mean, "mean", N);
+  expect_f32(rstd, "rstd", N);
+  expect_f32(weight, "weight", C);
+  cpu::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), opt(bias, "bias", C), N, C,
+                         eps);
+}
+
+void layernorm_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor dresidual,
+                        Tensor inp, Tensor weight, Tensor mean, Tensor rstd) {
+  on_cpu(s);
+  const int64_t N = rows(inp);
+  const int C = last(inp);
+  expect_f32(dinp, "dinp", N * C);
+  expect_f32(dout, "dout", N * C);
+  expect_f32(dweight, "dweight", C);
+  cpu::layernorm_backward(dinp.f32(), dweight.f32(), opt(dbias, "dbias", C), dout.f32(),
+                          opt(dresidual, "dresidual", N * C), inp.f32(), weight.f32(), mean.f32(), rstd.f32(), N, C);
+}
+
+void rmsnorm_forward(const Stream& s, Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
+  on_cpu(s);
+  const int64_t N = rows(inp);
+  const int C = last(inp);
+  expect_f32(out, "out", N * C);
+  expect_f32(rstd, "rstd", N);
+  expect_f32(weight, "weight", C);
+  cpu::rmsnorm_forward(out.f32(), rstd.f32(), inp.f32(), weight.f32(), N, C, eps);
+}
+
+void rmsnorm_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dout, Tensor dresidual, Tensor inp,
+                      Tensor weight, Tensor rstd) {
+  on_cpu(s);
+  const int64_t N = rows(inp);
+  const int C = last(inp);
+  expect_f32(dinp, "dinp", N * C);
+  expect_f32(dout, "dout", N * C);
+  expect_f32(dweight, "dweight", C);
+  cpu::rmsnorm_backward(dinp.f32(), dweight.f32(), dout.f32(), opt(dresidual, "dresidual", N * C), inp.f32(),
+                        weight.f32(), rstd.f32(), N, C);
+}
+
+void gelu_forward(const Stream& s, Tensor out, Tensor inp) {
+  on_cpu(s);
+  expect_f32(out, "out", inp.numel());
+  cpu::gelu_forward(out.f32(), inp.f32(), inp.numel());
+}
+
+void gelu_backward(const Stream& s, Tensor dinp, Tensor dout, Tensor inp) {
+  on_cpu(s);
+  expect_f32(dinp, "dinp", inp.numel());
+  expect_f32(dout, "dout", inp.numel());
+  cpu::gelu_backward(dinp.f32(), dout.f32(), inp.f32(), inp.numel());
+}
+
+void swiglu_forward(const Stream& s, Tensor out, Tensor inp) {
+  on_cpu(s);
+  const int F = last(out);
+  const int64_t N = rows(out);
+  expect_f32(inp, "inp", N * 2 * F);
+  cpu::swiglu_forward(out.f32(), inp.f32(), N, F);
+}
+
+void swiglu_backward(const Stream& s, Tensor dinp, Tensor dout, Tensor inp) {
+  on_cpu(s);
+  const int F = last(dout);
+  const int64_t N = rows(dout);
+  expect_f32(inp, "inp", N * 2 * F);
+  expect_f32(dinp, "dinp", N * 2 * F);
+  cpu::swiglu_backward(dinp.f32(), dout.f32(), inp.f32(), N, F);
+}
+
+void rope_apply(const Stream& s, Tensor qkv, int n_heads, int n_kv_heads, float theta, RopeDirection dir) {
+  on_cpu(s);
+  MT_CHECK(qkv.shape.ndim == 3, "qkv must be (B, T, (H + 2·Hkv)·D), got {}", qkv.shape.str());
+  const int D = static_cast<int>(qkv.shape[2] / (n_heads + 2 * n_kv_heads));
+  MT_CHECK(D % 2 == 0 && D <= 1024, "rope needs an even head_dim ≤ 1024, got {}", D);
+  cpu::rope_apply(qkv.f32(), static_cast<int>(qkv.shape[0]), static_cast<int>(qkv.shape[1]), n_heads, n_kv_heads, D,
+                  theta, dir == RopeDirection::backward);
+}
+
+namespace {
+cpu::AttnDims attn_dims(const Tensor& qkv, int H, int Hkv) {
+  MT_CHECK(qkv.shape.ndim == 3, "qkv must be (B, T, (H + 2·Hkv)·D), got {}", qkv.shape.str());
+  MT_CHECK(H % Hkv == 0, "n_heads {} must be a multiple of n_kv_heads {}", H, Hkv);
+  const int D = static_cast<int>(qkv.shape[2] / (H + 2 * Hkv));
+  MT_CHECK(D * (H + 2 * Hkv) == qkv.shape[2], "qkv last dim {} is not (H + 2·Hkv)·D", qkv.shape[2]);
+  return {static_cast<int>(qkv.shape[0]), static_cast<int>(qkv.shape[1]), H, Hkv, D};
+}
+}  // namespace
+
+void attention_forward(const Stream& s, Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) {
+  on_cpu(s);
+  const auto d = attn_dims(qkv, n_heads, n_kv_heads);
+  expect_f32(out, "out", static_cast<int64_t>(d.B) * d.T * d.H * d.D);
+  expect_f32(lse, "lse", static_cast<int64_t>(d.B) * d.H * d.T);
+  cpu::attention_forward(out.f32(), lse.f32(), qkv.f32(), d);
+}
+
+void attention_backward(const Stream& s, Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_heads,
+                        int n_kv_heads) {
+  on_cpu(s);
+  const auto d = attn_dims(qkv, n_heads, n_kv_heads);
+  expect_f32(dqkv, "dqkv", qkv.numel());
+  expect_f32(dout, "dout", out.numel());
+  cpu::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), lse.f32(), d);
+}
+
+void embedding_forward(const Stream& s, Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
+  on_cpu(s);
+  const int C = static_cast<int>(wte.shape[1]);
+  const int T = static_cast<int>(tokens.shape[tokens.shape.ndim - 1]);
+  expect_f32(out, "out", tokens.numel() * C);
+  if (present(wpe)) MT_CHECK(wpe.shape[0] >= T, "sequence length {} exceeds wpe rows {}", T, wpe.shape[0]);
+  cpu::embedding_forward(out.f32(), tokens.i32(), wte.f32(), present(wpe) ? wpe.f32() : nullptr, tokens.numel(), T,
+                         C);
+}
+
+void embedding_backward(const Stream& s, Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
+  on_cpu(s);
+  const int C = static_cast<int>(dwte.shape[1]);
+  const int T = static_cast<int>(tokens.shape[tokens.shape.ndim - 1]);
+  expect_f32(dout, "dout", tokens.numel() * C);
+  cpu::embedding_backward(dwte.f32(), present(dwpe) ? dwpe.f32() : nullptr, dout.f32(), tokens.i32(),
+                          tokens.numel(), T, C);
+}
+
+void add_forward(const Stream& s, Tensor out, Tensor a, Tensor b) {
+  on_cpu(s);
+  expect_f32(a, "a", out.numel());
+  expect_f32(b, "b", out.numel());
+  cpu::add_forward(out.f32(), a.f32(), b.f32(), out.numel());
+}
+
+void dropout_apply(const Stream& s, Tensor x, float p, const RngKey& key) {
+  on_cpu(s);
+  MT_CHECK(p >= 0.0f && p < 1.0f, "dropout probability {} outside [0, 1)", p);
+  if (p > 0.0f) cpu::dropout_apply(x.f32(), x.numel(), p, key);
+}
+
+void cross_entropy_forward(const Stream& s, Tensor losses, Tensor logits, Tensor targets, int vocab, LossGrad grad,
+                           float dlogits_scale) {
+  on_cpu(s);
+  const int Vp = last(logits);
+  const int64_t N = rows(logits);
+  MT_CHECK(vocab <= Vp, "vocab {} exceeds padded vocab {}", vocab, Vp);
+  expect_f32(losses, "losses", N);
+  MT_CHECK(targets.numel() == N, "targets has {} elements, expected {}", targets.numel(), N);
+  cpu::cross_entropy_forward(losses.f32(), logits.f32(), targets.i32(), N, Vp, vocab, grad == LossGrad::in_place,
+                             dlogits_scale);
+}
+
+double sum_squares(const Stream& s, Tensor x) {
+  on_cpu(s);
+  return cpu::sum_squares(x.f32(), x.numel());
+}
+
+void scale_inplace(const Stream& s, Tensor x, float factor) {
+  on_cpu(s);
+  cpu::scale_inplace(x.f32(), x.numel(), factor);
+}
+
+void adamw_update(const Stream& s, Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& st) {
+  on_cpu(s);
+  const int64_t n = param.numel();
+  expect_f32(grad, "grad", n);
+  expect_f32(m, "exp_avg", n);
+  expect_f32(v, "exp_avg_sq", n);
+  cpu::adamw_update(param.f32(), grad.f32(), m.f32(), v.f32(), n, st);
+}
+
+}  // namespace megatrain

@@ -1,0 +1,110 @@
+// Every op, declared once: forward and backward side by side. Dispatch (ops.cpp) checks shapes,
+// dtypes and devices, then calls cpu:: (or cuda::) with plain pointers and sizes.
+// Conventions: outputs first, then inputs, then options; the stream first of all.
+// Backward ops `=` into input gradients and `+=` into parameter gradients
+// (see [Note: grad accumulation] in model/gpt.h). An empty Tensor means "absent" (no bias, ...).
+#pragma once
+#include "kernels/device.h"
+#include "kernels/rng.h"
+#include "kernels/tensor.h"
+
+namespace megatrain {
+
+// ---- linear: out = inp · weightᵀ + bias (PyTorch layout: weight is (OC, C)) ----
+void matmul_forward(const Stream& s, Tensor out,  // (N, OC)
+                    Tensor inp,                   // (N, C)
+                    Tensor weight,                // (OC, C)
+                    Tensor bias);                 // (OC) or empty
+void matmul_backward(const Stream& s, Tensor dinp,  // (N, C)   =, may be empty
+                     Tensor dweight,                // (OC, C)  +=
+                     Tensor dbias,                  // (OC)     +=, or empty
+                     Tensor dout,                   // (N, OC)
+                     Tensor inp,                    // (N, C)
+                     Tensor weight);                // (OC, C)
+
+// ---- normalisation (eps inside the square root) ----
+void layernorm_forward(const Stream& s, Tensor out,  // (N, C)
+                       Tensor mean, Tensor rstd,     // (N), (N) saved for backward
+                       Tensor inp,                   // (N, C)
+                       Tensor weight, Tensor bias,   // (C), (C) or empty
+                       float eps);
+// dinp = dresidual + ∂loss/∂inp through the norm (dresidual may be empty: then just the latter).
+void layernorm_backward(const Stream& s, Tensor dinp,  // (N, C)
+                        Tensor dweight, Tensor dbias,  // (C) +=, (C) += or empty
+                        Tensor dout,                   // (N, C)
+                        Tensor dresidual,              // (N, C) or empty
+                        Tensor inp, Tensor weight,     // (N, C), (C)
+                        Tensor mean, Tensor rstd);     // (N), (N)
+void rmsnorm_forward(const Stream& s, Tensor out,  // (N, C)
+                     Tensor rstd,                  // (N)
+                     Tensor inp, Tensor weight,    // (N, C), (C)
+                     float eps);
+void rmsnorm_backward(const Stream& s, Tensor dinp,  // (N, C)
+                      Tensor dweight,                // (C) +=
+                      Tensor dout, Tensor dresidual, // (N, C), (N, C) or empty
+                      Tensor inp, Tensor weight,     // (N, C), (C)
+                      Tensor rstd);                  // (N)
+
+// ---- activations ----
+// GELU, tanh approximation (GPT-2).
+void gelu_forward(const Stream& s, Tensor out, Tensor inp);              // (N), (N)
+void gelu_backward(const Stream& s, Tensor dinp, Tensor dout, Tensor inp);  // (N) each
+// SwiGLU: inp = [gate | up] along the last dim; out = silu(gate) * up.
+void swiglu_forward(const Stream& s, Tensor out,  // (N, F)
+                    Tensor inp);                  // (N, 2F)
+void swiglu_backward(const Stream& s, Tensor dinp,  // (N, 2F)
+                     Tensor dout,                   // (N, F)
+                     Tensor inp);                   // (N, 2F)
+
+// ---- rotary position embedding, Hugging Face Llama rotate-half convention, in place ----
+// qkv rows hold [q heads | k heads | v heads]; only q and k rotate. Backward rotates by −θ.
+enum class RopeDirection { forward, backward };
+void rope_apply(const Stream& s, Tensor qkv,  // (B, T, (H + 2·Hkv)·D)
+                int n_heads, int n_kv_heads, float theta, RopeDirection dir);
+
+// ---- causal attention, block-wise with online softmax (flash-attention style) ----
+// qkv as above; grouped-query when Hkv < H (query head h uses kv head h / (H / Hkv)).
+void attention_forward(const Stream& s, Tensor out,  // (B, T, H·D)
+                       Tensor lse,                   // (B, H, T) log-sum-exp saved for backward
+                       Tensor qkv,                   // (B, T, (H + 2·Hkv)·D)
+                       int n_heads, int n_kv_heads);
+void attention_backward(const Stream& s, Tensor dqkv,  // (B, T, (H + 2·Hkv)·D) =
+                        Tensor dout,                   // (B, T, H·D)
+                        Tensor qkv, Tensor out, Tensor lse, int n_heads, int n_kv_heads);
+
+// ---- embeddings: out[b,t] = wte[tok] (+ wpe[t]) ----
+void embedding_forward(const Stream& s, Tensor out,  // (B, T, C)
+                       Tensor tokens,                // (B, T) i32
+                       Tensor wte,                   // (V, C)
+                       Tensor wpe);                  // (maxT, C) or empty
+void embedding_backward(const Stream& s, Tensor dwte,  // (V, C) +=
+                        Tensor dwpe,                   // (maxT, C) += or empty
+                        Tensor dout,                   // (B, T, C)
+                        Tensor tokens);                // (B, T) i32
+
+// ---- elementwise ----
+void add_forward(const Stream& s, Tensor out, Tensor a, Tensor b);  // out = a + b, (N) each
+// Inverted dropout in place: keep with probability 1 − p, scale kept values by 1/(1 − p).
+// The mask is a pure function of (key, element index), so backward regenerates it.
+void dropout_apply(const Stream& s, Tensor x, float p, const RngKey& key);
+
+// ---- loss: fused softmax + cross-entropy over the first `vocab` of Vp logits ----
+// losses[i] = −log softmax(logits[i, :vocab])[target[i]]. When dlogits_scale != 0 the logits are
+// overwritten with their gradient × dlogits_scale (padded columns get 0), saving a (N, Vp) buffer.
+enum class LossGrad { none, in_place };
+void cross_entropy_forward(const Stream& s, Tensor losses,  // (N)
+                           Tensor logits,                   // (N, Vp) → dlogits if in_place
+                           Tensor targets,                  // (N) i32
+                           int vocab, LossGrad grad, float dlogits_scale);
+
+// ---- optimizer primitives over flat ranges ----
+double sum_squares(const Stream& s, Tensor x);  // Σ x² in double
+void scale_inplace(const Stream& s, Tensor x, float factor);
+struct AdamWStep {
+  float lr, beta1, beta2, eps, weight_decay;
+  float bias_correction1, bias_correction2;  // 1 − β₁ᵗ, 1 − β₂ᵗ
+  float grad_scale;                          // multiply grads by this first (clipping)
+};
+void adamw_update(const Stream& s, Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& st);
+
+}  // namespace megatrain

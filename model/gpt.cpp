@@ -1,0 +1,115 @@
+#include "model/gpt.h"
+
+#include <cstring>
+
+namespace megatrain {
+
+GptModel::GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len)
+    : cfg_(cfg), B_(micro_batch_size), T_(seq_len), layout_(gpt_param_layout(cfg)),
+      params_(layout_.total()), grads_(layout_.total()) {
+  MT_CHECK(seq_len <= cfg.max_seq_len, "seq_len {} > max_seq_len {}", seq_len, cfg.max_seq_len);
+  Arena measure = Arena::measuring();
+  plan(measure);
+  arena_ = Arena(measure.used());
+  plan(arena_);
+  auto views = [&](float* base, std::vector<BlockWeights>& blocks, Tensor& wte, Tensor& wpe, Tensor& head,
+                   NormWeights& fin) {
+    for (int l = 0; l < cfg_.n_layers; ++l) blocks.push_back(block_weights(layout_, base, l));
+    wte = layout_.view(base, layout_.index_of("embed.wte"));
+    if (layout_.contains("embed.wpe")) wpe = layout_.view(base, layout_.index_of("embed.wpe"));
+    head = cfg_.tie_embeddings ? wte : layout_.view(base, layout_.index_of("lm_head.weight"));
+    fin.weight = layout_.view(base, layout_.index_of("final_norm.weight"));
+    if (layout_.contains("final_norm.bias")) fin.bias = layout_.view(base, layout_.index_of("final_norm.bias"));
+  };
+  views(params_.data(), w_, wte_, wpe_, head_, final_w_);
+  views(grads_.data(), g_, dwte_, dwpe_, dhead_, final_g_);
+}
+
+void GptModel::plan(Arena& arena) {
+  const int64_t N = static_cast<int64_t>(B_) * T_;
+  act_.tokens = Tensor(arena.alloc_i32(N), Shape{B_, T_});
+  act_.targets = Tensor(arena.alloc_i32(N), Shape{B_, T_});
+  act_.residual.clear();
+  act_.blocks.clear();
+  for (int l = 0; l <= cfg_.n_layers; ++l) act_.residual.push_back(arena.tensor(Shape{N, cfg_.d_model}));
+  for (int l = 0; l < cfg_.n_layers; ++l) act_.blocks.push_back(block_activations(arena, cfg_, B_, T_));
+  act_.final_norm = norm_activations(arena, cfg_, N);
+  act_.logits = arena.tensor(Shape{N, cfg_.padded_vocab()});
+  act_.losses = arena.tensor(Shape{N});
+  scratch_.block = block_scratch(arena, cfg_, B_, T_);
+  scratch_.dres_a = arena.tensor(Shape{N, cfg_.d_model});
+  scratch_.dres_b = arena.tensor(Shape{N, cfg_.d_model});
+}
+
+void GptModel::zero_grads() { std::memset(grads_.data(), 0, sizeof(float) * static_cast<size_t>(grads_.size())); }
+
+DropoutSite GptModel::dropout_site(int layer) const {
+  DropoutSite d;
+  if (!last_.dropout || cfg_.dropout <= 0.0f) return d;
+  d.p = cfg_.dropout;
+  d.seed = last_.dropout_seed;
+  d.stream_base = static_cast<uint32_t>(2 * (layer + 1));  // stream 0 is the embedding's
+  d.offset = last_.first_sample * static_cast<uint64_t>(T_) * static_cast<uint64_t>(cfg_.d_model);
+  return d;
+}
+
+float GptModel::forward(const int32_t* inputs, const int32_t* targets, const ForwardOptions& opt) {
+  const Stream& s = stream_;
+  const int64_t N = static_cast<int64_t>(B_) * T_;
+  last_ = opt;
+  for (int64_t i = 0; i < N; ++i) {
+    MT_CHECK(inputs[i] >= 0 && inputs[i] < cfg_.vocab_size && targets[i] >= 0 && targets[i] < cfg_.vocab_size,
+             "token id out of range [0, {}) at position {}: the dataset's tokenizer does not match model.vocab_size",
+             cfg_.vocab_size, i);
+  }
+  std::memcpy(act_.tokens.data, inputs, sizeof(int32_t) * static_cast<size_t>(N));
+  std::memcpy(act_.targets.data, targets, sizeof(int32_t) * static_cast<size_t>(N));
+  embedding_forward(s, act_.residual[0], act_.tokens, wte_, wpe_);
+  const DropoutSite emb = dropout_site(-1);
+  if (emb.p > 0.0f)
+    dropout_apply(s, act_.residual[0], emb.p, RngKey{emb.seed, static_cast<uint32_t>(RngPurpose::dropout), 0, emb.offset});
+  for (int l = 0; l < cfg_.n_layers; ++l)
+    block_forward(s, cfg_, act_.residual[static_cast<size_t>(l) + 1], act_.blocks[static_cast<size_t>(l)],
+                  scratch_.block, act_.residual[static_cast<size_t>(l)], w_[static_cast<size_t>(l)], dropout_site(l));
+  norm_forward(s, cfg_, act_.final_norm, act_.residual.back(), final_w_);
+  matmul_forward(s, act_.logits, act_.final_norm.out, head_, Tensor{});
+  cross_entropy_forward(s, act_.losses, act_.logits, act_.targets, cfg_.vocab_size, opt.grad, opt.dloss_scale);
+  double sum = 0.0;
+  const float* losses = act_.losses.f32();
+  for (int64_t i = 0; i < N; ++i) sum += losses[i];
+  return static_cast<float>(sum / static_cast<double>(N));
+}
+
+void GptModel::backward() {
+  MT_CHECK(last_.grad == LossGrad::in_place, "backward() needs a forward() with LossGrad::in_place");
+  const Stream& s = stream_;
+  Tensor dres = scratch_.dres_a, dnext = scratch_.dres_b;
+  matmul_backward(s, scratch_.block.dnorm, dhead_, Tensor{}, act_.logits, act_.final_norm.out, head_);
+  norm_backward(s, cfg_, dres, final_g_, scratch_.block.dnorm, Tensor{}, act_.final_norm, act_.residual.back(),
+                final_w_);
+  for (int l = cfg_.n_layers - 1; l >= 0; --l) {
+    const auto li = static_cast<size_t>(l);
+    block_backward(s, cfg_, dnext, g_[li], dres, act_.blocks[li], scratch_.block, act_.residual[li], w_[li],
+                   dropout_site(l));
+    std::swap(dres, dnext);
+  }
+  const DropoutSite emb = dropout_site(-1);
+  if (emb.p > 0.0f)
+    dropout_apply(s, dres, emb.p, RngKey{emb.seed, static_cast<uint32_t>(RngPurpose::dropout), 0, emb.offset});
+  embedding_backward(s, dwte_, dwpe_, dres, act_.tokens);
+}
+
+double GptModel::flops_per_token(const ModelConfig& cfg, int seq_len) {
+  // 6 FLOPs per weight per token (2 forward, 4 backward) for every matrix multiply, including
+  // the LM head; attention scores and weighted sum: 2·2·T·d per layer forward, halved for the
+  // causal mask, ×3 for forward + backward. Embedding lookups and norms are not counted.
+  const double C = cfg.d_model, L = cfg.n_layers, D = cfg.head_dim();
+  const double H = cfg.n_heads, Hkv = cfg.kv_heads(), F = cfg.ffn_dim();
+  const double fc_out = cfg.activation == ActivationKind::swiglu ? 2 * F : F;
+  const double per_layer = C * (H + 2 * Hkv) * D + H * D * C + C * fc_out + F * C;
+  const double matmul_weights = L * per_layer + static_cast<double>(cfg.padded_vocab()) * C;
+  const double attention = L * 3.0 * (2.0 * 2.0 * seq_len * H * D) / 2.0;
+  return 6.0 * matmul_weights + attention;
+}
+
+}  // namespace megatrain

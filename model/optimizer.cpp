@@ -1,0 +1,50 @@
+#include "model/optimizer.h"
+
+#include <cmath>
+
+#include "kernels/ops.h"
+
+namespace megatrain {
+
+AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& opt)
+    : layout_(layout), opt_(opt), m_(layout.total()), v_(layout.total()) {}
+
+bool AdamW::decays(const ParamSpec& s) const {
+  switch (s.group) {
+    case ParamGroup::matrix: return true;
+    case ParamGroup::embedding: return opt_.decay_embeddings;
+    case ParamGroup::norm:
+    case ParamGroup::bias: return opt_.decay_norms_and_biases;
+  }
+  return false;
+}
+
+double AdamW::grad_norm(const float* grads) const {
+  return std::sqrt(sum_squares(Stream::cpu(), Tensor(const_cast<float*>(grads), Shape{layout_.total()})));
+}
+
+void AdamW::step(float* params, const float* grads, float lr, double norm) {
+  ++t_;
+  AdamWStep st{};
+  st.lr = lr;
+  st.beta1 = opt_.beta1;
+  st.beta2 = opt_.beta2;
+  st.eps = opt_.eps;
+  st.bias_correction1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(opt_.beta1), static_cast<double>(t_)));
+  st.bias_correction2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(opt_.beta2), static_cast<double>(t_)));
+  // torch.nn.utils.clip_grad_norm_: scale = max_norm / (norm + 1e-6), applied only when < 1.
+  st.grad_scale = 1.0f;
+  if (opt_.grad_clip > 0.0f && norm > opt_.grad_clip)
+    st.grad_scale = static_cast<float>(opt_.grad_clip / (norm + 1e-6));
+  const Stream s = Stream::cpu();
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const ParamSpec& spec = layout_.spec(i);
+    st.weight_decay = decays(spec) ? opt_.weight_decay : 0.0f;
+    const Shape flat{spec.shape.numel()};
+    const int64_t off = layout_.offset(i);
+    adamw_update(s, Tensor(params + off, flat), Tensor(const_cast<float*>(grads) + off, flat),
+                 Tensor(m_.data() + off, flat), Tensor(v_.data() + off, flat), st);
+  }
+}
+
+}  // namespace megatrain

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian package megatrain's build, tests and demo need, then
+# configures and builds it in ./build (Release). Safe to run again.
+#   scripts/setup.sh            install + build
+#   SKIP_APT=1 scripts/setup.sh build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
+  libopenblas-openmp-dev libblis-dev libdnnl-dev
+  libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libpcre2-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  fortunes fortunes-min python3 python3-matplotlib python3-numpy
+)
+
+if [ "${SKIP_APT:-0}" != 1 ]; then
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    sudo_cmd=""
+    [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
+    echo "setup: installing ${missing[*]}"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+build_type=${BUILD_TYPE:-Release}
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" ${MEGATRAIN_CMAKE_ARGS:-}
+cmake --build build -j "$(nproc)"
+echo "setup: built build/megatrain"

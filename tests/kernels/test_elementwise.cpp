@@ -1,0 +1,177 @@
+// gelu, swiglu, rope, embedding, cross-entropy, dropout, AdamW, sum of squares: naive references
+// and finite differences.
+#include <cmath>
+
+#include "kernels/ops.h"
+#include "tests/kernels/op_harness.h"
+
+namespace megatrain {
+namespace {
+using test::check_grad;
+using test::dot;
+using test::randn;
+
+const Stream S = Stream::cpu();
+
+TEST(Gelu, MatchesTanhFormulaAndFiniteDifferences) {
+  const int n = 300;
+  auto x = randn(n, 20, 3.0f), r = randn(n, 21);
+  std::vector<float> out(n), dx(n);
+  auto fwd = [&] {
+    gelu_forward(S, Tensor(out.data(), {n}), Tensor(x.data(), {n}));
+    return dot(out, r);
+  };
+  fwd();
+  std::vector<double> want(n);
+  for (int i = 0; i < n; ++i) {
+    const double v = x[i];
+    want[i] = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  }
+  test::expect_near_all(out, want, 1e-6, 1e-5, "gelu");
+  gelu_backward(S, Tensor(dx.data(), {n}), Tensor(r.data(), {n}), Tensor(x.data(), {n}));
+  check_grad(x, dx, fwd, "gelu dinp", 1e-3f);
+}
+
+TEST(SwiGlu, MatchesFormulaAndFiniteDifferences) {
+  const int N = 3, F = 17;
+  auto x = randn(N * 2 * F, 22, 2.0f), r = randn(N * F, 23);
+  std::vector<float> out(N * F), dx(N * 2 * F);
+  auto fwd = [&] {
+    swiglu_forward(S, Tensor(out.data(), {N, F}), Tensor(x.data(), {N, 2 * F}));
+    return dot(out, r);
+  };
+  fwd();
+  std::vector<double> want(N * F);
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < F; ++j) {
+      const double g = x[i * 2 * F + j], u = x[i * 2 * F + F + j];
+      want[i * F + j] = g / (1 + std::exp(-g)) * u;
+    }
+  test::expect_near_all(out, want, 1e-6, 1e-5, "swiglu");
+  swiglu_backward(S, Tensor(dx.data(), {N, 2 * F}), Tensor(r.data(), {N, F}), Tensor(x.data(), {N, 2 * F}));
+  check_grad(x, dx, fwd, "swiglu dinp", 1e-3f);
+}
+
+TEST(Rope, RotateHalfConventionAndInverse) {
+  const int B = 2, T = 5, H = 2, Hkv = 1, D = 8;
+  const int row = (H + 2 * Hkv) * D;
+  auto x = randn(B * T * row, 24);
+  auto y = x;
+  rope_apply(S, Tensor(y.data(), {B, T, row}), H, Hkv, 10000.0f, RopeDirection::forward);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < H + 2 * Hkv; ++h)
+        for (int j = 0; j < D; ++j) {
+          const size_t base = (static_cast<size_t>(b) * T + t) * row + h * D;
+          double want = x[base + j];
+          if (h < H + Hkv) {  // q and k rotate, v does not
+            const int jj = j % (D / 2);
+            const double a = t * std::pow(10000.0, -2.0 * jj / D);
+            const double rot = j < D / 2 ? -x[base + j + D / 2] : x[base + j - D / 2];
+            want = x[base + j] * std::cos(a) + rot * std::sin(a);
+          }
+          ASSERT_NEAR(y[base + j], want, 1e-5) << "b" << b << " t" << t << " h" << h << " j" << j;
+        }
+  rope_apply(S, Tensor(y.data(), {B, T, row}), H, Hkv, 10000.0f, RopeDirection::backward);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(y[i], x[i], 1e-5);
+}
+
+TEST(Embedding, ForwardAndBackwardScatter) {
+  const int B = 2, T = 3, C = 4, V = 5;
+  std::vector<int32_t> tok = {1, 4, 1, 0, 2, 1};
+  auto wte = randn(V * C, 25), wpe = randn(T * C, 26), dout = randn(B * T * C, 27);
+  std::vector<float> out(B * T * C), dwte(V * C), dwpe(T * C);
+  embedding_forward(S, Tensor(out.data(), {B, T, C}), Tensor(tok.data(), {B, T}), Tensor(wte.data(), {V, C}),
+                    Tensor(wpe.data(), {T, C}));
+  for (int i = 0; i < B * T; ++i)
+    for (int c = 0; c < C; ++c) ASSERT_FLOAT_EQ(out[i * C + c], wte[tok[i] * C + c] + wpe[(i % T) * C + c]);
+  embedding_backward(S, Tensor(dwte.data(), {V, C}), Tensor(dwpe.data(), {T, C}), Tensor(dout.data(), {B, T, C}),
+                     Tensor(tok.data(), {B, T}));
+  std::vector<double> want_wte(V * C, 0.0), want_wpe(T * C, 0.0);
+  for (int i = 0; i < B * T; ++i)
+    for (int c = 0; c < C; ++c) {
+      want_wte[tok[i] * C + c] += dout[i * C + c];
+      want_wpe[(i % T) * C + c] += dout[i * C + c];
+    }
+  test::expect_near_all(dwte, want_wte, 1e-6, 1e-6, "dwte");
+  test::expect_near_all(dwpe, want_wpe, 1e-6, 1e-6, "dwpe");
+}
+
+TEST(CrossEntropy, LossExcludesPaddedVocabAndGradientMatches) {
+  const int N = 4, V = 10, Vp = 16;
+  auto logits = randn(N * Vp, 28, 2.0f);
+  for (int i = 0; i < N; ++i)
+    for (int j = V; j < Vp; ++j) logits[i * Vp + j] = 50.0f;  // would dominate if not excluded
+  std::vector<int32_t> tgt = {0, 9, 3, 3};
+  std::vector<float> losses(N);
+  auto loss = [&] {
+    auto copy = logits;
+    cross_entropy_forward(S, Tensor(losses.data(), {N}), Tensor(copy.data(), {N, Vp}), Tensor(tgt.data(), {N}), V,
+                          LossGrad::none, 0.0f);
+    double s = 0;
+    for (float l : losses) s += l;
+    return s;
+  };
+  loss();
+  for (int i = 0; i < N; ++i) {
+    double mx = -1e30, sum = 0;
+    for (int j = 0; j < V; ++j) mx = std::max(mx, static_cast<double>(logits[i * Vp + j]));
+    for (int j = 0; j < V; ++j) sum += std::exp(logits[i * Vp + j] - mx);
+    EXPECT_NEAR(losses[i], std::log(sum) + mx - logits[i * Vp + tgt[i]], 1e-5);
+  }
+  auto grad = logits;
+  cross_entropy_forward(S, Tensor(losses.data(), {N}), Tensor(grad.data(), {N, Vp}), Tensor(tgt.data(), {N}), V,
+                        LossGrad::in_place, 1.0f);
+  for (int i = 0; i < N; ++i)
+    for (int j = V; j < Vp; ++j) EXPECT_EQ(grad[i * Vp + j], 0.0f);
+  check_grad(logits, grad, loss, "dlogits", 1e-3f);
+}
+
+TEST(Dropout, ReproducibleUnbiasedAndKeyed) {
+  const int n = 100000;
+  std::vector<float> a(n, 1.0f), b(n, 1.0f), c(n, 1.0f);
+  const RngKey k1{7, static_cast<uint32_t>(RngPurpose::dropout), 3, 0}, k2{7, static_cast<uint32_t>(RngPurpose::dropout), 4, 0};
+  dropout_apply(S, Tensor(a.data(), {n}), 0.25f, k1);
+  dropout_apply(S, Tensor(b.data(), {n}), 0.25f, k1);
+  dropout_apply(S, Tensor(c.data(), {n}), 0.25f, k2);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  int zeros = 0;
+  double sum = 0;
+  for (float v : a) {
+    zeros += v == 0.0f;
+    sum += v;
+    ASSERT_TRUE(v == 0.0f || std::fabs(v - 1.0f / 0.75f) < 1e-6);
+  }
+  EXPECT_NEAR(zeros / static_cast<double>(n), 0.25, 0.01);
+  EXPECT_NEAR(sum / n, 1.0, 0.01);
+}
+
+TEST(AdamW, MatchesPyTorchFormula) {
+  const int n = 50;
+  auto p = randn(n, 29), g = randn(n, 30), m = randn(n, 31, 0.1f), v = randn(n, 32, 0.1f);
+  for (auto& x : v) x = x * x;
+  auto p0 = p, m0 = m, v0 = v;
+  AdamWStep st{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f - std::pow(0.9f, 3.0f), 1.0f - std::pow(0.95f, 3.0f), 0.5f};
+  adamw_update(S, Tensor(p.data(), {n}), Tensor(g.data(), {n}), Tensor(m.data(), {n}), Tensor(v.data(), {n}), st);
+  for (int i = 0; i < n; ++i) {
+    const double gi = g[i] * 0.5;
+    const double mi = 0.9 * m0[i] + 0.1 * gi, vi = 0.95 * v0[i] + 0.05 * gi * gi;
+    double pi = p0[i] * (1 - 1e-2 * 0.1);
+    pi -= 1e-2 / st.bias_correction1 * mi / (std::sqrt(vi) / std::sqrt(st.bias_correction2) + 1e-8);
+    EXPECT_NEAR(m[i], mi, 1e-6);
+    EXPECT_NEAR(v[i], vi, 1e-6);
+    EXPECT_NEAR(p[i], pi, 1e-5);
+  }
+}
+
+TEST(SumSquares, MatchesDoubleSum) {
+  const int n = 100003;
+  auto x = randn(n, 33);
+  double want = 0;
+  for (float v : x) want += static_cast<double>(v) * v;
+  EXPECT_NEAR(sum_squares(S, Tensor(x.data(), {n})), want, want * 1e-5);
+}
+
+}  // namespace
+}  // namespace megatrain

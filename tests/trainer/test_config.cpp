@@ -1,0 +1,332 @@
+// Tests of trainer/config: parsing, defaults, --set overrides, the rules, and the TOML round trip.
+// Every error test checks that the message names the file and the key.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kernels/check.h"
+#include "trainer/config.h"
+
+namespace megatrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+// EXPECT_CONTAINS(text, part): text has part as a substring (no gmock needed).
+#define EXPECT_CONTAINS(text, part)                                                                           \
+  do {                                                                                                        \
+    const std::string mt_text_ = (text);                                                                      \
+    EXPECT_NE(mt_text_.find(part), std::string::npos) << "expected \"" << (part) << "\" in:\n  " << mt_text_; \
+  } while (0)
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "mt_config_XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& text, const std::string& name = "x.toml") {
+    std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  // The message of the InputError that F throws (fails the test when it throws none).
+  template <class F>
+  static std::string error_of(F f) {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "expected an InputError";
+    return "";
+  }
+  // Message of load_config + resolve_config(world) on TEXT; checks it names the file and KEY.
+  std::string load_error(const std::string& text, const std::string& key, std::vector<std::string> sets = {},
+                         int world = 1) {
+    std::string path = write(text);
+    std::string msg = error_of([&] {
+      Config c = load_config(path, sets);
+      resolve_config(c, world);
+    });
+    EXPECT_CONTAINS(msg, path);
+    EXPECT_CONTAINS(msg, key);
+    return msg;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ConfigTest, EmptyFileGivesDefaults) {
+  std::string path = write("");
+  Config c = load_config(path, {});
+  EXPECT_EQ(c.source, path);
+  EXPECT_EQ(c.model.n_layers, ModelConfig{}.n_layers);
+  EXPECT_EQ(c.model.norm, NormKind::layernorm);
+  EXPECT_EQ(c.parallel, ParallelConfig{});
+  EXPECT_EQ(c.train, TrainConfig{});
+  EXPECT_EQ(c.optimizer, OptimizerConfig{});
+  EXPECT_EQ(c.data, DataConfig{});
+  EXPECT_EQ(c.checkpoint, CheckpointConfig{});
+  EXPECT_EQ(c.log, LogConfig{});
+}
+
+TEST_F(ConfigTest, ParsesEverySection) {
+  std::string path = write(R"(
+[model]
+n_layers = 2
+d_model = 64
+n_heads = 8
+n_kv_heads = 2
+norm = "rmsnorm"
+position = "rope"
+activation = "swiglu"
+bias = false
+dropout = 0.1
+[parallel]
+dp = 2
+[train]
+seq_len = 32
+seed = 7
+[optimizer]
+lr = 1          # floats may be written as integers
+decay = "linear"
+[data]
+train = "data/tiny_train"
+shuffle = false
+[checkpoint]
+dir = "ckpt"
+async = true
+[log]
+peak_tflops = 312
+)");
+  Config c = load_config(path, {});
+  EXPECT_EQ(c.model.n_layers, 2);
+  EXPECT_EQ(c.model.n_kv_heads, 2);
+  EXPECT_EQ(c.model.norm, NormKind::rmsnorm);
+  EXPECT_EQ(c.model.position, PositionKind::rope);
+  EXPECT_EQ(c.model.activation, ActivationKind::swiglu);
+  EXPECT_FALSE(c.model.bias);
+  EXPECT_FLOAT_EQ(c.model.dropout, 0.1f);
+  EXPECT_EQ(c.parallel.dp, 2);
+  EXPECT_EQ(c.train.seq_len, 32);
+  EXPECT_EQ(c.train.seed, 7u);
+  EXPECT_EQ(c.optimizer.lr, 1.0f);
+  EXPECT_EQ(c.optimizer.decay, DecayKind::linear);
+  EXPECT_EQ(c.data.train, "data/tiny_train");
+  EXPECT_FALSE(c.data.shuffle);
+  EXPECT_EQ(c.checkpoint.dir, "ckpt");
+  EXPECT_TRUE(c.checkpoint.async);
+  EXPECT_EQ(c.log.peak_tflops, 312.0);
+}
+
+TEST_F(ConfigTest, OverridesApplyInOrder) {
+  std::string path = write("[model]\nn_layers = 4\n");
+  Config c = load_config(path, {"model.n_layers=6", "model.norm=rmsnorm", "optimizer.lr = 0.01", "data.train=\"a b\"",
+                                "data.valid=data/v", "data.shuffle=false", "log.metrics_file=", "model.n_layers=8"});
+  EXPECT_EQ(c.model.n_layers, 8);
+  EXPECT_EQ(c.model.norm, NormKind::rmsnorm);
+  EXPECT_FLOAT_EQ(c.optimizer.lr, 0.01f);
+  EXPECT_EQ(c.data.train, "a b");
+  EXPECT_EQ(c.data.valid, "data/v");
+  EXPECT_FALSE(c.data.shuffle);
+  EXPECT_EQ(c.log.metrics_file, "");
+}
+
+TEST_F(ConfigTest, ResolveFillsDerivedValues) {
+  Config c = load_config(write("[train]\nmicro_batch_size = 3\nsteps = 50\n"), {});
+  resolve_config(c, 4);
+  EXPECT_EQ(c.parallel.dp, 4);
+  EXPECT_EQ(c.train.global_batch_size, 12);
+  EXPECT_EQ(c.optimizer.decay_steps, 50);
+  resolve_config(c, 4);  // idempotent
+  EXPECT_EQ(c.parallel.dp, 4);
+  EXPECT_EQ(c.train.global_batch_size, 12);
+}
+
+TEST_F(ConfigTest, RoundTripThroughToml) {
+  std::string path = write(R"(
+[model]
+n_layers = 3
+d_model = 96
+n_heads = 6
+n_kv_heads = 3
+d_ff = 200
+vocab_size = 1000
+norm = "rmsnorm"
+position = "rope"
+activation = "swiglu"
+tie_embeddings = false
+dropout = 0.125
+init_std = 0.0123
+norm_eps = 1e-6
+rope_theta = 500000
+[train]
+seq_len = 64
+global_batch_size = 16
+seed = 99
+eval_interval = 5
+[optimizer]
+lr = 6e-4
+min_lr = 1e-5
+eps = 1e-8
+warmup_steps = 10
+decay = "constant"
+decay_norms_and_biases = true
+[data]
+train = "tr\"ain\\x"
+valid = "va\tlid"
+[checkpoint]
+dir = "c"
+save_interval = 20
+keep_last = 2
+load = "c/step_20"
+[log]
+interval = 1
+metrics_file = "m.jsonl"
+peak_tflops = 989.5
+)");
+  Config a = load_config(path, {});
+  resolve_config(a, 2);
+  std::string text = config_to_toml(a);
+  Config b = load_config(write(text, "y.toml"), {});
+  resolve_config(b, 2);
+  EXPECT_EQ(a.parallel, b.parallel);
+  EXPECT_EQ(a.train, b.train);
+  EXPECT_EQ(a.optimizer, b.optimizer);
+  EXPECT_EQ(a.data, b.data);
+  EXPECT_EQ(a.checkpoint, b.checkpoint);
+  EXPECT_EQ(a.log, b.log);
+  const ModelConfig &m = a.model, &n = b.model;
+  EXPECT_EQ(m.n_layers, n.n_layers);
+  EXPECT_EQ(m.d_model, n.d_model);
+  EXPECT_EQ(m.n_heads, n.n_heads);
+  EXPECT_EQ(m.n_kv_heads, n.n_kv_heads);
+  EXPECT_EQ(m.d_ff, n.d_ff);
+  EXPECT_EQ(m.vocab_size, n.vocab_size);
+  EXPECT_EQ(m.max_seq_len, n.max_seq_len);
+  EXPECT_EQ(m.norm, n.norm);
+  EXPECT_EQ(m.position, n.position);
+  EXPECT_EQ(m.activation, n.activation);
+  EXPECT_EQ(m.bias, n.bias);
+  EXPECT_EQ(m.tie_embeddings, n.tie_embeddings);
+  EXPECT_EQ(m.dropout, n.dropout);
+  EXPECT_EQ(m.init_std, n.init_std);
+  EXPECT_EQ(m.norm_eps, n.norm_eps);
+  EXPECT_EQ(m.rope_theta, n.rope_theta);
+  b.source = a.source;
+  EXPECT_EQ(config_to_toml(b), text);
+  EXPECT_EQ(b.data.train, "tr\"ain\\x");
+}
+
+TEST_F(ConfigTest, TomlHasEveryKeyInSectionOrder) {
+  Config c;
+  std::string text = config_to_toml(c);
+  size_t last = 0;
+  for (const char* s : {"[model]", "[parallel]", "[train]", "[optimizer]", "[data]", "[checkpoint]", "[log]"}) {
+    size_t at = text.find(s);
+    ASSERT_NE(at, std::string::npos) << s;
+    EXPECT_GT(at, last == 0 ? 0 : last) << s;
+    last = at;
+  }
+  for (const char* k : {"n_layers =", "rope_theta =", "ep =", "eval_steps =", "decay_norms_and_biases =", "shuffle =",
+                        "async =", "peak_tflops ="})
+    EXPECT_CONTAINS(text, k);
+}
+
+TEST_F(ConfigTest, UnknownKeySuggestsClosest) {
+  std::string msg = load_error("[model]\nn_head = 4\n", "'model.n_head'");
+  EXPECT_CONTAINS(msg, "did you mean 'model.n_heads'?");
+  EXPECT_CONTAINS(msg, "Config reference");
+  msg = load_error("[model]\nseq_len = 4\n", "'model.seq_len'");  // right key, wrong section
+  EXPECT_CONTAINS(msg, "did you mean 'train.seq_len'?");
+  msg = load_error("", "'optimizer.learning_rate'", {"optimizer.learning_rate=1"});
+  EXPECT_CONTAINS(msg, "--set");
+}
+
+TEST_F(ConfigTest, UnknownSection) {
+  EXPECT_CONTAINS(load_error("[modle]\nn_layers = 2\n", "modle"), "did you mean 'model'?");
+  EXPECT_CONTAINS(load_error("", "modl", {"modl.n_layers=2"}), "unknown section");
+  EXPECT_CONTAINS(load_error("seed = 3\n", "'seed'"), "did you mean 'train.seed'?");
+  load_error("model = 3\n", "'model'");
+}
+
+TEST_F(ConfigTest, WrongType) {
+  EXPECT_CONTAINS(load_error("[model]\nn_layers = \"four\"\n", "'model.n_layers'"),
+                  "must be an integer, got string \"four\"");
+  EXPECT_CONTAINS(load_error("[model]\nn_layers = 4.0\n", "'model.n_layers'"), "must be an integer, got float 4.0");
+  EXPECT_CONTAINS(load_error("", "'model.n_layers'", {"model.n_layers=four"}), "(from --set)");
+  load_error("[model]\nbias = 1\n", "'model.bias'");
+  load_error("[data]\ntrain = 3\n", "'data.train'");
+  load_error("[optimizer]\nlr = \"big\"\n", "'optimizer.lr'");
+  load_error("[train]\nseed = -1\n", "'train.seed'");
+  load_error("[train]\nseq_len = 4294967296\n", "'train.seq_len'");
+  load_error("[optimizer]\nlr = nan\n", "'optimizer.lr'");
+}
+
+TEST_F(ConfigTest, BadEnumSpelling) {
+  EXPECT_CONTAINS(load_error("[model]\nnorm = \"rms\"\n", "'model.norm'"), "must be one of \"layernorm\", \"rmsnorm\"");
+  load_error("", "'optimizer.decay'", {"optimizer.decay=exp"});
+  load_error("[model]\nposition = 1\n", "'model.position'");
+}
+
+TEST_F(ConfigTest, SingleFieldRules) {
+  load_error("[model]\nn_layers = 0\n", "model.n_layers");
+  load_error("[model]\ndropout = 1.0\n", "model.dropout");
+  load_error("[model]\ndropout = -0.1\n", "model.dropout");
+  load_error("[optimizer]\nlr = -1\n", "optimizer.lr");
+  load_error("[optimizer]\nbeta2 = 1\n", "optimizer.beta2");
+  load_error("[train]\nmicro_batch_size = 0\n", "train.micro_batch_size");
+  load_error("[parallel]\ndp = -1\n", "parallel.dp");
+}
+
+TEST_F(ConfigTest, HeadsMustDivide) {
+  EXPECT_CONTAINS(load_error("[model]\nd_model = 128\nn_heads = 6\n", "model.n_heads"),
+                  "model.n_heads = 6 does not divide model.d_model = 128; pick n_heads from the divisors");
+  EXPECT_CONTAINS(load_error("[model]\nn_heads = 4\nn_kv_heads = 3\n", "model.n_kv_heads"),
+                  "does not divide model.n_heads = 4");
+  load_error("[model]\nd_model = 12\nn_heads = 4\nposition = \"rope\"\n", "model.position");
+}
+
+TEST_F(ConfigTest, CrossFieldRules) {
+  load_error("[train]\nseq_len = 512\n[model]\nmax_seq_len = 256\n", "train.seq_len");
+  EXPECT_CONTAINS(load_error("[parallel]\ntp = 2\n", "parallel.tp"), "not supported yet");
+  EXPECT_CONTAINS(load_error("[parallel]\nep = 2\n", "parallel.ep"), "not supported yet");
+  load_error("[parallel]\ndp = 2\n", "parallel.dp", {}, 4);
+  load_error("[train]\nmicro_batch_size = 4\nglobal_batch_size = 10\n", "train.global_batch_size", {}, 1);
+  load_error("[optimizer]\nlr = 1e-4\nmin_lr = 1e-3\n", "optimizer.min_lr");
+  load_error("[optimizer]\nwarmup_steps = 200\n[train]\nsteps = 100\n", "optimizer.warmup_steps");
+  load_error("[train]\neval_interval = 10\n", "data.valid");
+  load_error("[checkpoint]\nsave_interval = 10\n", "checkpoint.dir");
+}
+
+TEST_F(ConfigTest, MalformedOverride) {
+  EXPECT_CONTAINS(load_error("", "--set 'model.n_layers'", {"model.n_layers"}), "expected section.key=value");
+  load_error("", "--set 'n_layers=3'", {"n_layers=3"});
+  load_error("", "--set '=3'", {"=3"});
+}
+
+TEST_F(ConfigTest, MissingFile) {
+  std::string path = (dir_ / "nope.toml").string();
+  std::string msg = error_of([&] { load_config(path, {}); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "cannot open config file (No such file or directory)");
+}
+
+TEST_F(ConfigTest, SyntaxErrorReportsLineAndColumn) {
+  std::string path = write("[model]\nn_layers = 4\nd_model = = 3\n");
+  std::string msg = error_of([&] { load_config(path, {}); });
+  EXPECT_CONTAINS(msg, path);
+  EXPECT_CONTAINS(msg, "line 3");
+  EXPECT_CONTAINS(msg, "column");
+}
+
+}  // namespace
+}  // namespace megatrain

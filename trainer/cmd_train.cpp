@@ -1,0 +1,30 @@
+// `megatrain train --config FILE [--set section.key=value]...`
+#include <spdlog/spdlog.h>
+
+#include "parallel/comm.h"
+#include "trainer/commands.h"
+#include "trainer/config.h"
+#include "trainer/train.h"
+
+namespace megatrain {
+
+Command add_train_command(CLI::App& root) {
+  struct Options {
+    std::string config;
+    std::vector<std::string> overrides;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* app = root.add_subcommand("train", "Train a model described by a TOML config");
+  app->add_option("--config", opts->config, "TOML config file")->required();
+  app->add_option("--set", opts->overrides, "Override a config key: --set train.steps=20 (repeatable)");
+  return {app, [opts] {
+            const Comm world = Comm::world();
+            Config cfg = load_config(opts->config, opts->overrides);
+            resolve_config(cfg, world.size());
+            if (world.rank() == 0) fmt::print("# resolved config\n{}\n", config_to_toml(cfg));
+            run_training(cfg, world);
+            return 0;
+          }};
+}
+
+}  // namespace megatrain

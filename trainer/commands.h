@@ -1,0 +1,19 @@
+// The subcommands of the `megatrain` binary. Each registers its options on the root CLI11 app and
+// returns a runner; main() runs the one the user chose and turns exceptions into one clean abort.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace megatrain {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;  // returns the process exit code
+};
+
+Command add_train_command(CLI::App& root);
+Command add_config_command(CLI::App& root);
+Command add_preprocess_command(CLI::App& root);
+
+}  // namespace megatrain

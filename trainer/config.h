@@ -1,0 +1,100 @@
+// The typed run configuration: one TOML file (+ --set overrides) → Config, strictly validated.
+// Invariant: a Config returned by load_config has only known keys of the right types and passes the
+// single-field rules; after resolve_config it also passes the cross-field rules and its derived
+// values (parallel.dp, train.global_batch_size, optimizer.decay_steps) are filled in (never 0).
+// Every error is an InputError naming the file, the key and the fix. Keys: docs/config-reference.md.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace megatrain {
+
+enum class DecayKind { cosine, linear, constant };
+
+struct ParallelConfig {
+  int tp = 1, pp = 1, cp = 1, ep = 1;
+  int dp = 0;  // 0 = world / (tp·pp·cp)
+  friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
+};
+
+struct TrainConfig {
+  int seq_len = 128;
+  int micro_batch_size = 4;
+  int global_batch_size = 0;  // 0 = micro_batch_size·dp
+  int64_t steps = 100;
+  uint64_t seed = 1234;
+  int eval_interval = 0;  // 0 = never
+  int eval_steps = 10;
+  friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
+};
+
+struct OptimizerConfig {
+  float lr = 3e-4f, min_lr = 3e-5f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f,
+        grad_clip = 1.0f;  // grad_clip 0 = no clipping
+  int64_t warmup_steps = 0;
+  DecayKind decay = DecayKind::cosine;
+  int64_t decay_steps = 0;  // 0 = train.steps
+  bool decay_embeddings = false;
+  bool decay_norms_and_biases = false;
+  friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
+};
+
+// PREFIX of PREFIX.bin/.idx, relative to the working directory; valid "" = no validation.
+struct DataConfig {
+  std::string train;
+  std::string valid;
+  bool shuffle = true;
+  friend bool operator==(const DataConfig&, const DataConfig&) = default;
+};
+
+struct CheckpointConfig {
+  std::string dir;
+  int64_t save_interval = 0;  // 0 = never
+  int keep_last = 0;          // 0 = keep all
+  std::string load;           // "" = start from scratch
+  bool async = false;
+  friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
+};
+
+struct LogConfig {
+  int interval = 10;
+  std::string metrics_file;  // "" = none
+  double peak_tflops = 0.0;  // 0 = MFU not reported
+  friend bool operator==(const LogConfig&, const LogConfig&) = default;
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  std::string source;  // file path, for messages
+};
+
+// Parses FILE, applies overrides "section.key=value" (value parsed as a TOML value; a bare word that
+// is not valid TOML is taken as a string, so --set model.norm=rmsnorm works), checks types and
+// unknown keys, and the single-field rules (positive sizes, 0 ≤ dropout < 1, lr ≥ 0, beta in [0,1),
+// enum spellings). Throws InputError.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// Cross-field rules, checked before any allocation: n_heads divides d_model; n_kv_heads divides
+// n_heads; head_dim even when position = rope; seq_len ≤ max_seq_len; world == tp·pp·cp·dp (dp
+// resolved from world when 0); global_batch_size divisible by micro_batch_size·dp; min_lr ≤ lr;
+// warmup_steps ≤ decay steps; tp/pp/cp/ep other than 1 → "not supported yet". Fills the derived
+// values (dp, global_batch_size, decay_steps) in place. Throws InputError. Idempotent.
+void resolve_config(Config& cfg, int world_size);
+
+// The config as TOML text, every key, sections and keys in declaration order (printed once at
+// start, stored in checkpoints). load_config of this text gives back the same values.
+std::string config_to_toml(const Config& cfg);
+
+// The single-field rules alone (load_config calls it after parsing; config_validate.cpp).
+void validate_config_fields(const Config& cfg);
+
+}  // namespace megatrain

@@ -1,0 +1,160 @@
+// The rules a Config must satisfy: single-field rules (validate_config_fields, run by load_config)
+// and cross-field rules with the derived values (resolve_config, run before any allocation).
+// Every message names the config file, the key(s) and what to change.
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/check.h"
+#include "trainer/config.h"
+
+namespace megatrain {
+namespace {
+
+// Single-field rules; each failure reads "FILE: KEY = VALUE must be RULE[ (NOTE)]".
+struct FieldRules {
+  const std::string& file;
+
+  template <class T>
+  void check(bool ok, std::string_view key, T value, std::string_view rule, std::string_view note) const {
+    if (ok) return;
+    throw InputError(fmt::format("{}: {} = {} must be {}{}{}", file, key, value, rule, note.empty() ? "" : " ", note));
+  }
+  template <class T>
+  void at_least(std::string_view key, T value, T lo, std::string_view note = "") const {
+    check(value >= lo, key, value, fmt::format("at least {}", lo), note);
+  }
+  void positive(std::string_view key, double value) const { check(value > 0, key, value, "greater than 0", ""); }
+  void unit_interval(std::string_view key, double value) const {  // [0, 1)
+    check(value >= 0 && value < 1, key, value, "in [0, 1)", "");
+  }
+};
+
+}  // namespace
+
+void validate_config_fields(const Config& c) {
+  FieldRules r{c.source};
+  const ModelConfig& m = c.model;
+  r.at_least("model.n_layers", m.n_layers, 1);
+  r.at_least("model.d_model", m.d_model, 1);
+  r.at_least("model.n_heads", m.n_heads, 1);
+  r.at_least("model.n_kv_heads", m.n_kv_heads, 0, "(0 = same as model.n_heads)");
+  r.at_least("model.d_ff", m.d_ff, 0, "(0 = derived from model.d_model)");
+  r.at_least("model.vocab_size", m.vocab_size, 1);
+  r.at_least("model.max_seq_len", m.max_seq_len, 1);
+  r.unit_interval("model.dropout", m.dropout);
+  r.positive("model.init_std", m.init_std);
+  r.positive("model.norm_eps", m.norm_eps);
+  r.positive("model.rope_theta", m.rope_theta);
+
+  const ParallelConfig& p = c.parallel;
+  r.at_least("parallel.tp", p.tp, 1);
+  r.at_least("parallel.pp", p.pp, 1);
+  r.at_least("parallel.cp", p.cp, 1);
+  r.at_least("parallel.ep", p.ep, 1);
+  r.at_least("parallel.dp", p.dp, 0, "(0 = world size / (tp·pp·cp))");
+
+  const TrainConfig& t = c.train;
+  r.at_least("train.seq_len", t.seq_len, 1);
+  r.at_least("train.micro_batch_size", t.micro_batch_size, 1);
+  r.at_least("train.global_batch_size", t.global_batch_size, 0, "(0 = micro_batch_size·dp)");
+  r.at_least("train.steps", t.steps, int64_t{1});
+  r.at_least("train.eval_interval", t.eval_interval, 0, "(0 = never)");
+  r.at_least("train.eval_steps", t.eval_steps, 1);
+
+  const OptimizerConfig& o = c.optimizer;
+  r.at_least("optimizer.lr", o.lr, 0.0f);
+  r.at_least("optimizer.min_lr", o.min_lr, 0.0f);
+  r.unit_interval("optimizer.beta1", o.beta1);
+  r.unit_interval("optimizer.beta2", o.beta2);
+  r.positive("optimizer.eps", o.eps);
+  r.at_least("optimizer.weight_decay", o.weight_decay, 0.0f);
+  r.at_least("optimizer.grad_clip", o.grad_clip, 0.0f, "(0 = no clipping)");
+  r.at_least("optimizer.warmup_steps", o.warmup_steps, int64_t{0});
+  r.at_least("optimizer.decay_steps", o.decay_steps, int64_t{0}, "(0 = train.steps)");
+
+  r.at_least("checkpoint.save_interval", c.checkpoint.save_interval, int64_t{0}, "(0 = never)");
+  r.at_least("checkpoint.keep_last", c.checkpoint.keep_last, 0, "(0 = keep all)");
+
+  r.at_least("log.interval", c.log.interval, 1);
+  r.at_least("log.peak_tflops", c.log.peak_tflops, 0.0, "(0 = MFU not reported)");
+}
+
+void resolve_config(Config& c, int world_size) {
+  const std::string& f = c.source;
+  validate_config_fields(c);
+  ModelConfig& m = c.model;
+  // 1. Architecture.
+  MT_INPUT_CHECK(m.d_model % m.n_heads == 0,
+                 "{}: model.n_heads = {} does not divide model.d_model = {}; pick n_heads from the divisors of d_model",
+                 f, m.n_heads, m.d_model);
+  MT_INPUT_CHECK(m.n_heads % m.kv_heads() == 0,
+                 "{}: model.n_kv_heads = {} does not divide model.n_heads = {}; pick n_kv_heads from the divisors of "
+                 "n_heads (0 = n_heads)",
+                 f, m.n_kv_heads, m.n_heads);
+  MT_INPUT_CHECK(m.position != PositionKind::rope || m.head_dim() % 2 == 0,
+                 "{}: model.position = \"rope\" needs an even head dimension, but model.d_model / model.n_heads = "
+                 "{} / {} = {}; change d_model or n_heads",
+                 f, m.d_model, m.n_heads, m.head_dim());
+  MT_INPUT_CHECK(c.train.seq_len <= m.max_seq_len,
+                 "{}: train.seq_len = {} exceeds model.max_seq_len = {}; lower train.seq_len or raise "
+                 "model.max_seq_len",
+                 f, c.train.seq_len, m.max_seq_len);
+
+  // 2. Layout: world = tp·pp·cp·dp (ep subdivides dp).
+  ParallelConfig& p = c.parallel;
+  for (auto [key, value] : {std::pair<const char*, int>{"parallel.tp", p.tp},
+                            {"parallel.pp", p.pp},
+                            {"parallel.cp", p.cp},
+                            {"parallel.ep", p.ep}})
+    MT_INPUT_CHECK(value == 1, "{}: {} = {} is not supported yet; set {} = 1", f, key, value, key);
+  MT_INPUT_CHECK(world_size >= 1, "{}: world size {} must be at least 1 (--world-size or the launcher's rank count)", f,
+                 world_size);
+  const int64_t model_ranks = int64_t{p.tp} * p.pp * p.cp;
+  if (p.dp == 0) {
+    MT_INPUT_CHECK(world_size % model_ranks == 0,
+                   "{}: world size {} is not divisible by parallel.tp·pp·cp = {}; launch a multiple of {} ranks or "
+                   "change parallel.tp, pp, cp",
+                   f, world_size, model_ranks, model_ranks);
+    p.dp = static_cast<int>(world_size / model_ranks);
+  }
+  MT_INPUT_CHECK(model_ranks * p.dp == world_size,
+                 "{}: world size {} != parallel.tp·pp·cp·dp = {}·{}·{}·{} = {}; set parallel.dp = 0 to derive it from "
+                 "the world size, or launch {} ranks",
+                 f, world_size, p.tp, p.pp, p.cp, p.dp, model_ranks * p.dp, model_ranks * p.dp);
+
+  // 3. Batch: global = micro · dp · accumulation steps.
+  TrainConfig& t = c.train;
+  const int64_t per_step = int64_t{t.micro_batch_size} * p.dp;
+  if (t.global_batch_size == 0) {
+    MT_INPUT_CHECK(per_step <= INT32_MAX, "{}: train.micro_batch_size · dp = {} is too large; lower micro_batch_size",
+                   f, per_step);
+    t.global_batch_size = static_cast<int>(per_step);
+  }
+  MT_INPUT_CHECK(t.global_batch_size % per_step == 0,
+                 "{}: train.global_batch_size = {} is not divisible by train.micro_batch_size · dp = {} · {} = {}; "
+                 "pick a multiple of {} (or 0 for {})",
+                 f, t.global_batch_size, t.micro_batch_size, p.dp, per_step, per_step, per_step);
+
+  // 4. Learning-rate schedule.
+  OptimizerConfig& o = c.optimizer;
+  MT_INPUT_CHECK(o.min_lr <= o.lr, "{}: optimizer.min_lr = {} exceeds optimizer.lr = {}; set min_lr ≤ lr", f, o.min_lr,
+                 o.lr);
+  if (o.decay_steps == 0) o.decay_steps = t.steps;
+  MT_INPUT_CHECK(o.warmup_steps <= o.decay_steps,
+                 "{}: optimizer.warmup_steps = {} exceeds the decay steps = {} (optimizer.decay_steps, or train.steps "
+                 "when 0); lower warmup_steps or raise decay_steps",
+                 f, o.warmup_steps, o.decay_steps);
+
+  // 5. Features that need another key.
+  MT_INPUT_CHECK(t.eval_interval == 0 || !c.data.valid.empty(),
+                 "{}: train.eval_interval = {} needs data.valid; set data.valid to a dataset prefix or "
+                 "train.eval_interval = 0",
+                 f, t.eval_interval);
+  MT_INPUT_CHECK(c.checkpoint.save_interval == 0 || !c.checkpoint.dir.empty(),
+                 "{}: checkpoint.save_interval = {} needs checkpoint.dir; set checkpoint.dir or save_interval = 0", f,
+                 c.checkpoint.save_interval);
+}
+
+}  // namespace megatrain

@@ -1,0 +1,47 @@
+// megatrain: one binary, several subcommands. MPI is initialised first (a world of one is still a
+// world); any exception ends here: the message is printed as "[rank r host h] error: …" and the
+// whole job is aborted so no peer waits forever in a collective.
+// Exit codes: 0 success, 1 internal error, 2 bad input (config, data file, flag).
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+#include "kernels/check.h"
+#include "parallel/comm.h"
+#include "trainer/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace megatrain;
+  MpiRuntime mpi(&argc, &argv);
+  const Comm world = Comm::world();
+  spdlog::set_pattern("[%H:%M:%S] %v");
+  if (world.rank() != 0) spdlog::set_level(spdlog::level::warn);
+
+  CLI::App app{"megatrain: trains GPT and Mixture-of-Experts language models"};
+  app.require_subcommand(1);
+  std::vector<Command> commands = {add_train_command(app), add_config_command(app), add_preprocess_command(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = world.rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
+    return rc == 0 ? 0 : 2;
+  }
+
+  int code = 0;
+  std::string message;
+  try {
+    for (const Command& c : commands)
+      if (c.app->parsed()) return c.run();
+  } catch (const InputError& e) {
+    code = 2;
+    message = e.what();
+  } catch (const std::exception& e) {
+    code = 1;
+    message = e.what();
+  }
+  fmt::print(stderr, "[rank {} host {}] error: {}\n", world.rank(), host_name(), message);
+  std::fflush(stderr);
+  if (world.size() > 1) world.abort(code);
+  return code;
+}

@@ -1,0 +1,51 @@
+#include "trainer/metrics.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "kernels/check.h"
+
+namespace megatrain {
+
+MetricsLog::MetricsLog(const std::string& path, bool enabled) : enabled_(enabled) {
+  if (!enabled_ || path.empty()) return;
+  file_.open(path, std::ios::out | std::ios::trunc);
+  MT_INPUT_CHECK(file_.good(), "log.metrics_file = \"{}\": cannot open for writing; check that the folder exists",
+                 path);
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(seconds));
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+void MetricsLog::step(const StepMetrics& m) {
+  if (!enabled_) return;
+  const std::string mfu = m.mfu ? fmt::format("{:.1f}%", *m.mfu * 100.0) : "n/a";
+  fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.3e} | gnorm {:.3f} | {:>8.0f} tok/s | {:>8.1f} ms | MFU {} | ETA {}\n",
+             m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_ms, mfu,
+             format_duration(m.eta_s));
+  std::fflush(stdout);
+  if (!file_.is_open()) return;
+  nlohmann::json j = {{"step", m.step},          {"loss", m.loss},
+                      {"lr", m.lr},              {"grad_norm", m.grad_norm},
+                      {"tokens_per_s", m.tokens_per_s}, {"step_time_ms", m.step_time_ms}};
+  j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
+  file_ << j.dump() << '\n';
+  file_.flush();
+}
+
+void MetricsLog::validation(int64_t step, double val_loss) {
+  if (!enabled_) return;
+  fmt::print("step {:>6} | val_loss {:.4f}\n", step, val_loss);
+  std::fflush(stdout);
+  if (!file_.is_open()) return;
+  file_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump() << '\n';
+  file_.flush();
+}
+
+}  // namespace megatrain

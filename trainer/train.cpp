@@ -1,0 +1,180 @@
+#include "trainer/train.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "data/gpt_dataset.h"
+#include "data/indexed_dataset.h"
+#include "data/loader.h"
+#include "model/gpt.h"
+#include "model/optimizer.h"
+#include "trainer/lr_schedule.h"
+#include "trainer/metrics.h"
+
+namespace megatrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+IndexedDataset open_dataset(const Config& cfg, const std::string& field, const std::string& prefix) {
+  try {
+    return IndexedDataset::open(prefix);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {} = \"{}\": {}", cfg.source, field, prefix, e.what()));
+  }
+}
+
+// Data, model and optimizer of one run.
+struct Run {
+  const Config& cfg;
+  const Comm& world;
+  int dp_rank, dp;
+  IndexedDataset train_data;
+  GptDataset train_set;
+  BatchLoader train_loader;
+  std::unique_ptr<IndexedDataset> valid_data;
+  std::unique_ptr<GptDataset> valid_set;
+  std::unique_ptr<BatchLoader> valid_loader;
+  GptModel model;
+  AdamW optimizer;
+  std::vector<int32_t> inputs, targets;
+
+  Run(const Config& c, const Comm& w)
+      : cfg(c), world(w), dp_rank(w.rank()), dp(c.parallel.dp),
+        train_data(open_dataset(c, "data.train", c.data.train)),
+        train_set(train_data, c.train.seq_len, c.data.shuffle, c.train.seed),
+        train_loader(train_set, c.train.micro_batch_size, c.train.global_batch_size, dp_rank, dp),
+        model(c.model, c.train.micro_batch_size, c.train.seq_len),
+        optimizer(model.layout(), adamw_options(c)),
+        inputs(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
+        targets(inputs.size()) {
+    if (!c.data.valid.empty()) {
+      valid_data = std::make_unique<IndexedDataset>(open_dataset(c, "data.valid", c.data.valid));
+      valid_set = std::make_unique<GptDataset>(*valid_data, c.train.seq_len, false, c.train.seed);
+      valid_loader = std::make_unique<BatchLoader>(*valid_set, c.train.micro_batch_size, c.train.global_batch_size,
+                                                   dp_rank, dp);
+    }
+    model.init(c.train.seed);
+  }
+
+  static AdamWOptions adamw_options(const Config& c) {
+    const auto& o = c.optimizer;
+    return {o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip, o.decay_embeddings, o.decay_norms_and_biases};
+  }
+
+  int64_t tokens_per_step() const {
+    return static_cast<int64_t>(cfg.train.global_batch_size) * cfg.train.seq_len;
+  }
+
+  // Forward + backward over this rank's micro-batches of `step`, gradients summed over data
+  // parallel ranks. Returns the mean loss over the global batch.
+  double train_step(int64_t step) {
+    const int B = cfg.train.micro_batch_size, G = cfg.train.global_batch_size;
+    const int micro = train_loader.micro_batches_per_step();
+    model.zero_grads();
+    double loss_sum = 0.0;
+    for (int m = 0; m < micro; ++m) {
+      train_loader.load(step, m, inputs.data(), targets.data());
+      ForwardOptions opt;
+      opt.grad = LossGrad::in_place;
+      opt.dloss_scale = 1.0f / static_cast<float>(tokens_per_step());
+      opt.dropout = true;
+      opt.dropout_seed = cfg.train.seed;
+      opt.first_sample = static_cast<uint64_t>(step) * G + static_cast<uint64_t>(dp_rank) * (G / dp) +
+                         static_cast<uint64_t>(m) * B;
+      loss_sum += model.forward(inputs.data(), targets.data(), opt);
+      model.backward();
+    }
+    if (dp > 1) {
+      world.allreduce_sum(model.grads(), model.num_floats());
+      loss_sum = world.allreduce_sum(loss_sum);
+    }
+    return loss_sum / (micro * dp);
+  }
+
+  // Mean loss over the first eval_steps global batches of the validation set (same each time).
+  double evaluate() {
+    const int micro = valid_loader->micro_batches_per_step();
+    double sum = 0.0;
+    for (int64_t k = 0; k < cfg.train.eval_steps; ++k)
+      for (int m = 0; m < micro; ++m) {
+        valid_loader->load(k, m, inputs.data(), targets.data());
+        sum += model.forward(inputs.data(), targets.data(), ForwardOptions{});
+      }
+    if (dp > 1) sum = world.allreduce_sum(sum);
+    return sum / (static_cast<double>(cfg.train.eval_steps) * micro * dp);
+  }
+};
+
+void reject_unavailable(const Config& cfg) {
+  MT_INPUT_CHECK(cfg.checkpoint.save_interval == 0 && cfg.checkpoint.load.empty(),
+                 "{}: checkpoint.save_interval / checkpoint.load: checkpointing is not available in this version "
+                 "of megatrain; remove them from the [checkpoint] section",
+                 cfg.source);
+}
+
+}  // namespace
+
+TrainResult run_training(const Config& cfg, const Comm& world) {
+  reject_unavailable(cfg);
+  const bool rank0 = world.rank() == 0;
+  Run run(cfg, world);
+  if (rank0) {
+    spdlog::info("model: {} parameters, {:.1f} MiB activations per rank; data: {} tokens, {} samples per epoch",
+                 run.model.layout().num_parameters(), static_cast<double>(run.model.activation_bytes()) / (1 << 20),
+                 run.train_data.num_tokens(), run.train_set.num_samples_per_epoch());
+    spdlog::info("{} micro-batches of {} per step per rank, dp = {}, {} tokens per step",
+                 run.train_loader.micro_batches_per_step(), cfg.train.micro_batch_size, run.dp,
+                 run.tokens_per_step());
+  }
+  const LrSchedule lr{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps,
+                      cfg.optimizer.decay_steps, cfg.optimizer.decay};
+  const double flops_per_step =
+      GptModel::flops_per_token(cfg.model, cfg.train.seq_len) * static_cast<double>(run.tokens_per_step());
+  MetricsLog log(cfg.log.metrics_file, rank0);
+  TrainResult result;
+  double logged_time = 0.0;
+  int64_t logged_steps = 0;
+  const auto start = Clock::now();
+  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+    const auto t0 = Clock::now();
+    const double loss = run.train_step(step);
+    const double norm = run.optimizer.grad_norm(run.model.grads());
+    const double rate = lr.at(step + 1);
+    run.optimizer.step(run.model.params(), run.model.grads(), static_cast<float>(rate), norm);
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    result.losses.push_back(loss);
+    result.grad_norms.push_back(norm);
+    logged_time += dt;
+    ++logged_steps;
+    const bool last = step + 1 == cfg.train.steps;
+    if ((step + 1) % cfg.log.interval == 0 || last) {
+      const double avg = logged_time / static_cast<double>(logged_steps);
+      StepMetrics m;
+      m.step = step + 1;
+      m.steps = cfg.train.steps;
+      m.loss = loss;
+      m.lr = rate;
+      m.grad_norm = norm;
+      m.step_time_ms = avg * 1e3;
+      m.tokens_per_s = static_cast<double>(run.tokens_per_step()) / avg;
+      if (cfg.log.peak_tflops > 0.0) m.mfu = flops_per_step / avg / world.size() / (cfg.log.peak_tflops * 1e12);
+      m.eta_s = std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(step + 1) *
+                static_cast<double>(cfg.train.steps - step - 1);
+      log.step(m);
+      logged_time = 0.0;
+      logged_steps = 0;
+    }
+    if (run.valid_loader && cfg.train.eval_interval > 0 && ((step + 1) % cfg.train.eval_interval == 0 || last)) {
+      const double v = run.evaluate();
+      result.val_losses.push_back(v);
+      log.validation(step + 1, v);
+    }
+  }
+  return result;
+}
+
+}  // namespace megatrain
