@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The CPU demo: tokenizes Debian's fortune files (one fortune = one document; wisdom and linux
+# held out for validation), trains configs/demo.toml on them, and draws the curves.
+# Extra arguments go to `megatrain train` (e.g. --set train.steps=50).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${MEGATRAIN_BIN:-build/megatrain}
+corpus=/usr/share/games/fortunes
+[ -x "$bin" ] || { echo "demo: $bin not found; run scripts/setup.sh first" >&2; exit 2; }
+[ -d "$corpus" ] || { echo "demo: $corpus not found; run scripts/setup.sh (Debian package fortunes)" >&2; exit 2; }
+
+mkdir -p runs/demo
+valid=("$corpus/wisdom" "$corpus/linux")
+train=()
+for f in "$corpus"/*; do
+  case "$f" in *.dat|*.u8|*/wisdom|*/linux) continue ;; esac
+  [ -f "$f" ] && [ ! -L "$f" ] && train+=("$f")
+done
+"$bin" preprocess --input "${train[@]}" --tokenizer bytes --doc-separator % --output-prefix runs/demo/fortunes_train
+"$bin" preprocess --input "${valid[@]}" --tokenizer bytes --doc-separator % --output-prefix runs/demo/fortunes_valid
+
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} "$bin" train --config configs/demo.toml "$@"
+
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  /usr/bin/python3 scripts/plot_metrics.py runs/demo/metrics.jsonl -o runs/demo/curves.png
+  echo "demo: curves in runs/demo/curves.png"
+fi

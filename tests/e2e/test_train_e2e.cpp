@@ -1,0 +1,141 @@
+// The binary end to end on tiny configs: determinism of the loss sequence, a falling validation
+// loss on real text, the metrics file, and bad input (config, data) giving a clean exit 2 with a
+// message naming the file, the field and the fix.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/e2e/run_binary.h"
+
+namespace megatrain {
+namespace {
+using test::run_megatrain;
+namespace fs = std::filesystem;
+
+const char* kFortunes = "/usr/share/games/fortunes";
+
+class TrainE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::temp_dir("e2e");
+    ASSERT_TRUE(fs::exists(fs::path(kFortunes) / "science")) << "Debian package fortunes missing: run scripts/setup.sh";
+    for (const auto& [name, file] : {std::pair{"train", "science"}, std::pair{"valid", "wisdom"}}) {
+      auto r = run_megatrain("preprocess --tokenizer bytes --doc-separator % --input " +
+                             (fs::path(kFortunes) / file).string() + " --output-prefix " + (dir_ / name).string());
+      ASSERT_EQ(r.code, 0) << r.output;
+    }
+    config_ = dir_ / "tiny.toml";
+    test::write_file(config_, R"([model]
+n_layers = 2
+d_model = 64
+n_heads = 4
+vocab_size = 257
+max_seq_len = 64
+dropout = 0.1
+[train]
+seq_len = 64
+micro_batch_size = 8
+global_batch_size = 16
+steps = 60
+eval_interval = 20
+eval_steps = 2
+[optimizer]
+lr = 3e-3
+min_lr = 3e-4
+warmup_steps = 5
+[data]
+train = ")" + (dir_ / "train").string() + R"("
+valid = ")" + (dir_ / "valid").string() + R"("
+[log]
+interval = 1
+)");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::vector<nlohmann::json> train(const std::string& extra, const std::string& metrics) {
+    auto r = run_megatrain("train --config " + config_.string() + " --set log.metrics_file='\"" +
+                           (dir_ / metrics).string() + "\"' " + extra);
+    EXPECT_EQ(r.code, 0) << r.output;
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(dir_ / metrics);
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  }
+
+  fs::path dir_, config_;
+};
+
+TEST_F(TrainE2E, ValidationLossFallsOnRealTextAndMetricsHaveEveryField) {
+  const auto lines = train("", "m.jsonl");
+  std::vector<double> val;
+  int train_lines = 0;
+  for (const auto& j : lines) {
+    if (j.contains("val_loss")) {
+      val.push_back(j["val_loss"].get<double>());
+      continue;
+    }
+    ++train_lines;
+    for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_ms", "mfu"})
+      EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_EQ(train_lines, 60);
+  ASSERT_EQ(val.size(), 3u);
+  EXPECT_LT(val[2], val[0]);
+  EXPECT_LT(val[2], 0.7 * std::log(257.0));  // well below the uniform-guess loss
+}
+
+TEST_F(TrainE2E, SameConfigAndSeedGiveBitwiseIdenticalLosses) {
+  auto a = train("--set train.steps=8 --set train.eval_interval=4", "a.jsonl");
+  auto b = train("--set train.steps=8 --set train.eval_interval=4", "b.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (const char* k : {"loss", "grad_norm", "val_loss"}) {
+      if (a[i].contains(k)) {
+        EXPECT_EQ(a[i][k].get<double>(), b[i][k].get<double>()) << k << " line " << i;
+      }
+    }
+  }
+  auto c = train("--set train.steps=8 --set train.eval_interval=4 --set train.seed=99", "c.jsonl");
+  EXPECT_NE(a[0]["loss"].get<double>(), c[0]["loss"].get<double>());
+}
+
+struct BadInput {
+  const char* name;
+  std::string set;            // overrides, or a replacement config line
+  std::vector<std::string> must_mention;
+};
+
+TEST_F(TrainE2E, BadConfigAndDataExitCleanlyNamingFileFieldAndFix) {
+  const std::string cfg = config_.string();
+  const std::vector<BadInput> cases = {
+      {"unknown key", "--set model.n_head=4", {cfg, "model.n_head", "did you mean 'model.n_heads'"}},
+      {"wrong type", "--set model.n_layers='\"four\"'", {cfg, "model.n_layers", "integer"}},
+      {"heads do not divide", "--set model.n_heads=5", {cfg, "model.n_heads", "model.d_model"}},
+      {"missing data file", "--set data.train='\"" + (dir_ / "nope").string() + "\"'",
+       {cfg, "data.train", "nope.idx", "megatrain preprocess"}},
+  };
+  for (const auto& c : cases) {
+    auto r = run_megatrain("train --config " + cfg + " " + c.set, 60);
+    EXPECT_EQ(r.code, 2) << c.name << ": " << r.output;
+    for (const auto& s : c.must_mention) EXPECT_NE(r.output.find(s), std::string::npos) << c.name << " lacks '" << s << "':\n" << r.output;
+    EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << c.name;
+  }
+  // A truncated .idx.
+  fs::copy_file(dir_ / "train.bin", dir_ / "cut.bin");
+  fs::copy_file(dir_ / "train.idx", dir_ / "cut.idx");
+  fs::resize_file(dir_ / "cut.idx", fs::file_size(dir_ / "cut.idx") - 9);
+  auto r = run_megatrain("train --config " + cfg + " --set data.train='\"" + (dir_ / "cut").string() + "\"'", 60);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("cut.idx"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("data.train"), std::string::npos) << r.output;
+  // A missing config file and an unknown flag.
+  r = run_megatrain("train --config " + (dir_ / "missing.toml").string(), 60);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("missing.toml"), std::string::npos) << r.output;
+  r = run_megatrain("train --config " + cfg + " --bogus", 60);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--bogus"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace megatrain
