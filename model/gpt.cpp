@@ -41,7 +41,12 @@ void GptModel::plan(Arena& arena) {
   scratch_.dres_b = arena.tensor(Shape{N, cfg_.d_model});
 }
 
-void GptModel::zero_grads() { std::memset(grads_.data(), 0, sizeof(float) * static_cast<size_t>(grads_.size())); }
+void GptModel::zero_grads() {
+  float* g = grads_.data();
+  const int64_t n = grads_.size();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
+}
 
 DropoutSite GptModel::dropout_site(int layer) const {
   DropoutSite d;

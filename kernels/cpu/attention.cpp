@@ -2,17 +2,16 @@
 // Algorithms 1 and 2): a query block walks the key blocks up to the diagonal keeping a running
 // max m, normaliser l and output accumulator, so no T×T matrix is ever held; memory is O(T).
 // Backward recomputes the probabilities from the saved log-sum-exp. Block products go through
-// cblas_sgemm with strided views straight into the fused qkv buffer (no transposes).
+// gemm (kernels/cpu/gemm.h) with strided views straight into the fused qkv buffer (no transposes).
 // Grouped-query attention: query head h reads kv head h / (H / Hkv). Backward runs one task per
 // (batch, kv head) so the dK/dV sums over the heads of a group have a fixed order.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/vec.h"
 
 namespace megatrain::cpu {
@@ -31,8 +30,7 @@ struct Layout {
 
 // S = scale · Q Kᵀ for rows [i0, i0+m) and keys [j0, j0+n), with the causal mask (key > query → −inf).
 void scores(float* S, const float* q, const float* k, int64_t ld, int m, int n, int D, float scale, int i0, int j0) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, D, scale, q, static_cast<int>(ld), k,
-              static_cast<int>(ld), 0.0f, S, kBlock);
+  gemm(Trans::no, Trans::yes, m, n, D, scale, q, ld, k, ld, 0.0f, S, kBlock);
   if (j0 + n - 1 > i0) {
     for (int r = 0; r < m; ++r)
       for (int c = std::max(0, i0 + r - j0 + 1); c < n; ++c) S[r * kBlock + c] = -std::numeric_limits<float>::infinity();
@@ -82,8 +80,7 @@ void attention_forward(float* out, float* lse, const float* qkv, const AttnDims&
             float* o = O + r * d.D;
             for (int c = 0; c < d.D; ++c) o[c] *= corr;
           }
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d.D, n, 1.0f, S, kBlock, v,
-                      static_cast<int>(L.row), 1.0f, O, d.D);
+          gemm(Trans::no, Trans::no, m, d.D, n, 1.0f, S, kBlock, v, L.row, 1.0f, O, d.D);
         }
         for (int r = 0; r < m; ++r) {
           float* dst = out + (static_cast<int64_t>(b) * d.T + i0 + r) * out_row + static_cast<int64_t>(h) * d.D;
@@ -100,8 +97,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const int group = d.H / d.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   const int64_t out_row = static_cast<int64_t>(d.H) * d.D;
-  const int ld = static_cast<int>(L.row);
-  const int ldo = static_cast<int>(out_row);
+  const int64_t ld = L.row;
+  const int64_t ldo = out_row;
   std::memset(dqkv, 0, sizeof(float) * static_cast<size_t>(d.B) * d.T * static_cast<size_t>(L.row));
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int b = 0; b < d.B; ++b)
@@ -136,14 +133,14 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
               Drow[r] = acc;  // D_i = rowsum(dO ∘ O)
             }
             // 2. dV += Pᵀ dO.
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d.D, m, 1.0f, P, kBlock, dob, ldo, 1.0f, dv, ld);
+            gemm(Trans::yes, Trans::no, n, d.D, m, 1.0f, P, kBlock, dob, ldo, 1.0f, dv, ld);
             // 3. dP = dO Vᵀ;  dS = P ∘ (dP − D).
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, d.D, 1.0f, dob, ldo, v, ld, 0.0f, dP, kBlock);
+            gemm(Trans::no, Trans::yes, m, n, d.D, 1.0f, dob, ldo, v, ld, 0.0f, dP, kBlock);
             for (int r = 0; r < m; ++r)
               for (int c = 0; c < n; ++c) dP[r * kBlock + c] = P[r * kBlock + c] * (dP[r * kBlock + c] - Drow[r]);
             // 4. dQ += scale · dS K;  dK += scale · dSᵀ Q.
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d.D, n, scale, dP, kBlock, k, ld, 1.0f, dq, ld);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d.D, m, scale, dP, kBlock, q, ld, 1.0f, dk, ld);
+            gemm(Trans::no, Trans::no, m, d.D, n, scale, dP, kBlock, k, ld, 1.0f, dq, ld);
+            gemm(Trans::yes, Trans::no, n, d.D, m, scale, dP, kBlock, q, ld, 1.0f, dk, ld);
           }
         }
       }

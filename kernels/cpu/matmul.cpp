@@ -1,9 +1,8 @@
-// Linear layer on CPU through cblas_sgemm (OpenBLAS). Weight layout (OC, C) as PyTorch.
-#include <cblas.h>
-
+// Linear layer on CPU through gemm (kernels/cpu/gemm.h). Weight layout (OC, C) as PyTorch.
 #include <cstring>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm.h"
 
 namespace megatrain::cpu {
 
@@ -15,15 +14,13 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
     for (int64_t i = 0; i < N; ++i) std::memcpy(out + i * OC, bias, sizeof(float) * static_cast<size_t>(OC));
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), OC, C, 1.0f, inp, C, weight, C, beta,
-              out, OC);
+  gemm(Trans::no, Trans::yes, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int C, int OC) {
-  const int n = static_cast<int>(N);
-  if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, n, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dinp) gemm(Trans::no, Trans::no, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+  gemm(Trans::yes, Trans::no, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias) {
     // Columns split across threads; each column sums its rows in order (deterministic).
     constexpr int kChunk = 64;

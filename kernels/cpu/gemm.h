@@ -1,0 +1,15 @@
+// Single-precision GEMM for the CPU kernels, row-major: C = α·op(A)·op(B) + β·C.
+// Backed by oneDNN's dnnl_sgemm: measured fastest of Debian's OpenBLAS, BLIS and oneDNN on the
+// reference machine, and it picks AVX-512 kernels from CPUID without any environment variable
+// (bench/RESULTS.md). Called inside an OpenMP region it runs on the calling thread.
+#pragma once
+#include <cstdint>
+
+namespace megatrain::cpu {
+
+enum class Trans : char { no = 'N', yes = 'T' };
+
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+}  // namespace megatrain::cpu
