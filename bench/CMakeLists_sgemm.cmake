@@ -1,4 +1,4 @@
-# sgemm_libs: the same GEMM benchmark built against three BLAS libraries (see bench/RESULTS-blas.md).
+# sgemm_libs: the same GEMM benchmark built against three BLAS libraries (see bench/RESULTS.md).
 # Included from bench/CMakeLists.txt. Each library is looked up in its Debian OpenMP-build
 # directory; a missing one only skips its target. The libraries' sonames (libopenblas.so.0,
 # libblis.so.4) are also provided by Debian's alternatives (pthread OpenBLAS by default), so the

@@ -1,5 +1,5 @@
 // Elementwise CPU ops: residual add, counter-based dropout, sum of squares, scaling.
-#include <vector>
+#include <algorithm>
 
 #include "kernels/cpu/cpu.h"
 
@@ -24,18 +24,24 @@ void dropout_apply(float* x, int64_t n, float p, const RngKey& key) {
   }
 }
 
-// Blocks of fixed size summed in order: the result does not depend on the thread count.
+// A fixed number of contiguous chunks, each summed in order, then the chunk sums in order: the
+// result does not depend on the thread count, and nothing is allocated.
 double sum_squares(const float* x, int64_t n) {
-  constexpr int64_t kBlock = 1 << 14;
-  const int64_t nb = (n + kBlock - 1) / kBlock;
-  std::vector<double> partial(static_cast<size_t>(nb));
+  constexpr int kChunks = 256;
+  const int64_t chunk = (n + kChunks - 1) / kChunks;
+  double partial[kChunks] = {};
 #pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t end = (b + 1) * kBlock < n ? (b + 1) * kBlock : n;
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t i = b * kBlock; i < end; ++i) acc += x[i] * x[i];
-    partial[static_cast<size_t>(b)] = acc;
+  for (int c = 0; c < kChunks; ++c) {
+    const int64_t begin = c * chunk, end = std::min(n, begin + chunk);
+    double acc = 0.0;
+    for (int64_t i0 = begin; i0 < end; i0 += 4096) {  // float lanes per 4096, then into double
+      float part = 0.0f;
+      const int64_t i1 = std::min(end, i0 + 4096);
+#pragma omp simd reduction(+ : part)
+      for (int64_t i = i0; i < i1; ++i) part += x[i] * x[i];
+      acc += part;
+    }
+    partial[c] = acc;
   }
   double total = 0.0;
   for (double p : partial) total += p;
