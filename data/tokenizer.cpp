@@ -1,6 +1,10 @@
 // Byte tokenizer and the tokenizer factory. Invariant: ByteTokenizer round-trips any byte string.
 #include "data/tokenizer.h"
 
+#include <filesystem>
+#include <system_error>
+
+#include "data/bpe_tokenizer.h"
 #include "kernels/check.h"
 
 namespace megatrain {
@@ -28,8 +32,11 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
   if (spec == "bytes") return std::make_unique<ByteTokenizer>();
-  throw InputError(fmt::format("tokenizer = \"{}\" is not known; use \"bytes\" (byte-level, "
-                               "vocab 257)", spec));
+  std::error_code ec;
+  MT_INPUT_CHECK(std::filesystem::is_regular_file(spec, ec),
+                 "tokenizer = \"{}\": no such file; use \"bytes\" (byte-level, vocab 257) or the "
+                 "path of a Hugging Face tokenizer.json (byte-level BPE)", spec);
+  return std::make_unique<BpeTokenizer>(BpeTokenizer::load(spec));
 }
 
 }  // namespace megatrain

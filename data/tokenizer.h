@@ -1,5 +1,6 @@
 // Tokenizers: text <-> token ids. The interface every tokenizer implements, the byte-level
-// tokenizer (ids 0..255 are the bytes, 256 is <|endoftext|>), and a factory from a spec string.
+// tokenizer (ids 0..255 are the bytes, 256 is <|endoftext|>), and a factory from a spec string
+// ("bytes" or a tokenizer.json path).
 // Invariant: for every tokenizer, decode(encode(text)) == text, and eod_id() < vocab_size().
 #pragma once
 #include <cstdint>
@@ -32,7 +33,8 @@ class ByteTokenizer final : public Tokenizer {
   int32_t eod_id() const override { return kEod; }
 };
 
-// "bytes" -> ByteTokenizer; anything else throws InputError listing the known specs.
+// "bytes" -> ByteTokenizer; anything else is the path of a Hugging Face tokenizer.json ->
+// BpeTokenizer (data/bpe_tokenizer.h). A missing file throws InputError naming it.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 
 }  // namespace megatrain

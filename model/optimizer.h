@@ -25,6 +25,7 @@ class AdamW {
   void step(float* params, const float* grads, float lr, double norm);
 
   int64_t step_count() const { return t_; }
+  void set_step_count(int64_t t) { t_ = t; }  // when resuming from a checkpoint
   float* exp_avg() const { return m_.data(); }
   float* exp_avg_sq() const { return v_.data(); }
 

@@ -14,7 +14,9 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    // MULTIPLE: the asynchronous checkpoint writer runs collectives on its own communicator from
+    // a background thread while the training thread runs its own.
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
@@ -31,6 +33,22 @@ Comm::Comm(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)
 }
 
 Comm Comm::world() { return Comm(MPI_COMM_WORLD, "world"); }
+
+Comm Comm::split(int color, int key, std::string name) const {
+  MPI_Comm out = MPI_COMM_NULL;
+  check(MPI_Comm_split(comm_, color, key, &out), "comm_split");
+  // The owner frees the handle once the last copy is gone; after MPI_Finalize that is illegal.
+  auto owned = std::shared_ptr<MPI_Comm>(new MPI_Comm(out), [](MPI_Comm* c) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && *c != MPI_COMM_NULL) MPI_Comm_free(c);
+    delete c;
+  });
+  check(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "comm_set_errhandler");
+  Comm result(out, std::move(name));
+  result.owned_ = std::move(owned);
+  return result;
+}
 
 void Comm::check(int rc, const char* op) const {
   if (rc == MPI_SUCCESS) return;

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace megatrain {
@@ -19,10 +20,19 @@ class MpiRuntime {
   MpiRuntime& operator=(const MpiRuntime&) = delete;
 };
 
+// A handle to a communicator. Copies share it. `world()` and the two-argument constructor do not
+// own the MPI_Comm; a Comm made by `split` owns its MPI_Comm, which is freed (MPI_Comm_free) when
+// the last copy dies — or left alone if MPI is already finalised.
 class Comm {
  public:
   Comm(MPI_Comm comm, std::string name);
   static Comm world();
+
+  // Collective over every rank of this communicator: ranks passing the same `color` form one new
+  // communicator, ranked by `key` (ties by rank here). Its errors, like this one's, are returned.
+  Comm split(int color, int key, std::string name) const;
+  // The raw communicator, for libraries that take one (MPI-IO through HDF5).
+  MPI_Comm handle() const { return comm_; }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -37,6 +47,7 @@ class Comm {
  private:
   void check(int rc, const char* op) const;
   MPI_Comm comm_;
+  std::shared_ptr<MPI_Comm> owned_;  // non-null only for communicators made by split()
   std::string name_;
   int rank_ = 0, size_ = 1;
 };

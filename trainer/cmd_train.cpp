@@ -12,17 +12,20 @@ Command add_train_command(CLI::App& root) {
   struct Options {
     std::string config;
     std::vector<std::string> overrides;
+    TrainOptions train;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* app = root.add_subcommand("train", "Train a model described by a TOML config");
   app->add_option("--config", opts->config, "TOML config file")->required();
   app->add_option("--set", opts->overrides, "Override a config key: --set train.steps=20 (repeatable)");
+  app->add_flag("--allow-fresh-start", opts->train.allow_fresh_start,
+                "With checkpoint.load = \"latest\": start fresh when no valid checkpoint exists");
   return {app, [opts] {
             const Comm world = Comm::world();
             Config cfg = load_config(opts->config, opts->overrides);
             resolve_config(cfg, world.size());
             if (world.rank() == 0) fmt::print("# resolved config\n{}\n", config_to_toml(cfg));
-            run_training(cfg, world);
+            run_training(cfg, world, opts->train);
             return 0;
           }};
 }

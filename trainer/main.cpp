@@ -1,7 +1,8 @@
 // megatrain: one binary, several subcommands. MPI is initialised first (a world of one is still a
 // world); any exception ends here: the message is printed as "[rank r host h] error: …" and the
 // whole job is aborted so no peer waits forever in a collective.
-// Exit codes: 0 success, 1 internal error, 2 bad input (config, data file, flag).
+// Exit codes: 0 success, 1 internal error, 2 bad input (config, data file, flag, damaged
+// checkpoint), 3 checkpoint.load found no valid checkpoint.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -9,6 +10,7 @@
 
 #include "kernels/check.h"
 #include "parallel/comm.h"
+#include "trainer/checkpoint.h"
 #include "trainer/commands.h"
 
 int main(int argc, char** argv) {
@@ -33,6 +35,9 @@ int main(int argc, char** argv) {
   try {
     for (const Command& c : commands)
       if (c.app->parsed()) return c.run();
+  } catch (const NoValidCheckpoint& e) {
+    code = 3;
+    message = e.what();
   } catch (const InputError& e) {
     code = 2;
     message = e.what();

@@ -11,6 +11,7 @@
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "model/optimizer.h"
+#include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 
@@ -109,19 +110,30 @@ struct Run {
   }
 };
 
-void reject_unavailable(const Config& cfg) {
-  MT_INPUT_CHECK(cfg.checkpoint.save_interval == 0 && cfg.checkpoint.load.empty(),
-                 "{}: checkpoint.save_interval / checkpoint.load: checkpointing is not available in this version "
-                 "of megatrain; remove them from the [checkpoint] section",
-                 cfg.source);
-}
-
 }  // namespace
 
-TrainResult run_training(const Config& cfg, const Comm& world) {
-  reject_unavailable(cfg);
+TrainResult run_training(const Config& cfg, const Comm& world, const TrainOptions& options) {
   const bool rank0 = world.rank() == 0;
   Run run(cfg, world);
+  const CheckpointTensors state{&run.model.layout(), run.model.params(), run.optimizer.exp_avg(),
+                                run.optimizer.exp_avg_sq()};
+  const int64_t G = cfg.train.global_batch_size;
+  int64_t start_step = 0;
+  if (auto meta = checkpoint_load(cfg, state, options.allow_fresh_start, rank0)) {
+    start_step = meta->state.step;
+    MT_INPUT_CHECK(meta->state.consumed_samples == start_step * G,
+                   "{}: the checkpoint consumed {} samples in {} steps, but train.global_batch_size = {} implies {}; "
+                   "resume with the global batch size it was trained with",
+                   cfg.source, meta->state.consumed_samples, start_step, G, start_step * G);
+    MT_INPUT_CHECK(start_step <= cfg.train.steps, "{}: the checkpoint is at step {}, beyond train.steps = {}",
+                   cfg.source, start_step, cfg.train.steps);
+    if (meta->state.seed != cfg.train.seed && rank0)
+      spdlog::warn("checkpoint was trained with seed {}, continuing with train.seed = {}: data order and dropout change",
+                   meta->state.seed, cfg.train.seed);
+    run.optimizer.set_step_count(start_step);
+  }
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (cfg.checkpoint.save_interval > 0) checkpointer = std::make_unique<Checkpointer>(cfg, world);
   if (rank0) {
     spdlog::info("model: {} parameters, {:.1f} MiB activations per rank; data: {} tokens, {} samples per epoch",
                  run.model.layout().num_parameters(), static_cast<double>(run.model.activation_bytes()) / (1 << 20),
@@ -139,7 +151,7 @@ TrainResult run_training(const Config& cfg, const Comm& world) {
   double logged_time = 0.0;
   int64_t logged_steps = 0;
   const auto start = Clock::now();
-  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+  for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     const auto t0 = Clock::now();
     const double loss = run.train_step(step);
     const double norm = run.optimizer.grad_norm(run.model.grads());
@@ -162,11 +174,16 @@ TrainResult run_training(const Config& cfg, const Comm& world) {
       m.step_time_ms = avg * 1e3;
       m.tokens_per_s = static_cast<double>(run.tokens_per_step()) / avg;
       if (cfg.log.peak_tflops > 0.0) m.mfu = flops_per_step / avg / world.size() / (cfg.log.peak_tflops * 1e12);
-      m.eta_s = std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(step + 1) *
+      m.eta_s = std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(step + 1 - start_step) *
                 static_cast<double>(cfg.train.steps - step - 1);
       log.step(m);
       logged_time = 0.0;
       logged_steps = 0;
+    }
+    if (checkpointer && (step + 1) % cfg.checkpoint.save_interval == 0) {
+      const double stall = checkpointer->save(state, TrainState{step + 1, (step + 1) * G, cfg.train.seed});
+      if (rank0) spdlog::info("checkpoint: step {} {} ({:.1f} ms stall)", step + 1,
+                              cfg.checkpoint.async ? "copied, writing in the background" : "saved", stall * 1e3);
     }
     if (run.valid_loader && cfg.train.eval_interval > 0 && ((step + 1) % cfg.train.eval_interval == 0 || last)) {
       const double v = run.evaluate();
@@ -174,6 +191,7 @@ TrainResult run_training(const Config& cfg, const Comm& world) {
       log.validation(step + 1, v);
     }
   }
+  if (checkpointer) checkpointer->wait();
   return result;
 }
 

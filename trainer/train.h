@@ -15,6 +15,10 @@ struct TrainResult {
   std::vector<double> val_losses;  // one per evaluation
 };
 
-TrainResult run_training(const Config& cfg, const Comm& world);
+struct TrainOptions {
+  bool allow_fresh_start = false;  // checkpoint.load finds nothing valid: start fresh instead of failing
+};
+
+TrainResult run_training(const Config& cfg, const Comm& world, const TrainOptions& options);
 
 }  // namespace megatrain

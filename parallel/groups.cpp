@@ -1,0 +1,141 @@
+// Rank layout tp → cp → ep → dp → pp (tp fastest) and the communicators built from it; the layout
+// and each group's membership are documented in groups.h. Invariant: rank_of(rank_coords(r)) == r
+// and group_index is equal exactly for ranks of the same group.
+#include "parallel/groups.h"
+
+#include <fmt/format.h>
+
+#include "kernels/check.h"
+
+namespace megatrain {
+namespace {
+
+// The coordinate a per-axis GroupKind varies (not valid for GroupKind::model).
+int& axis_coord(RankCoords& c, GroupKind kind) {
+  switch (kind) {
+    case GroupKind::tp: return c.tp;
+    case GroupKind::cp: return c.cp;
+    case GroupKind::ep: return c.ep;
+    case GroupKind::dp: return c.dp;
+    case GroupKind::pp: return c.pp;
+    case GroupKind::model: break;
+  }
+  throw Error("axis_coord: GroupKind::model is not a single axis");
+}
+
+int axis_size(const ParallelDims& d, GroupKind kind) {
+  switch (kind) {
+    case GroupKind::tp: return d.tp;
+    case GroupKind::cp: return d.cp;
+    case GroupKind::ep: return d.ep;
+    case GroupKind::dp: return d.dp;
+    case GroupKind::pp: return d.pp;
+    case GroupKind::model: break;
+  }
+  throw Error("axis_size: GroupKind::model is not a single axis");
+}
+
+void check_dims(const ParallelDims& d) {
+  MT_CHECK(d.tp >= 1 && d.cp >= 1 && d.ep >= 1 && d.dp >= 1 && d.pp >= 1,
+           "parallel sizes must be >= 1, got tp={} cp={} ep={} dp={} pp={}", d.tp, d.cp, d.ep, d.dp, d.pp);
+}
+
+}  // namespace
+
+std::string_view group_kind_name(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::tp: return "tp";
+    case GroupKind::cp: return "cp";
+    case GroupKind::ep: return "ep";
+    case GroupKind::dp: return "dp";
+    case GroupKind::pp: return "pp";
+    case GroupKind::model: return "model";
+  }
+  return "?";
+}
+
+RankCoords rank_coords(const ParallelDims& d, int rank) {
+  check_dims(d);
+  MT_CHECK(rank >= 0 && rank < d.world(), "rank {} outside world of {}", rank, d.world());
+  RankCoords c;
+  c.tp = rank % d.tp;
+  rank /= d.tp;
+  c.cp = rank % d.cp;
+  rank /= d.cp;
+  c.ep = rank % d.ep;
+  rank /= d.ep;
+  c.dp = rank % d.dp;
+  c.pp = rank / d.dp;
+  return c;
+}
+
+int rank_of(const ParallelDims& d, const RankCoords& c) {
+  check_dims(d);
+  MT_CHECK(c.tp >= 0 && c.tp < d.tp && c.cp >= 0 && c.cp < d.cp && c.ep >= 0 && c.ep < d.ep && c.dp >= 0 &&
+               c.dp < d.dp && c.pp >= 0 && c.pp < d.pp,
+           "coordinates tp={} cp={} ep={} dp={} pp={} outside dims tp={} cp={} ep={} dp={} pp={}", c.tp, c.cp,
+           c.ep, c.dp, c.pp, d.tp, d.cp, d.ep, d.dp, d.pp);
+  return c.tp + d.tp * (c.cp + d.cp * (c.ep + d.ep * (c.dp + d.dp * c.pp)));
+}
+
+int group_index(const ParallelDims& d, int rank, GroupKind kind) {
+  RankCoords c = rank_coords(d, rank);
+  if (kind == GroupKind::model) return c.dp;
+  axis_coord(c, kind) = 0;  // the group's first rank names it
+  return rank_of(d, c);
+}
+
+std::vector<int> group_ranks(const ParallelDims& d, int rank, GroupKind kind) {
+  std::vector<int> ranks;
+  if (kind == GroupKind::model) {
+    const int dp = rank_coords(d, rank).dp;
+    ranks.reserve(static_cast<size_t>(d.world() / d.dp));
+    for (int r = 0; r < d.world(); ++r)
+      if (rank_coords(d, r).dp == dp) ranks.push_back(r);
+    return ranks;
+  }
+  RankCoords c = rank_coords(d, rank);
+  const int n = axis_size(d, kind);
+  ranks.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {  // rank_of increases with every coordinate, so ranks ascend
+    axis_coord(c, kind) = i;
+    ranks.push_back(rank_of(d, c));
+  }
+  return ranks;
+}
+
+ParallelDims resolve_dims(int world, int tp, int cp, int ep, int pp, int dp) {
+  const std::string given =
+      fmt::format("tp={} cp={} ep={} pp={} dp={} (world size {})", tp, cp, ep, pp, dp, world);
+  MT_INPUT_CHECK(world >= 1, "parallel layout {}: the world size must be >= 1", given);
+  MT_INPUT_CHECK(tp >= 1 && cp >= 1 && ep >= 1 && pp >= 1 && dp >= 0,
+                 "parallel layout {}: tp, cp, ep and pp must be >= 1 and dp >= 1 (or 0 to derive it)", given);
+  const long long model = static_cast<long long>(tp) * cp * ep * pp;
+  if (dp == 0) {
+    MT_INPUT_CHECK(world % model == 0,
+                   "parallel layout {}: world size {} is not divisible by tp*cp*ep*pp = {}; launch a multiple "
+                   "of {} ranks or change the sizes",
+                   given, world, model, model);
+    dp = static_cast<int>(world / model);
+  } else {
+    MT_INPUT_CHECK(model * dp == world,
+                   "parallel layout {}: tp*cp*ep*pp*dp = {} but the world has {} ranks; set dp = 0 to derive "
+                   "it or launch {} ranks",
+                   given, model * dp, world, model * dp);
+  }
+  return ParallelDims{.tp = tp, .cp = cp, .ep = ep, .dp = dp, .pp = pp};
+}
+
+ProcessGroups::ProcessGroups(const Comm& world, const ParallelDims& dims)
+    : dims_(dims), world_(world) {
+  MT_INPUT_CHECK(dims.world() == world.size(),
+                 "parallel layout tp={} cp={} ep={} dp={} pp={} needs {} ranks but the world has {}", dims.tp,
+                 dims.cp, dims.ep, dims.dp, dims.pp, dims.world(), world.size());
+  coords_ = rank_coords(dims, world.rank());
+  groups_.reserve(kGroupKinds.size());
+  for (GroupKind kind : kGroupKinds)  // same order on every rank: each split is collective
+    groups_.push_back(world.split(group_index(dims, world.rank(), kind), world.rank(),
+                                  std::string(group_kind_name(kind))));
+}
+
+}  // namespace megatrain

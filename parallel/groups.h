@@ -1,0 +1,88 @@
+// Process groups as values: the rank layout (a pure function, testable without MPI) and
+// ProcessGroups, the communicators built from it once and passed by reference — no singletons.
+//
+// Layout (Megatron-Core RankGenerator order tp → cp → ep → dp → pp, tp varying fastest):
+//
+//   rank = tp + TP·(cp + CP·(ep + EP·(dp + DP·pp)))        world = TP·CP·EP·DP·PP
+//
+// so tensor-parallel peers are adjacent ranks (one node, fastest links) and pipeline stages are
+// the slowest-varying coordinate. Invariant: rank_coords and rank_of are inverse bijections
+// between [0, world) and the coordinate box, and every GroupKind partitions [0, world).
+//
+// Expert parallelism: in this project ep is its own axis (world includes the factor EP). With the
+// default ep = 1 this is exactly Megatron's dense layout world = tp·cp·dp·pp. Megatron-Core folds
+// ep inside dp for the dense part of an MoE model; the MoE issue may revisit that.
+#pragma once
+#include <array>
+#include <string_view>
+#include <vector>
+
+#include "parallel/comm.h"
+
+namespace megatrain {
+
+struct ParallelDims {
+  int tp = 1, cp = 1, ep = 1, dp = 1, pp = 1;
+  int world() const { return tp * cp * ep * dp * pp; }
+  bool operator==(const ParallelDims&) const = default;
+};
+
+// A rank's position on each axis; coordinate x lies in [0, dims.x).
+struct RankCoords {
+  int tp = 0, cp = 0, ep = 0, dp = 0, pp = 0;
+  bool operator==(const RankCoords&) const = default;
+};
+
+// Which ranks a group holds, for a rank r with coordinates c:
+//   tp, cp, ep, dp, pp — the ranks whose coordinates equal c on every axis except that one
+//                        (size dims.tp, … dims.pp); e.g. the dp group is r's data-parallel
+//                        replicas, the pp group its pipeline stages, in stage order;
+//   model              — every rank with the same dp coordinate as r (size world / dp): the ranks
+//                        that together hold one full replica of the model (tp·cp·ep·pp of them).
+// Every group lists its ranks in increasing order, which is also their rank inside the group's
+// communicator.
+enum class GroupKind { tp, cp, ep, dp, pp, model };
+inline constexpr std::array<GroupKind, 6> kGroupKinds = {GroupKind::tp, GroupKind::cp, GroupKind::ep,
+                                                         GroupKind::dp, GroupKind::pp, GroupKind::model};
+std::string_view group_kind_name(GroupKind kind);
+
+// Coordinates of `rank` (requires 0 <= rank < dims.world()).
+RankCoords rank_coords(const ParallelDims& dims, int rank);
+// The rank at coordinates `c` (requires every coordinate in range).
+int rank_of(const ParallelDims& dims, const RankCoords& c);
+// The ranks of `rank`'s group of the given kind, ascending.
+std::vector<int> group_ranks(const ParallelDims& dims, int rank, GroupKind kind);
+// A number identifying `rank`'s group of the given kind: equal for exactly the ranks of one group,
+// in [0, world). Used as the MPI_Comm_split color.
+int group_index(const ParallelDims& dims, int rank, GroupKind kind);
+
+// Checks a user's parallel sizes against the world size; dp = 0 means world / (tp·cp·ep·pp).
+// Throws InputError naming the sizes when one is < 1 (dp < 0), the world is not divisible, or the
+// product differs from the world size.
+ParallelDims resolve_dims(int world, int tp, int cp, int ep, int pp, int dp);
+
+// One communicator per GroupKind for this rank, made by splitting `world` (collective: every rank
+// of `world` must construct ProcessGroups with the same dims, at the same point).
+class ProcessGroups {
+ public:
+  ProcessGroups(const Comm& world, const ParallelDims& dims);
+
+  const ParallelDims& dims() const { return dims_; }
+  const RankCoords& coords() const { return coords_; }
+  const Comm& world() const { return world_; }
+  const Comm& tp() const { return get(GroupKind::tp); }
+  const Comm& cp() const { return get(GroupKind::cp); }
+  const Comm& ep() const { return get(GroupKind::ep); }
+  const Comm& dp() const { return get(GroupKind::dp); }
+  const Comm& pp() const { return get(GroupKind::pp); }
+  const Comm& model() const { return get(GroupKind::model); }
+  const Comm& get(GroupKind kind) const { return groups_[static_cast<size_t>(kind)]; }
+
+ private:
+  ParallelDims dims_;
+  RankCoords coords_;
+  Comm world_;
+  std::vector<Comm> groups_;  // indexed by GroupKind
+};
+
+}  // namespace megatrain

@@ -1,0 +1,68 @@
+// Fixture for end-to-end tests: a temp folder with a byte-level dataset made from two of Debian's
+// fortune files (train: science, valid: wisdom) and a tiny config, and a helper that trains and
+// returns the metrics file's JSON lines.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "tests/e2e/run_binary.h"
+
+namespace megatrain::test {
+namespace fs = std::filesystem;
+
+inline constexpr const char* kFortunes = "/usr/share/games/fortunes";
+
+class TrainE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::temp_dir("e2e");
+    ASSERT_TRUE(fs::exists(fs::path(kFortunes) / "science")) << "Debian package fortunes missing: run scripts/setup.sh";
+    for (const auto& [name, file] : {std::pair{"train", "science"}, std::pair{"valid", "wisdom"}}) {
+      auto r = test::run_megatrain("preprocess --tokenizer bytes --doc-separator % --input " +
+                             (fs::path(kFortunes) / file).string() + " --output-prefix " + (dir_ / name).string());
+      ASSERT_EQ(r.code, 0) << r.output;
+    }
+    config_ = dir_ / "tiny.toml";
+    test::write_file(config_, R"([model]
+n_layers = 2
+d_model = 64
+n_heads = 4
+vocab_size = 257
+max_seq_len = 64
+dropout = 0.1
+[train]
+seq_len = 64
+micro_batch_size = 8
+global_batch_size = 16
+steps = 60
+eval_interval = 20
+eval_steps = 2
+[optimizer]
+lr = 3e-3
+min_lr = 3e-4
+warmup_steps = 5
+[data]
+train = ")" + (dir_ / "train").string() + R"("
+valid = ")" + (dir_ / "valid").string() + R"("
+[log]
+interval = 1
+)");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::vector<nlohmann::json> train(const std::string& extra, const std::string& metrics) {
+    auto r = test::run_megatrain("train --config " + config_.string() + " --set log.metrics_file='\"" +
+                           (dir_ / metrics).string() + "\"' " + extra);
+    EXPECT_EQ(r.code, 0) << r.output;
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(dir_ / metrics);
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  }
+
+  fs::path dir_, config_;
+};
+
+}  // namespace megatrain::test

@@ -1,0 +1,211 @@
+#include "trainer/checkpoint.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "trainer/debug_env.h"
+
+namespace megatrain {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kModelFile = "model.h5";
+
+void fsync_path(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Writes `text` to `path` atomically: path.tmp, fsync, rename.
+void write_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    MT_CHECK(out.good(), "cannot write {}", tmp.string());
+  }
+  fsync_path(tmp);
+  fs::rename(tmp, path);
+  fsync_path(path.parent_path());
+}
+
+std::vector<int64_t> complete_steps(const fs::path& dir) {
+  std::vector<int64_t> steps;
+  if (!fs::is_directory(dir)) return steps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.size() == 12 && n.starts_with("step_") && n.find_first_not_of("0123456789", 5) == std::string::npos)
+      steps.push_back(std::stoll(n.substr(5)));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+// The lines of one [section] of a resolved config, for comparing architectures.
+std::vector<std::string> section_lines(const std::string& toml, const std::string& section) {
+  std::vector<std::string> lines;
+  std::istringstream in(toml);
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("[")) inside = line == "[" + section + "]";
+    else if (inside && !line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
+void check_same_model(const std::string& path, const std::string& saved, const std::string& current) {
+  const auto a = section_lines(saved, "model"), b = section_lines(current, "model");
+  std::string diff;
+  for (const auto& line : b)
+    if (std::find(a.begin(), a.end(), line) == a.end()) {
+      const std::string key = line.substr(0, line.find(" ="));
+      std::string was = "(absent)";
+      for (const auto& l : a)
+        if (l.starts_with(key + " =")) was = l;
+      diff += fmt::format("\n  model.{}: checkpoint has '{}', config has '{}'", key, was, line);
+    }
+  MT_INPUT_CHECK(diff.empty(),
+                 "checkpoint {}: its [model] differs from the config's and cannot be reconciled:{}\n"
+                 "fix: use the checkpoint's [model] settings, or start fresh (checkpoint.load = \"\")",
+                 path, diff);
+}
+
+CheckpointMeta load_one(const fs::path& dir, const CheckpointTensors& t, const std::string& current_toml) {
+  const std::string file = (dir / kModelFile).string();
+  const CheckpointMeta meta = checkpoint_file_read_meta(file);
+  check_same_model(file, meta.config_toml, current_toml);
+  return checkpoint_file_read(file, t);
+}
+
+std::string layout_json(const Config& cfg, int world) {
+  const auto& p = cfg.parallel;
+  return fmt::format(R"({{"tp":{},"pp":{},"cp":{},"ep":{},"dp":{},"world":{}}})", p.tp, p.pp, p.cp, p.ep, p.dp, world);
+}
+
+}  // namespace
+
+std::string checkpoint_step_name(int64_t step) { return fmt::format("step_{:07}", step); }
+
+Checkpointer::Checkpointer(const Config& cfg, const Comm& world)
+    : cfg_(cfg), world_(world), io_(world.split(0, world.rank(), "checkpoint-io")),
+      config_toml_(config_to_toml(cfg)), layout_json_(layout_json(cfg, world.size())) {
+  if (world.rank() == 0) fs::create_directories(cfg.checkpoint.dir);
+  world.barrier();
+}
+
+Checkpointer::~Checkpointer() {
+  if (worker_.joinable()) worker_.join();
+}
+
+void Checkpointer::wait() {
+  if (worker_.joinable()) worker_.join();
+  if (worker_error_) std::rethrow_exception(std::exchange(worker_error_, nullptr));
+}
+
+void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta) {
+  const fs::path dir = cfg_.checkpoint.dir;
+  const std::string name = checkpoint_step_name(meta.state.step);
+  const fs::path tmp = dir / (name + ".tmp"), final_dir = dir / name;
+  if (io_.rank() == 0) {
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  }
+  io_.barrier();
+  checkpoint_file_write((tmp / kModelFile).string(), t, meta, io_, 0);
+  io_.barrier();
+  if (io_.rank() == 0) {
+    fsync_path(tmp / kModelFile);
+    fsync_path(tmp);
+    if (debug_env::crash_before_rename()) std::_Exit(42);
+    fs::remove_all(final_dir);
+    fs::rename(tmp, final_dir);
+    fsync_path(dir);
+    write_atomic(dir / "latest", name + "\n");
+    if (cfg_.checkpoint.keep_last > 0) {
+      auto steps = complete_steps(dir);
+      while (static_cast<int>(steps.size()) > cfg_.checkpoint.keep_last) {
+        fs::remove_all(dir / checkpoint_step_name(steps.front()));
+        steps.erase(steps.begin());
+      }
+    }
+  }
+  io_.barrier();
+}
+
+double Checkpointer::save(const CheckpointTensors& t, const TrainState& state) {
+  const auto t0 = std::chrono::steady_clock::now();
+  wait();
+  const CheckpointMeta meta{state, config_toml_, layout_json_};
+  if (!cfg_.checkpoint.async) {
+    write(t, meta);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const int64_t n = t.layout->total();
+  if (host_params_.size() != n) {
+    host_params_ = FlatBuffer(n);
+    host_m_ = FlatBuffer(n);
+    host_v_ = FlatBuffer(n);
+  }
+  std::memcpy(host_params_.data(), t.params, sizeof(float) * static_cast<size_t>(n));
+  std::memcpy(host_m_.data(), t.exp_avg, sizeof(float) * static_cast<size_t>(n));
+  std::memcpy(host_v_.data(), t.exp_avg_sq, sizeof(float) * static_cast<size_t>(n));
+  const CheckpointTensors copy{t.layout, host_params_.data(), host_m_.data(), host_v_.data()};
+  worker_ = std::thread([this, copy, meta] {
+    try {
+      write(copy, meta);
+    } catch (...) {
+      worker_error_ = std::current_exception();
+    }
+  });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::optional<CheckpointMeta> checkpoint_load(const Config& cfg, const CheckpointTensors& t, bool allow_fresh_start,
+                                              bool verbose) {
+  const std::string& load = cfg.checkpoint.load;
+  if (load.empty()) return std::nullopt;
+  const std::string current = config_to_toml(cfg);
+  if (load != "latest") return load_one(load, t, current);
+  const fs::path dir = cfg.checkpoint.dir;
+  std::vector<fs::path> candidates;
+  std::ifstream latest(dir / "latest");
+  std::string named;
+  if (latest >> named) candidates.push_back(dir / named);
+  auto steps = complete_steps(dir);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+    if (candidates.empty() || dir / checkpoint_step_name(*it) != candidates.front())
+      candidates.push_back(dir / checkpoint_step_name(*it));
+  std::string reasons;
+  for (const auto& c : candidates) {
+    try {
+      CheckpointMeta meta = load_one(c, t, current);
+      if (verbose && !reasons.empty())
+        spdlog::warn("checkpoint: fell back to {} because newer ones are invalid:{}", c.string(), reasons);
+      if (verbose) spdlog::info("checkpoint: resumed from {} (step {})", c.string(), meta.state.step);
+      return meta;
+    } catch (const InputError& e) {
+      reasons += fmt::format("\n  {}", e.what());
+    }
+  }
+  if (allow_fresh_start) {
+    if (verbose) spdlog::warn("checkpoint: no valid checkpoint in {}; starting fresh (--allow-fresh-start){}",
+                              dir.string(), reasons);
+    return std::nullopt;
+  }
+  throw NoValidCheckpoint(fmt::format(
+      "{}: checkpoint.load = \"latest\" but {} holds no valid checkpoint{}\nfix: point checkpoint.dir at the run's "
+      "folder, or pass --allow-fresh-start to start from scratch",
+      cfg.source, dir.string(), reasons.empty() ? std::string(" (it is empty)") : reasons));
+}
+
+}  // namespace megatrain

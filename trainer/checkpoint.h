@@ -1,0 +1,57 @@
+// Checkpoint directories: DIR/step_NNNNNNN/model.h5 (format: trainer/checkpoint_file.h).
+// Saving writes DIR/step_NNNNNNN.tmp, fsyncs, renames it to DIR/step_NNNNNNN, then replaces
+// DIR/latest atomically, and only then removes checkpoints beyond checkpoint.keep_last — so at
+// every instant the newest complete checkpoint is intact and findable. With checkpoint.async the
+// step copies its state into host memory and a background thread writes it (MegaScale's two
+// stages); the next save, or the end of training, waits for the previous write.
+#pragma once
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "model/params.h"
+#include "parallel/comm.h"
+#include "trainer/checkpoint_file.h"
+#include "trainer/config.h"
+
+namespace megatrain {
+
+// checkpoint.load asked for a checkpoint and none is valid (exit code 3 unless --allow-fresh-start).
+class NoValidCheckpoint : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+std::string checkpoint_step_name(int64_t step);  // "step_0000042"
+
+class Checkpointer {
+ public:
+  Checkpointer(const Config& cfg, const Comm& world);
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Collective. Returns the seconds the caller was stalled (the copy for async saves).
+  double save(const CheckpointTensors& t, const TrainState& state);
+  void wait();
+
+ private:
+  void write(const CheckpointTensors& t, const CheckpointMeta& meta);
+
+  const Config& cfg_;
+  const Comm& world_;
+  Comm io_;  // a communicator of its own, so the writer thread never interleaves with training's
+  std::string config_toml_, layout_json_;
+  FlatBuffer host_params_, host_m_, host_v_;
+  std::thread worker_;
+  std::exception_ptr worker_error_;
+};
+
+// Resolves checkpoint.load ("" = fresh start, "latest" = newest valid under checkpoint.dir with
+// fallback to older ones, else a checkpoint directory) and fills `t`. Returns the loaded metadata,
+// or nullopt for a fresh start. Throws NoValidCheckpoint when a load was asked for and nothing
+// valid exists, unless allow_fresh_start.
+std::optional<CheckpointMeta> checkpoint_load(const Config& cfg, const CheckpointTensors& t, bool allow_fresh_start,
+                                              bool verbose);
+
+}  // namespace megatrain
