@@ -147,6 +147,7 @@ struct IndexedDataset::Impl {
   int64_t sequence_count = 0, document_count = 0, num_tokens = 0;
   const unsigned char* lengths = nullptr;   // int32[sequence_count], unaligned
   const unsigned char* pointers = nullptr;  // int64[sequence_count], unaligned
+  const unsigned char* doc_indices = nullptr;  // int64[document_count], unaligned
 };
 
 IndexedDataset IndexedDataset::open(const std::string& prefix) {
@@ -193,6 +194,7 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   impl->lengths = p + kHeaderBytes;
   impl->pointers = impl->lengths + 4 * seq;
   const unsigned char* doc_indices = impl->pointers + 8 * seq;
+  impl->doc_indices = doc_indices;
 
   // 3. Lengths and pointers: pointer[i] = itemsize × (sum of lengths before i).
   int64_t tokens = 0;
@@ -240,6 +242,11 @@ int64_t IndexedDataset::num_tokens() const { return impl_->num_tokens; }
 int64_t IndexedDataset::sequence_length(int64_t i) const {
   MT_CHECK(i >= 0 && i < impl_->sequence_count, "sequence {} out of range [0, {})", i, impl_->sequence_count);
   return load_le<int32_t>(impl_->lengths + 4 * i);
+}
+
+std::pair<int64_t, int64_t> IndexedDataset::document_sequences(int64_t d) const {
+  MT_CHECK(d >= 0 && d < num_documents(), "document {} out of range [0, {})", d, num_documents());
+  return {load_le<int64_t>(impl_->doc_indices + 8 * d), load_le<int64_t>(impl_->doc_indices + 8 * (d + 1))};
 }
 
 int64_t IndexedDataset::sequence_start(int64_t i) const {

@@ -22,6 +22,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace megatrain {
@@ -47,6 +48,8 @@ class IndexedDataset {
   int64_t num_tokens() const;     // sum of all sequence lengths
   int64_t sequence_length(int64_t i) const;  // tokens in sequence i
   int64_t sequence_start(int64_t i) const;   // global token offset of sequence i
+  // Sequences [first, last) of document d (Megatron's document_indices[d], [d + 1]).
+  std::pair<int64_t, int64_t> document_sequences(int64_t d) const;
 
   // Copies tokens [first_token, first_token + count) of the concatenated stream into out,
   // converted to int32 (an i64 token outside int32 range throws InputError).

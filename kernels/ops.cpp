@@ -126,13 +126,13 @@ void swiglu_backward(const Stream& s, Tensor dinp, Tensor dout, Tensor inp) {
   cpu::swiglu_backward(dinp.f32(), dout.f32(), inp.f32(), N, F);
 }
 
-void rope_apply(const Stream& s, Tensor qkv, int n_heads, int n_kv_heads, float theta, RopeDirection dir) {
+void rope_apply(const Stream& s, Tensor qkv, int n_heads, int n_kv_heads, float theta, RopeDirection dir, int pos0) {
   on_cpu(s);
   MT_CHECK(qkv.shape.ndim == 3, "qkv must be (B, T, (H + 2·Hkv)·D), got {}", qkv.shape.str());
   const int D = static_cast<int>(qkv.shape[2] / (n_heads + 2 * n_kv_heads));
   MT_CHECK(D % 2 == 0 && D <= 1024, "rope needs an even head_dim ≤ 1024, got {}", D);
   cpu::rope_apply(qkv.f32(), static_cast<int>(qkv.shape[0]), static_cast<int>(qkv.shape[1]), n_heads, n_kv_heads, D,
-                  theta, dir == RopeDirection::backward);
+                  theta, dir == RopeDirection::backward, pos0);
 }
 
 namespace {
@@ -160,6 +160,27 @@ void attention_backward(const Stream& s, Tensor dqkv, Tensor dout, Tensor qkv, T
   expect_f32(dqkv, "dqkv", qkv.numel());
   expect_f32(dout, "dout", out.numel());
   cpu::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), lse.f32(), d);
+}
+
+void attention_decode_forward(const Stream& s, Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, int n_heads,
+                              int n_kv_heads, int pos0) {
+  on_cpu(s);
+  MT_CHECK(q.shape.ndim == 2 && k_cache.shape.ndim == 2,
+           "q must be (n, H·D) and k_cache (T_cache, Hkv·D), got {} and {}", q.shape.str(), k_cache.shape.str());
+  MT_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "n_heads {} must be a multiple of n_kv_heads {}", n_heads,
+           n_kv_heads);
+  const int n = static_cast<int>(q.shape[0]);
+  const int D = static_cast<int>(q.shape[1] / n_heads);
+  const int T_cache = static_cast<int>(k_cache.shape[0]);
+  MT_CHECK(static_cast<int64_t>(D) * n_heads == q.shape[1], "q last dim {} is not H·D with H = {}", q.shape[1],
+           n_heads);
+  MT_CHECK(pos0 >= 0 && pos0 + n <= T_cache, "positions [{}, {}) exceed the KV cache's {} rows", pos0, pos0 + n,
+           T_cache);
+  expect_f32(k_cache, "k_cache", static_cast<int64_t>(T_cache) * n_kv_heads * D);
+  expect_f32(v_cache, "v_cache", static_cast<int64_t>(T_cache) * n_kv_heads * D);
+  expect_f32(out, "out", q.numel());
+  cpu::attention_decode_forward(out.f32(), q.f32(), k_cache.f32(), v_cache.f32(), n, pos0,
+                                cpu::AttnDims{1, T_cache, n_heads, n_kv_heads, D});
 }
 
 void embedding_forward(const Stream& s, Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {

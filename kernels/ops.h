@@ -58,9 +58,10 @@ void swiglu_backward(const Stream& s, Tensor dinp,  // (N, 2F)
 
 // ---- rotary position embedding, Hugging Face Llama rotate-half convention, in place ----
 // qkv rows hold [q heads | k heads | v heads]; only q and k rotate. Backward rotates by −θ.
+// Row t of each sequence is at position pos0 + t (pos0 > 0: incremental decoding with a KV cache).
 enum class RopeDirection { forward, backward };
 void rope_apply(const Stream& s, Tensor qkv,  // (B, T, (H + 2·Hkv)·D)
-                int n_heads, int n_kv_heads, float theta, RopeDirection dir);
+                int n_heads, int n_kv_heads, float theta, RopeDirection dir, int pos0 = 0);
 
 // ---- causal attention, block-wise with online softmax (flash-attention style) ----
 // qkv as above; grouped-query when Hkv < H (query head h uses kv head h / (H / Hkv)).
@@ -71,6 +72,13 @@ void attention_forward(const Stream& s, Tensor out,  // (B, T, H·D)
 void attention_backward(const Stream& s, Tensor dqkv,  // (B, T, (H + 2·Hkv)·D) =
                         Tensor dout,                   // (B, T, H·D)
                         Tensor qkv, Tensor out, Tensor lse, int n_heads, int n_kv_heads);
+// Inference over a KV cache: n new query rows at positions [pos0, pos0 + n), whose keys and
+// values are already in cache rows [pos0, pos0 + n); row i attends to cache rows 0 … pos0 + i.
+void attention_decode_forward(const Stream& s, Tensor out,  // (n, H·D)
+                              Tensor q,                     // (n, H·D), after RoPE
+                              Tensor k_cache,               // (T_cache, Hkv·D), after RoPE
+                              Tensor v_cache,               // (T_cache, Hkv·D)
+                              int n_heads, int n_kv_heads, int pos0);
 
 // ---- embeddings: out[b,t] = wte[tok] (+ wpe[t]) ----
 void embedding_forward(const Stream& s, Tensor out,  // (B, T, C)

@@ -22,7 +22,7 @@ inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::arra
 }
 
 // Purposes keep independent uses of one seed apart.
-enum class RngPurpose : uint32_t { init = 1, dropout = 2, data = 3, test = 4 };
+enum class RngPurpose : uint32_t { init = 1, dropout = 2, data = 3, test = 4, sample = 5 };
 
 struct RngKey {
   uint64_t seed = 0;

@@ -43,6 +43,19 @@ class GptModel {
   // Requires the preceding forward() to have used LossGrad::in_place.
   void backward();
 
+  // Logits (B·T, Vp) of the last forward(); the padded columns ≥ vocab_size are not meaningful.
+  // Only after a forward() with LossGrad::none (in_place overwrites them with their gradient).
+  Tensor logits() const {
+    MT_CHECK(last_.grad == LossGrad::none, "logits() needs a preceding forward() with LossGrad::none");
+    return act_.logits;
+  }
+  // The weights the forward pass reads, for other inference paths (model/kv_cache.h).
+  const std::vector<BlockWeights>& weights() const { return w_; }
+  Tensor wte() const { return wte_; }    // (Vp, C)
+  Tensor wpe() const { return wpe_; }    // (max_seq_len, C), empty with rope
+  Tensor head() const { return head_; }  // (Vp, C), = wte with tied embeddings
+  const NormWeights& final_norm() const { return final_w_; }
+
   size_t activation_bytes() const { return arena_.capacity(); }
   // Model FLOPs per trained token (forward + backward), see README "MFU".
   static double flops_per_token(const ModelConfig& cfg, int seq_len);

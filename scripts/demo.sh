@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CPU demo: tokenizes Debian's fortune files (one fortune = one document; wisdom and linux
-# held out for validation), trains configs/demo.toml on them, and draws the curves.
+# held out for validation), trains configs/demo.toml on them, draws the curves, and prints a sample
+# from the trained model.
 # Extra arguments go to `megatrain train` (e.g. --set train.steps=50).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,4 +25,12 @@ OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} "$bin" train --config configs/demo.
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 scripts/plot_metrics.py runs/demo/metrics.jsonl -o runs/demo/curves.png
   echo "demo: curves in runs/demo/curves.png"
+fi
+
+if [ -f runs/demo/ckpt/latest ]; then
+  echo "demo: a sample from the trained model (megatrain generate):"
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} "$bin" generate --checkpoint runs/demo/ckpt --prompt "The first law of " \
+    --temperature 0.8 --top-k 40 --max-new-tokens 200 --seed 1
+else
+  echo "demo: no checkpoint in runs/demo/ckpt (checkpoint.save_interval > train.steps?); no sample"
 fi

@@ -113,6 +113,7 @@ void Checkpointer::wait() {
 }
 
 void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta) {
+  const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir = cfg_.checkpoint.dir;
   const std::string name = checkpoint_step_name(meta.state.step);
   const fs::path tmp = dir / (name + ".tmp"), final_dir = dir / name;
@@ -138,6 +139,9 @@ void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta)
         steps.erase(steps.begin());
       }
     }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double mb = static_cast<double>(fs::file_size(final_dir / kModelFile)) / 1e6;
+    spdlog::info("checkpoint: wrote {} ({:.1f} MB in {:.2f} s, {:.0f} MB/s)", final_dir.string(), mb, secs, mb / secs);
   }
   io_.barrier();
 }

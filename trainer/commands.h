@@ -15,5 +15,10 @@ struct Command {
 Command add_train_command(CLI::App& root);
 Command add_config_command(CLI::App& root);
 Command add_preprocess_command(CLI::App& root);
+Command add_generate_command(CLI::App& root);
+Command add_export_command(CLI::App& root);
+Command add_import_command(CLI::App& root);
+Command add_tokenize_command(CLI::App& root);
+Command add_data_command(CLI::App& root);
 
 }  // namespace megatrain

@@ -328,10 +328,10 @@ std::string apply_override(toml::table& root, const std::string& file, const std
   return section + "." + key;
 }
 
-}  // namespace
-
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  toml::table root = parse_toml(read_text_file(path), path);
+// load_config and load_config_text: TEXT parsed as if read from PATH (the name in messages).
+Config load_config_from_text(const std::string& text, const std::string& path,
+                             const std::vector<std::string>& overrides) {
+  toml::table root = parse_toml(text, path);
 
   // 1. Top level: only the known sections, each a table.
   for (const auto& [name, node] : root) {
@@ -376,6 +376,16 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   });
   validate_config_fields(cfg);
   return cfg;
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return load_config_from_text(read_text_file(path), path, overrides);
+}
+
+Config load_config_text(const std::string& toml_text, const std::string& source_name) {
+  return load_config_from_text(toml_text, source_name, {});
 }
 
 std::string config_to_toml(const Config& cfg) {

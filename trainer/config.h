@@ -82,6 +82,9 @@ struct Config {
 // unknown keys, and the single-field rules (positive sizes, 0 ≤ dropout < 1, lr ≥ 0, beta in [0,1),
 // enum spellings). Throws InputError.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// The same rules for TOML text that is not a file (a checkpoint's stored config); SOURCE_NAME names it in
+// messages and becomes Config::source.
+Config load_config_text(const std::string& toml_text, const std::string& source_name);
 
 // Cross-field rules, checked before any allocation: n_heads divides d_model; n_kv_heads divides
 // n_heads; head_dim even when position = rope; seq_len ≤ max_seq_len; world == tp·pp·cp·dp (dp

@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
 
   CLI::App app{"megatrain: trains GPT and Mixture-of-Experts language models"};
   app.require_subcommand(1);
-  std::vector<Command> commands = {add_train_command(app), add_config_command(app), add_preprocess_command(app)};
+  std::vector<Command> commands = {add_train_command(app), add_config_command(app), add_preprocess_command(app),
+                                   add_generate_command(app), add_export_command(app), add_import_command(app),
+                                   add_tokenize_command(app), add_data_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

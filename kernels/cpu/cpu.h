@@ -27,7 +27,7 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 void swiglu_forward(float* out, const float* inp, int64_t N, int F);
 void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int F);
 
-void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse);
+void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0 = 0);
 
 struct AttnDims {
   int B, T, H, Hkv, D;
@@ -35,6 +35,9 @@ struct AttnDims {
 void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const AttnDims& d);
+// d.B and d.T unused: n query rows, cache rows [0, pos0 + n) filled.
+void attention_decode_forward(float* out, const float* q, const float* k_cache, const float* v_cache, int n,
+                              int pos0, const AttnDims& d);
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
                        int C);

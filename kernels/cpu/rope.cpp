@@ -1,5 +1,5 @@
 // Rotary position embedding in the Hugging Face Llama "rotate half" convention:
-// for a head vector x of size D and j < D/2, with angle a = t · θ^(−2j/D),
+// for a head vector x of size D at position t (= pos0 + row) and j < D/2, with angle a = t · θ^(−2j/D),
 //   x'[j] = x[j]·cos a − x[j + D/2]·sin a,   x'[j + D/2] = x[j + D/2]·cos a + x[j]·sin a.
 // Rotation is orthogonal, so backward is the same map with −a.
 #include <cmath>
@@ -8,7 +8,7 @@
 
 namespace megatrain::cpu {
 
-void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse) {
+void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0) {
   const int half = D / 2;
   const int64_t row = static_cast<int64_t>(H + 2 * Hkv) * D;
   const int rotated_heads = H + Hkv;  // q heads then k heads; v is untouched
@@ -16,7 +16,7 @@ void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bo
   for (int t = 0; t < T; ++t) {
     float cs[512], sn[512];
     for (int j = 0; j < half; ++j) {
-      const double a = t * std::pow(static_cast<double>(theta), -2.0 * j / D);
+      const double a = static_cast<double>(pos0 + t) * std::pow(static_cast<double>(theta), -2.0 * j / D);
       cs[j] = static_cast<float>(std::cos(a));
       sn[j] = static_cast<float>(inverse ? -std::sin(a) : std::sin(a));
     }

@@ -71,6 +71,31 @@ TEST_F(TrainE2E, TwoDataParallelRanksMatchOneRank) {
   EXPECT_EQ(compared, 6 * 2 + 2);
 }
 
+TEST_F(TrainE2E, TokenizeAndInspectShowWhatTheDataHolds) {
+  auto r = test::run_shell("printf 'h\\303\\251!' | " + test::megatrain_bin() + " tokenize --tokenizer bytes");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output, "104 195 169 33\n");
+  r = test::run_shell("echo '104 195 169 33' | " + test::megatrain_bin() + " tokenize --decode");
+  EXPECT_EQ(r.output, "h\xc3\xa9!");
+  r = test::run_shell("echo '104 999' | " + test::megatrain_bin() + " tokenize --decode");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("'999' is not a token id"), std::string::npos) << r.output;
+
+  // Document 0 of the training set is the first fortune of the science file, then EOD.
+  std::ifstream in(fs::path(test::kFortunes) / "science");
+  std::string first, line;
+  while (std::getline(in, line) && line != "%") first += line + "\n";
+  r = run_megatrain("data inspect " + (dir_ / "train").string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dtype u16"), std::string::npos) << r.output;
+  r = run_megatrain("data inspect " + (dir_ / "train").string() + " --doc 0");
+  EXPECT_NE(r.output.find("(" + std::to_string(first.size() + 1) + " tokens)"), std::string::npos) << r.output;
+  r = run_megatrain("data inspect " + (dir_ / "train").string() + " --doc 0 --decode --tokenizer bytes");
+  EXPECT_EQ(r.output.substr(r.output.find('\n') + 1), first + "<|endoftext|>\n");
+  r = run_megatrain("data inspect " + (dir_ / "train").string() + " --doc 999999");
+  EXPECT_EQ(r.code, 2) << r.output;
+}
+
 struct BadInput {
   const char* name;
   std::string set;            // overrides, or a replacement config line

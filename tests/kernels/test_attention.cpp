@@ -1,6 +1,7 @@
 // Block-wise causal attention against a naive full-softmax reference (in double), including
 // sequence lengths that are not a multiple of the block size and grouped-query attention, and
-// its backward against finite differences.
+// its backward against finite differences; attention over a KV cache (decoding) against the same
+// reference.
 #include <cmath>
 
 #include "kernels/ops.h"
@@ -75,6 +76,34 @@ TEST_P(AttentionTest, BackwardMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                          ::testing::Values(Case{1, 5, 2, 2, 4}, Case{2, 70, 4, 2, 8}, Case{1, 130, 3, 1, 16},
                                            Case{1, 64, 2, 2, 8}));
+
+// Rows [pos0, pos0 + n) of a sequence attend over a cache holding its keys and values; unfilled
+// cache rows hold NaN and must not be read.
+TEST(AttentionDecode, MatchesNaiveForEveryOffsetAndGroupedQuery) {
+  for (const Case c : {Case{1, 9, 4, 2, 8}, Case{1, 70, 3, 1, 16}, Case{1, 6, 2, 2, 4}}) {
+    const int T = c.T, H = c.H, Hkv = c.Hkv, D = c.D, row = (H + 2 * Hkv) * D, T_cache = T + 3;
+    auto qkv = randn(static_cast<size_t>(T) * row, 43);
+    const auto want = naive_attention(qkv, 1, T, H, Hkv, D);
+    std::vector<float> k(static_cast<size_t>(T_cache) * Hkv * D, NAN), v(k.size(), NAN);
+    for (int t = 0; t < T; ++t)
+      for (int e = 0; e < Hkv * D; ++e) {
+        k[static_cast<size_t>(t * Hkv * D + e)] = qkv[static_cast<size_t>(t * row + H * D + e)];
+        v[static_cast<size_t>(t * Hkv * D + e)] = qkv[static_cast<size_t>(t * row + (H + Hkv) * D + e)];
+      }
+    for (const auto& [pos0, n] : {std::pair{0, T}, std::pair{0, 1}, std::pair{T - 1, 1}, std::pair{T / 2, T - T / 2}}) {
+      std::vector<float> q(static_cast<size_t>(n) * H * D), out(q.size());
+      for (int i = 0; i < n; ++i)
+        for (int e = 0; e < H * D; ++e)
+          q[static_cast<size_t>(i * H * D + e)] = qkv[static_cast<size_t>((pos0 + i) * row + e)];
+      attention_decode_forward(S, Tensor(out.data(), {n, H * D}), Tensor(q.data(), {n, H * D}),
+                               Tensor(k.data(), {T_cache, Hkv * D}), Tensor(v.data(), {T_cache, Hkv * D}), H, Hkv,
+                               pos0);
+      const std::vector<double> rows(want.begin() + static_cast<int64_t>(pos0) * H * D,
+                                     want.begin() + static_cast<int64_t>(pos0 + n) * H * D);
+      test::expect_near_all(out, rows, 2e-5, 1e-4, "decode out");
+    }
+  }
+}
 
 }  // namespace
 }  // namespace megatrain

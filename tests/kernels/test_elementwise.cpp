@@ -76,6 +76,22 @@ TEST(Rope, RotateHalfConventionAndInverse) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(y[i], x[i], 1e-5);
 }
 
+// With a position offset, row t is rotated as position pos0 + t: the same as rows pos0 … of a
+// sequence that starts at 0 (incremental decoding), bitwise.
+TEST(Rope, PositionOffsetMatchesTheRowsOfALongerSequence) {
+  const int T = 7, pos0 = 4, n = 3, H = 2, Hkv = 1, D = 8;
+  const int row = (H + 2 * Hkv) * D;
+  auto full = randn(T * row, 29);
+  std::vector<float> part(full.begin() + pos0 * row, full.begin() + (pos0 + n) * row);
+  const auto orig = part;
+  rope_apply(S, Tensor(full.data(), {1, T, row}), H, Hkv, 500.0f, RopeDirection::forward);
+  rope_apply(S, Tensor(part.data(), {1, n, row}), H, Hkv, 500.0f, RopeDirection::forward, pos0);
+  for (int i = 0; i < n * row; ++i)
+    ASSERT_EQ(part[static_cast<size_t>(i)], full[static_cast<size_t>(pos0 * row + i)]) << i;
+  rope_apply(S, Tensor(part.data(), {1, n, row}), H, Hkv, 500.0f, RopeDirection::backward, pos0);
+  for (int i = 0; i < n * row; ++i) ASSERT_NEAR(part[static_cast<size_t>(i)], orig[static_cast<size_t>(i)], 1e-5);
+}
+
 TEST(Embedding, ForwardAndBackwardScatter) {
   const int B = 2, T = 3, C = 4, V = 5;
   std::vector<int32_t> tok = {1, 4, 1, 0, 2, 1};

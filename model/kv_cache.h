@@ -1,0 +1,62 @@
+// GptDecoder: KV-cached incremental inference over the weights of a GptModel (CPU, no dropout,
+// no gradients). forward() runs n new tokens at positions [position(), position() + n): each
+// block appends its keys (after RoPE) and values to a per-layer cache of max_seq_len rows and
+// attends over the cache causally, so a generated token costs one row of work, not a whole
+// sequence. Invariant: after tokens t_0 … t_{p−1} went through forward() in any chunking, the
+// logits of position i equal those of GptModel::forward over the same tokens (up to fp32
+// reduction order). All buffers are planned at construction; only the logits buffer grows.
+#pragma once
+#include <span>
+#include <vector>
+
+#include "model/gpt.h"
+
+namespace megatrain {
+
+// Which positions of a chunk get logits: all of them (scoring, tests) or the last (generation).
+enum class LogitRows { all, last };
+
+class GptDecoder {
+ public:
+  // `model` must outlive the decoder; its parameters are read, never written, so it can keep
+  // training between calls (the cache then holds keys and values of the old weights: reset()).
+  // Chunks longer than `max_chunk` tokens run in pieces; 0 = model.max_seq_len.
+  explicit GptDecoder(const GptModel& model, int max_chunk = 0);
+
+  int position() const { return pos_; }                // tokens in the cache
+  int capacity() const { return cfg_.max_seq_len; }    // positions the model knows
+  int vocab_size() const { return cfg_.vocab_size; }   // real ids; logits rows have padded_vocab()
+  void reset() { pos_ = 0; }
+
+  // Runs `tokens` (ids in [0, vocab_size)) and advances position(); throws when the cache would
+  // exceed capacity(). Returns logits (n, Vp), or (1, Vp) of the last token with LogitRows::last;
+  // the view stays valid until the next forward().
+  Tensor forward(std::span<const int32_t> tokens, LogitRows rows = LogitRows::all);
+
+ private:
+  struct Scratch {  // R = max_chunk rows
+    Tensor tokens;                 // (R) i32
+    Tensor x, x_mid, proj;         // (R, C)
+    NormActivations norm;          // (R, C)
+    Tensor qkv;                    // (R, (H + 2·Hkv)·D)
+    Tensor q, att;                 // (R, H·D)
+    Tensor fc;                     // (R, F) or (R, 2F)
+    Tensor act;                    // (R, F)
+    std::vector<Tensor> k, v;      // per layer (max_seq_len, Hkv·D)
+  };
+  void plan(Arena& arena);
+  // One chunk of m ≤ R tokens at position pos_; leaves the final-norm output in sc_.norm.out.
+  void run_chunk(const int32_t* tokens, int m);
+  void block(int layer, int m);
+
+  const GptModel& model_;
+  ModelConfig cfg_;
+  int R_;
+  int pos_ = 0;
+  Arena arena_;
+  Scratch sc_;
+  std::vector<float> logits_;
+  Stream stream_ = Stream::cpu();
+};
+
+}  // namespace megatrain

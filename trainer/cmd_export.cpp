@@ -1,0 +1,70 @@
+// `megatrain export --checkpoint DIR --out OUTDIR`: a checkpoint as a Hugging Face model folder
+// (config.json + model.safetensors, float32) that transformers loads with from_pretrained. The model
+// config comes from the checkpoint's stored config; rank 0 does the work, other ranks wait for nothing.
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "kernels/check.h"
+#include "parallel/comm.h"
+#include "trainer/checkpoint_file.h"
+#include "trainer/commands.h"
+#include "trainer/config.h"
+#include "trainer/hf_interop.h"
+
+namespace megatrain {
+namespace {
+namespace fs = std::filesystem;
+
+// The model.h5 of ARG: a checkpoint folder (DIR/step_N), or a checkpoint dir whose `latest` names one.
+std::string checkpoint_model_file(const std::string& arg) {
+  fs::path folder = arg;
+  if (fs::exists(folder / "latest")) {
+    std::ifstream latest(folder / "latest");
+    std::string name;
+    MT_INPUT_CHECK(latest >> name, "{}: 'latest' is empty; pass a checkpoint folder such as {}/step_0000100", arg,
+                   arg);
+    folder /= name;
+  }
+  const fs::path file = folder / "model.h5";
+  MT_INPUT_CHECK(fs::exists(file),
+                 "{}: not a checkpoint: expected a checkpoint folder holding model.h5 (DIR/step_NNNNNNN) or a "
+                 "checkpoint dir holding 'latest'",
+                 folder.string());
+  return file.string();
+}
+
+}  // namespace
+
+Command add_export_command(CLI::App& root) {
+  struct Options {
+    std::string checkpoint, out;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* app = root.add_subcommand(
+      "export", "Write a checkpoint as a Hugging Face model folder (config.json + model.safetensors)");
+  app->add_option("--checkpoint", opts->checkpoint, "Checkpoint folder (DIR/step_N) or checkpoint dir with 'latest'")
+      ->required();
+  app->add_option("--out", opts->out, "Output folder")->required();
+  return {app, [opts] {
+            if (Comm::world().rank() != 0) return 0;
+            const std::string file = checkpoint_model_file(opts->checkpoint);
+            const CheckpointMeta meta = checkpoint_file_read_meta(file);
+            const Config cfg = load_config_text(meta.config_toml, file + " (its stored config)");
+            hf_family(cfg.model, file);  // before reading any tensor
+            const ParamLayout layout = gpt_param_layout(cfg.model);
+            FlatBuffer params(layout.total()), exp_avg(layout.total()), exp_avg_sq(layout.total());
+            checkpoint_file_read(file, CheckpointTensors{&layout, params.data(), exp_avg.data(), exp_avg_sq.data()});
+            hf_export(opts->out, cfg.model, params.data(), file);
+            spdlog::info("exported {} (step {}, {} parameters) as a Hugging Face {} model to {}", file,
+                         meta.state.step, layout.num_parameters(),
+                         hf_family(cfg.model, file) == HfFamily::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",
+                         opts->out);
+            return 0;
+          }};
+}
+
+}  // namespace megatrain

@@ -1,0 +1,274 @@
+// Hugging Face interop: the family rules, the tensor table, and the walks over it in both directions
+// (config.json is read and written in hf_config.cpp). [Note: HF tensor table] Every HF tensor is a
+// block of whole rows of one of our parameters, possibly transposed: GPT-2's Conv1D stores (in,
+// out), Llama's q/k/v and gate/up are row ranges of our fused qkv and fc weights, the embedding and
+// an untied head drop the padded vocabulary rows. Our RoPE is HF's rotate-half on HF's head layout,
+// so q and k need no permutation.
+#include "trainer/hf_interop.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "kernels/check.h"
+
+namespace megatrain {
+namespace fs = std::filesystem;
+namespace {
+
+std::vector<std::string> gpt2_failures(const ModelConfig& m) {
+  std::vector<std::string> f;
+  if (m.norm != NormKind::layernorm) f.emplace_back("norm = \"layernorm\"");
+  if (m.position != PositionKind::learned) f.emplace_back("position = \"learned\"");
+  if (m.activation != ActivationKind::gelu) f.emplace_back("activation = \"gelu\"");
+  if (!m.bias) f.emplace_back("bias = true");
+  if (!m.tie_embeddings) f.emplace_back("tie_embeddings = true");
+  if (m.kv_heads() != m.n_heads) f.emplace_back("n_kv_heads = n_heads (no grouped-query attention)");
+  return f;
+}
+
+std::vector<std::string> llama_failures(const ModelConfig& m) {
+  std::vector<std::string> f;
+  if (m.norm != NormKind::rmsnorm) f.emplace_back("norm = \"rmsnorm\"");
+  if (m.position != PositionKind::rope) f.emplace_back("position = \"rope\"");
+  if (m.activation != ActivationKind::swiglu) f.emplace_back("activation = \"swiglu\"");
+  if (m.bias) f.emplace_back("bias = false");
+  return f;
+}
+
+// Elements in one row of parameter SPEC (1 for a vector).
+int64_t row_width(const ParamSpec& spec) { return spec.shape.ndim == 1 ? 1 : spec.shape[1]; }
+
+// Where entry T's block starts in PARAMS; checks the table against the layout (a bug if it fails).
+template <class F>
+F* block_of(F* params, const ParamLayout& layout, const HfTensorMap& t) {
+  const size_t i = layout.index_of(t.ours);
+  const ParamSpec& spec = layout.spec(i);
+  const int64_t width = row_width(spec);
+  MT_CHECK(width == std::max<int64_t>(t.cols, 1) && t.row0 + t.rows <= spec.shape[0],
+           "HF tensor {} does not fit parameter {} {}", t.hf_name, t.ours, spec.shape.str());
+  return params + layout.offset(i) + t.row0 * width;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+bool ignorable(const std::string& name, const ModelConfig& m) {
+  // Buffers older transformers saved (GPT-2's causal mask, Llama's RoPE frequencies), and the head a
+  // tied model may carry as a copy of the embedding.
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
+         name.ends_with("rotary_emb.inv_freq") || (m.tie_embeddings && name == "lm_head.weight");
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  MT_INPUT_CHECK(in.good(), "{}: cannot be opened; a Hugging Face model folder holds config.json and model.safetensors",
+                 path.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON ({})", path.string(), e.what()));
+  }
+}
+
+}  // namespace
+
+HfFamily hf_family(const ModelConfig& m, const std::string& source) {
+  const auto gpt2 = gpt2_failures(m), llama = llama_failures(m);
+  if (gpt2.empty()) return HfFamily::gpt2;
+  if (llama.empty()) return HfFamily::llama;
+  throw InputError(fmt::format(
+      "{}: this model has no Hugging Face equivalent: as GPT-2 (GPT2LMHeadModel) it would need model.{}; as Llama "
+      "(LlamaForCausalLM) it would need model.{}",
+      source, fmt::join(gpt2, ", model."), fmt::join(llama, ", model.")));
+}
+
+std::vector<int64_t> HfTensorMap::hf_shape() const {
+  if (cols == 0) return {rows};
+  return transpose ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
+}
+
+std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& m, HfFamily family) {
+  const int64_t C = m.d_model, D = m.head_dim(), H = m.n_heads, Hkv = m.kv_heads(), F = m.ffn_dim();
+  const int64_t V = m.vocab_size;
+  std::vector<HfTensorMap> t;
+  auto add = [&](std::string hf, std::string ours, int64_t row0, int64_t rows, int64_t cols, bool transpose) {
+    t.push_back({std::move(hf), std::move(ours), row0, rows, cols, transpose});
+  };
+  if (family == HfFamily::gpt2) {
+    // Conv1D: y = x·W + b with W (in, out), the transpose of our (out, in).
+    auto conv = [&](const std::string& hf, const std::string& ours, int64_t out, int64_t in) {
+      add(hf + ".weight", ours + ".weight", 0, out, in, true);
+      add(hf + ".bias", ours + ".bias", 0, out, 0, false);
+    };
+    auto norm = [&](const std::string& hf, const std::string& ours) {
+      add(hf + ".weight", ours + ".weight", 0, C, 0, false);
+      add(hf + ".bias", ours + ".bias", 0, C, 0, false);
+    };
+    add("transformer.wte.weight", "embed.wte", 0, V, C, false);
+    add("transformer.wpe.weight", "embed.wpe", 0, m.max_seq_len, C, false);
+    for (int l = 0; l < m.n_layers; ++l) {
+      const std::string h = fmt::format("transformer.h.{}.", l), L = fmt::format("layers.{}.", l);
+      norm(h + "ln_1", L + "attn_norm");
+      conv(h + "attn.c_attn", L + "attn.qkv", 3 * C, C);  // [q | k | v], heads in order: HF's split
+      conv(h + "attn.c_proj", L + "attn.proj", C, C);
+      norm(h + "ln_2", L + "mlp_norm");
+      conv(h + "mlp.c_fc", L + "mlp.fc", F, C);
+      conv(h + "mlp.c_proj", L + "mlp.proj", C, F);
+    }
+    norm("transformer.ln_f", "final_norm");
+    return t;
+  }
+  add("model.embed_tokens.weight", "embed.wte", 0, V, C, false);
+  for (int l = 0; l < m.n_layers; ++l) {
+    const std::string h = fmt::format("model.layers.{}.", l), L = fmt::format("layers.{}.", l);
+    add(h + "input_layernorm.weight", L + "attn_norm.weight", 0, C, 0, false);
+    add(h + "self_attn.q_proj.weight", L + "attn.qkv.weight", 0, H * D, C, false);
+    add(h + "self_attn.k_proj.weight", L + "attn.qkv.weight", H * D, Hkv * D, C, false);
+    add(h + "self_attn.v_proj.weight", L + "attn.qkv.weight", (H + Hkv) * D, Hkv * D, C, false);
+    add(h + "self_attn.o_proj.weight", L + "attn.proj.weight", 0, C, H * D, false);
+    add(h + "post_attention_layernorm.weight", L + "mlp_norm.weight", 0, C, 0, false);
+    add(h + "mlp.gate_proj.weight", L + "mlp.fc.weight", 0, F, C, false);  // fc = [gate | up]
+    add(h + "mlp.up_proj.weight", L + "mlp.fc.weight", F, F, C, false);
+    add(h + "mlp.down_proj.weight", L + "mlp.proj.weight", 0, C, F, false);
+  }
+  add("model.norm.weight", "final_norm.weight", 0, C, 0, false);
+  if (!m.tie_embeddings) add("lm_head.weight", "lm_head.weight", 0, V, C, false);
+  return t;
+}
+
+void hf_export(const std::string& out_dir, const ModelConfig& m, const float* params, const std::string& source) {
+  const HfFamily family = hf_family(m, source);
+  const ParamLayout layout = gpt_param_layout(m);
+  const std::vector<HfTensorMap> map = hf_tensor_map(m, family);
+  std::vector<std::vector<float>> transposed;  // the only copies: untransposed blocks are views
+  transposed.reserve(map.size());
+  std::vector<SafeTensorRef> refs;
+  for (const HfTensorMap& t : map) {
+    const float* block = block_of(params, layout, t);
+    const int64_t width = std::max<int64_t>(t.cols, 1), n = t.rows * width;
+    if (t.transpose) {
+      std::vector<float>& out = transposed.emplace_back(static_cast<size_t>(n));
+      for (int64_t r = 0; r < t.rows; ++r)
+        for (int64_t c = 0; c < width; ++c) out[static_cast<size_t>(c * t.rows + r)] = block[r * width + c];
+      block = out.data();
+    }
+    refs.push_back({t.hf_name, "F32", t.hf_shape(), block, static_cast<size_t>(n) * sizeof(float)});
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  MT_INPUT_CHECK(!ec, "{}: cannot create the output folder ({}); check --out", out_dir, ec.message());
+  // transformers refuses safetensors files whose metadata does not name the framework.
+  safetensors_write((fs::path(out_dir) / "model.safetensors").string(), refs, {{"format", "pt"}});
+  const fs::path config = fs::path(out_dir) / "config.json", tmp = config.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << hf_config_json(m, family).dump(2) << "\n";
+    MT_INPUT_CHECK(out.good(), "{}: cannot be written; check --out", tmp.string());
+  }
+  fs::rename(tmp, config, ec);
+  MT_INPUT_CHECK(!ec, "{}: cannot be renamed to config.json ({})", tmp.string(), ec.message());
+}
+
+HfWeights HfWeights::open(const std::string& dir) {
+  const fs::path single = fs::path(dir) / "model.safetensors", index = fs::path(dir) / "model.safetensors.index.json";
+  std::vector<fs::path> paths;
+  HfWeights w;
+  if (fs::exists(single)) {
+    paths.push_back(single);
+    w.source_ = single.string();
+  } else if (fs::exists(index)) {
+    w.source_ = index.string();
+    const nlohmann::json j = read_json(index);
+    MT_INPUT_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "{}: no \"weight_map\" object",
+                   w.source_);
+    std::set<std::string> files;
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      MT_INPUT_CHECK(file.is_string(), "{}: weight_map[\"{}\"] must be a file name", w.source_, name);
+      files.insert(file.get<std::string>());
+    }
+    for (const std::string& f : files) paths.push_back(fs::path(dir) / f);
+  } else {
+    throw InputError(fmt::format("{}: holds neither model.safetensors nor model.safetensors.index.json; save the "
+                                 "model with save_pretrained(…, safe_serialization=True)",
+                                 dir));
+  }
+  for (const fs::path& p : paths) {
+    w.files_.push_back(SafetensorsFile::open(p.string()));
+    for (const std::string& name : w.files_.back().names()) {
+      const auto [it, fresh] = w.where_.emplace(name, w.files_.size() - 1);
+      MT_INPUT_CHECK(fresh, "{}: tensor '{}' is in both {} and {}", w.source_, name, w.files_[it->second].path(),
+                     p.string());
+    }
+  }
+  return w;
+}
+
+const TensorInfo* HfWeights::find(const std::string& name) const {
+  auto it = where_.find(name);
+  return it == where_.end() ? nullptr : &files_[it->second].info(name);
+}
+
+const std::string& HfWeights::file_of(const std::string& name) const {
+  auto it = where_.find(name);
+  return it == where_.end() ? source_ : files_[it->second].path();
+}
+
+void HfWeights::read_f32(const std::string& name, std::span<float> out) const {
+  auto it = where_.find(name);
+  MT_INPUT_CHECK(it != where_.end(), "{}: tensor '{}' is missing", source_, name);
+  files_[it->second].read_f32(name, out);
+}
+
+std::vector<std::string> HfWeights::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, file] : where_) out.push_back(name);
+  return out;
+}
+
+HfImport hf_import(const std::string& dir) {
+  const fs::path config_path = fs::path(dir) / "config.json";
+  HfImport r;
+  r.model = hf_model_config(read_json(config_path), config_path.string());
+  const HfFamily family = hf_family(r.model, config_path.string());
+  r.layout = gpt_param_layout(r.model);
+  r.params = FlatBuffer(r.layout.total());
+  const HfWeights w = HfWeights::open(dir);
+  // A GPT-2 saved from GPT2Model (as the original "gpt2" upload) has no "transformer." prefix.
+  const std::string prefix = "transformer.";
+  const bool strip = family == HfFamily::gpt2 && !w.find(prefix + "wte.weight") && w.find("wte.weight");
+  std::set<std::string> used;
+  for (const HfTensorMap& t : hf_tensor_map(r.model, family)) {
+    const std::string name = strip ? t.hf_name.substr(prefix.size()) : t.hf_name;
+    const TensorInfo* info = w.find(name);
+    MT_INPUT_CHECK(info, "{}: tensor '{}' is missing; {} describes a {} model that needs it", w.source(), name,
+                   config_path.string(), family == HfFamily::gpt2 ? "GPT-2" : "Llama");
+    MT_INPUT_CHECK(info->shape == t.hf_shape(), "{}: tensor '{}' has shape {}, but {} implies {}", w.file_of(name),
+                   name, shape_text(info->shape), config_path.string(), shape_text(t.hf_shape()));
+    float* block = block_of(r.params.data(), r.layout, t);
+    const int64_t width = std::max<int64_t>(t.cols, 1), n = t.rows * width;
+    if (!t.transpose) {
+      w.read_f32(name, std::span<float>(block, static_cast<size_t>(n)));
+    } else {
+      std::vector<float> in(static_cast<size_t>(n));
+      w.read_f32(name, in);
+      for (int64_t r0 = 0; r0 < t.rows; ++r0)
+        for (int64_t c = 0; c < width; ++c) block[r0 * width + c] = in[static_cast<size_t>(c * t.rows + r0)];
+    }
+    used.insert(name);
+  }
+  std::vector<std::string> extra;
+  for (const std::string& name : w.names())
+    if (!used.count(name) && !ignorable(name, r.model)) extra.push_back(name);
+  MT_INPUT_CHECK(extra.empty(),
+                 "{}: unexpected tensors {}{}: {} describes a {} model without them; megatrain cannot import a model "
+                 "with extra parts",
+                 w.source(), fmt::join(extra.begin(), extra.begin() + std::min<size_t>(extra.size(), 5), ", "),
+                 extra.size() > 5 ? fmt::format(" and {} more", extra.size() - 5) : "", config_path.string(),
+                 family == HfFamily::gpt2 ? "GPT-2" : "Llama");
+  return r;
+}
+
+}  // namespace megatrain
