@@ -133,6 +133,32 @@ TEST_F(CheckpointE2E, DamagedCheckpointsAreRefusedAndLatestFallsBack) {
   EXPECT_NE(r.output.find("model.d_model"), std::string::npos) << r.output;
 }
 
+// Two data-parallel ranks save asynchronously (collective MPI-IO from the writer threads); the
+// checkpoint then loads in a single process (global tensors) and training continues with the same
+// losses, to fp32 reduction-order tolerance.
+TEST_F(CheckpointE2E, TwoRankAsyncCheckpointResumesInOneProcess) {
+  const fs::path d = dir_ / "dp2";
+  const std::string run = "--set train.steps=8 --set train.eval_interval=0 --set log.metrics_file=";
+  auto r = test::run_shell(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 " +
+      test::megatrain_bin() + " train --config " + config_.string() + " " + run + (dir_ / "two.jsonl").string() + " " +
+      ckpt(d, "--set checkpoint.save_interval=4 --set checkpoint.async=true"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = train_raw(run + (dir_ / "one.jsonl").string() + " --set checkpoint.load='\"" + (d / "step_0000004").string() + "\"'",
+                "env OMP_NUM_THREADS=1 ");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto read = [](const fs::path& p) {
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(p);
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  };
+  const auto two = field(read(dir_ / "two.jsonl"), "loss", 4), one = field(read(dir_ / "one.jsonl"), "loss", 4);
+  ASSERT_EQ(two.size(), 4u);
+  ASSERT_EQ(one.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(one[i], two[i], 1e-5 * std::fabs(two[i])) << "step " << 5 + i;
+}
+
 TEST_F(CheckpointE2E, NothingValidExitsThreeUnlessFreshStartAllowed) {
   const fs::path d = dir_ / "empty";
   fs::create_directories(d);
