@@ -13,40 +13,25 @@
 #include "kernels/rng.h"
 #include "model/generate.h"
 #include "model/gpt.h"
+#include "tests/model/tiny_models.h"
 
 namespace megatrain {
 namespace {
 
+// Larger init than the training tests: attention is then far from uniform.
 ModelConfig gpt2_like() {
-  ModelConfig c;
-  c.n_layers = 2;
-  c.d_model = 16;
-  c.n_heads = 4;
-  c.vocab_size = 37;
-  c.max_seq_len = 16;
-  c.dropout = 0.1f;  // training-only: neither path applies it here
-  c.init_std = 0.3f;  // large enough that attention is far from uniform
+  ModelConfig c = test::gpt2_like();
+  c.init_std = 0.3f;
   return c;
 }
 
 ModelConfig llama_like() {
-  ModelConfig c = gpt2_like();
-  c.norm = NormKind::rmsnorm;
-  c.position = PositionKind::rope;
-  c.activation = ActivationKind::swiglu;
-  c.n_kv_heads = 2;
-  c.bias = false;
-  c.tie_embeddings = false;
-  c.dropout = 0.0f;
+  ModelConfig c = test::llama_like();
+  c.init_std = 0.3f;
   return c;
 }
 
-std::vector<int32_t> tokens(int n, int vocab, uint32_t stream) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  const RngKey k{9, static_cast<uint32_t>(RngPurpose::test), stream, 0};
-  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(rng_words(k, i)[0] % vocab);
-  return t;
-}
+using test::tokens;
 
 // Logits (T, Vp) of the full forward pass over `seq` padded to max_seq_len (causal: padding does
 // not change earlier positions).

@@ -8,39 +8,14 @@
 #include "kernels/rng.h"
 #include "model/gpt.h"
 #include "model/optimizer.h"
+#include "tests/model/tiny_models.h"
 
 namespace megatrain {
 namespace {
 
-ModelConfig gpt2_like() {
-  ModelConfig c;
-  c.n_layers = 2;
-  c.d_model = 16;
-  c.n_heads = 4;
-  c.vocab_size = 37;
-  c.max_seq_len = 16;
-  c.dropout = 0.1f;  // the mask is a pure function of its key, so finite differences still apply
-  return c;
-}
-
-ModelConfig llama_like() {
-  ModelConfig c = gpt2_like();
-  c.norm = NormKind::rmsnorm;
-  c.position = PositionKind::rope;
-  c.activation = ActivationKind::swiglu;
-  c.n_kv_heads = 2;
-  c.bias = false;
-  c.tie_embeddings = false;
-  c.dropout = 0.0f;
-  return c;
-}
-
-std::vector<int32_t> tokens(int n, int vocab, uint32_t stream) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  const RngKey k{9, static_cast<uint32_t>(RngPurpose::test), stream, 0};
-  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(rng_words(k, i)[0] % vocab);
-  return t;
-}
+using test::gpt2_like;
+using test::llama_like;
+using test::tokens;
 
 ForwardOptions training(int B, int T) {
   ForwardOptions o;

@@ -1,0 +1,42 @@
+// The two tiny architectures the model tests share — one per family — and seeded token streams.
+#pragma once
+#include <vector>
+
+#include "kernels/rng.h"
+#include "model/config.h"
+
+namespace megatrain::test {
+
+// GPT-2 family: layernorm, learned positions, gelu, biases, tied embeddings, dropout.
+inline ModelConfig gpt2_like() {
+  ModelConfig c;
+  c.n_layers = 2;
+  c.d_model = 16;
+  c.n_heads = 4;
+  c.vocab_size = 37;
+  c.max_seq_len = 16;
+  c.dropout = 0.1f;
+  return c;
+}
+
+// Llama family: rmsnorm, rope, swiglu, grouped-query attention, no biases, untied head.
+inline ModelConfig llama_like() {
+  ModelConfig c = gpt2_like();
+  c.norm = NormKind::rmsnorm;
+  c.position = PositionKind::rope;
+  c.activation = ActivationKind::swiglu;
+  c.n_kv_heads = 2;
+  c.bias = false;
+  c.tie_embeddings = false;
+  c.dropout = 0.0f;
+  return c;
+}
+
+inline std::vector<int32_t> tokens(int n, int vocab, uint32_t stream) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  const RngKey k{9, static_cast<uint32_t>(RngPurpose::test), stream, 0};
+  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(rng_words(k, i)[0] % vocab);
+  return t;
+}
+
+}  // namespace megatrain::test
