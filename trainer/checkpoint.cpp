@@ -96,6 +96,25 @@ std::string layout_json(const Config& cfg, int world) {
 
 std::string checkpoint_step_name(int64_t step) { return fmt::format("step_{:07}", step); }
 
+std::string checkpoint_model_file(const std::string& arg) {
+  fs::path folder = arg;
+  MT_INPUT_CHECK(fs::is_directory(folder), "--checkpoint {}: no such folder; pass checkpoint.dir of a run or one of "
+                 "its DIR/step_NNNNNNN folders", arg);
+  if (!fs::exists(folder / "model.h5") && fs::exists(folder / "latest")) {
+    std::ifstream latest(folder / "latest");
+    std::string name;
+    MT_INPUT_CHECK(static_cast<bool>(latest >> name), "--checkpoint {}: 'latest' is empty; pass a checkpoint folder "
+                   "such as {}/step_0000100", arg, arg);
+    folder /= name;
+  }
+  const fs::path file = folder / "model.h5";
+  MT_INPUT_CHECK(fs::exists(file),
+                 "--checkpoint {}: not a checkpoint: expected a folder holding model.h5 (DIR/step_NNNNNNN) or a "
+                 "checkpoint dir holding 'latest'",
+                 arg);
+  return file.string();
+}
+
 Checkpointer::Checkpointer(const Config& cfg, const Comm& world)
     : cfg_(cfg), world_(world), io_(world.split(0, world.rank(), "checkpoint-io")),
       config_toml_(config_to_toml(cfg)), layout_json_(layout_json(cfg, world.size())) {

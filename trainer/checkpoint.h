@@ -24,6 +24,10 @@ class NoValidCheckpoint : public InputError {
 
 std::string checkpoint_step_name(int64_t step);  // "step_0000042"
 
+// The model.h5 of a --checkpoint argument: a checkpoint folder (DIR/step_N), or a checkpoint dir
+// whose `latest` names one. Throws InputError when it is neither.
+std::string checkpoint_model_file(const std::string& arg);
+
 class Checkpointer {
  public:
   Checkpointer(const Config& cfg, const Comm& world);

@@ -3,41 +3,18 @@
 // config comes from the checkpoint's stored config; rank 0 does the work, other ranks wait for nothing.
 #include <spdlog/spdlog.h>
 
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include "kernels/check.h"
 #include "parallel/comm.h"
+#include "trainer/checkpoint.h"
 #include "trainer/checkpoint_file.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
 #include "trainer/hf_interop.h"
 
 namespace megatrain {
-namespace {
-namespace fs = std::filesystem;
-
-// The model.h5 of ARG: a checkpoint folder (DIR/step_N), or a checkpoint dir whose `latest` names one.
-std::string checkpoint_model_file(const std::string& arg) {
-  fs::path folder = arg;
-  if (fs::exists(folder / "latest")) {
-    std::ifstream latest(folder / "latest");
-    std::string name;
-    MT_INPUT_CHECK(latest >> name, "{}: 'latest' is empty; pass a checkpoint folder such as {}/step_0000100", arg,
-                   arg);
-    folder /= name;
-  }
-  const fs::path file = folder / "model.h5";
-  MT_INPUT_CHECK(fs::exists(file),
-                 "{}: not a checkpoint: expected a checkpoint folder holding model.h5 (DIR/step_NNNNNNN) or a "
-                 "checkpoint dir holding 'latest'",
-                 folder.string());
-  return file.string();
-}
-
-}  // namespace
 
 Command add_export_command(CLI::App& root) {
   struct Options {

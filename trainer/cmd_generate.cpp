@@ -8,8 +8,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,33 +17,13 @@
 #include "kernels/check.h"
 #include "model/generate.h"
 #include "parallel/comm.h"
+#include "trainer/checkpoint.h"
 #include "trainer/checkpoint_file.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
 
 namespace megatrain {
 namespace {
-namespace fs = std::filesystem;
-
-// The model.h5 of ARG: a checkpoint folder (DIR/step_N), or a checkpoint dir whose `latest` names one.
-std::string model_file_of(const std::string& arg) {
-  fs::path folder = arg;
-  MT_INPUT_CHECK(fs::is_directory(folder), "--checkpoint {}: no such folder; pass checkpoint.dir of a run or one of "
-                 "its DIR/step_NNNNNNN folders", arg);
-  if (!fs::exists(folder / "model.h5") && fs::exists(folder / "latest")) {
-    std::ifstream latest(folder / "latest");
-    std::string name;
-    MT_INPUT_CHECK(static_cast<bool>(latest >> name), "--checkpoint {}: 'latest' is empty; pass a checkpoint folder "
-                   "such as {}/step_0000100", arg, arg);
-    folder /= name;
-  }
-  const fs::path file = folder / "model.h5";
-  MT_INPUT_CHECK(fs::exists(file),
-                 "--checkpoint {}: not a checkpoint: expected a folder holding model.h5 (DIR/step_NNNNNNN) or a "
-                 "checkpoint dir holding 'latest'",
-                 arg);
-  return file.string();
-}
 
 struct Options {
   std::string checkpoint, prompt, tokenizer = "bytes";
@@ -64,7 +42,7 @@ void check_options(const Options& o) {
 
 int run_generate(const Options& o) {
   check_options(o);
-  const std::string file = model_file_of(o.checkpoint);
+  const std::string file = checkpoint_model_file(o.checkpoint);
   const CheckpointMeta meta = checkpoint_file_read_meta(file);
   const Config cfg = load_config_text(meta.config_toml, file + " (its stored config)");
   const ModelConfig& mc = cfg.model;
