@@ -1,7 +1,8 @@
 // Byte-level BPE from a Hugging Face tokenizer.json: parsing (nlohmann-json), added-token
 // splitting (index by first byte), the pre-tokenizer pipeline and a bounded word cache; the regex
-// splitter and the merge table live in byte_unicode.h. Invariant: after load, every byte has a
-// vocab id, every merge names vocab tokens, and every id in [0, vocab_size) decodes or is a hole.
+// splitter and the merge table live in bpe_regex.h and bpe_merges.h. Invariant: after load, every
+// byte has a vocab id, every merge names vocab tokens, and every id in [0, vocab_size) decodes or
+// is a hole.
 #include "data/bpe_tokenizer.h"
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "data/bpe_merges.h"
+#include "data/bpe_regex.h"
 #include "data/byte_unicode.h"
 #include "kernels/check.h"
 

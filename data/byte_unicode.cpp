@@ -1,14 +1,8 @@
-// The GPT-2 byte-level alphabet, the small UTF-8 helpers it needs, the PCRE2 splitter and the BPE
-// merge table. Invariant: the two alphabet tables are built once and are inverse bijections
-// between bytes and 256 code points; split_isolated loses no byte; apply only joins neighbours.
+// The GPT-2 byte-level alphabet and the small UTF-8 helpers it needs. Invariant: the two alphabet
+// tables are built once and are inverse bijections between bytes and 256 code points.
 #include "data/byte_unicode.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <array>
-#include <functional>
-#include <queue>
 
 #include "kernels/check.h"
 
@@ -35,23 +29,6 @@ struct Alphabet {
   }
 };
 
-// Per-thread PCRE2 match state: match data and a JIT stack big enough for long whitespace runs.
-struct MatchScratch {
-  pcre2_match_data* data = pcre2_match_data_create(16, nullptr);
-  pcre2_match_context* context = pcre2_match_context_create(nullptr);
-  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
-  MatchScratch() {
-    MT_CHECK(data != nullptr && context != nullptr, "out of memory creating PCRE2 match data");
-    if (stack != nullptr) pcre2_jit_stack_assign(context, nullptr, stack);  // null: no JIT
-  }
-  ~MatchScratch() {
-    pcre2_jit_stack_free(stack);
-    pcre2_match_context_free(context);
-    pcre2_match_data_free(data);
-  }
-  MatchScratch(const MatchScratch&) = delete;
-  MatchScratch& operator=(const MatchScratch&) = delete;
-};
 
 const Alphabet& alphabet() {
   static const Alphabet a;
@@ -128,99 +105,6 @@ std::optional<std::string> byte_level_decode(std::string_view token) {
     out += static_cast<char>(b);
   }
   return out;
-}
-
-Regex::Regex(std::string_view pattern, Syntax syntax, std::string_view where) {
-  // Invalid UTF-8 in the subject never matches (it falls into the gaps between matches).
-  const uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF |
-                           (syntax == Syntax::kLiteral ? PCRE2_LITERAL : PCRE2_UCP);
-  int error = 0;
-  PCRE2_SIZE offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
-                        &error, &offset, nullptr);
-  if (code_ == nullptr) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(error, message, sizeof(message));
-    throw InputError(fmt::format("{} '{}' does not compile at offset {}: {}; fix the pattern",
-                                 where, pattern, offset, reinterpret_cast<const char*>(message)));
-  }
-  pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // on failure pcre2_match interprets
-}
-
-Regex::~Regex() { pcre2_code_free(code_); }
-
-void Regex::split_isolated(std::string_view s, std::vector<std::string>& out) const {
-  thread_local MatchScratch scratch;
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
-  size_t pos = 0, last = 0;
-  while (pos < s.size()) {
-    const int rc = pcre2_match(code_, subject, s.size(), pos, 0, scratch.data, scratch.context);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    MT_CHECK(rc >= 0, "pcre2_match failed with error {} on a {}-byte piece", rc, s.size());
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(scratch.data);
-    const size_t begin = ovector[0], end = ovector[1];
-    if (end <= begin) {  // empty match: retry one character further on
-      pos = begin + 1;
-      while (pos < s.size() && (static_cast<unsigned char>(s[pos]) & 0xC0) == 0x80) ++pos;
-      continue;
-    }
-    if (begin > last) out.emplace_back(s.substr(last, begin - last));
-    out.emplace_back(s.substr(begin, end - begin));
-    last = pos = end;
-  }
-  if (last < s.size()) out.emplace_back(s.substr(last));
-}
-
-namespace {
-uint64_t pair_key(int32_t a, int32_t b) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-}
-}  // namespace
-
-void MergeTable::add(int32_t left, int32_t right, int32_t rank, int32_t merged) {
-  rules_.insert_or_assign(pair_key(left, right), std::pair{rank, merged});
-}
-
-// [Note: BPE merge order] The symbols form a linked list; a heap holds candidate pairs ordered by
-// (rank, position). An entry whose symbols have changed since it was pushed is stale and skipped.
-void MergeTable::apply(const std::vector<int32_t>& ids, std::vector<int32_t>& out) const {
-  struct Symbol {
-    int32_t id;      // -1: absorbed into its left neighbour
-    int prev, next;  // -1: none
-  };
-  struct Candidate {
-    int32_t rank;
-    int pos;
-    int32_t left, right, merged;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
-    }
-  };
-  const int n = static_cast<int>(ids.size());
-  std::vector<Symbol> symbols(n);
-  for (int i = 0; i < n; ++i) symbols[i] = {ids[i], i - 1, i + 1 < n ? i + 1 : -1};
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
-  auto consider = [&](int pos) {
-    const int next = symbols[pos].next;
-    if (next < 0) return;
-    auto it = rules_.find(pair_key(symbols[pos].id, symbols[next].id));
-    if (it != rules_.end())
-      heap.push({it->second.first, pos, symbols[pos].id, symbols[next].id, it->second.second});
-  };
-  for (int i = 0; i + 1 < n; ++i) consider(i);
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    Symbol& s = symbols[c.pos];
-    if (s.id != c.left || s.next < 0 || symbols[s.next].id != c.right) continue;  // stale
-    s.id = c.merged;
-    symbols[s.next].id = -1;  // absorbed: every entry naming it is now stale
-    s.next = symbols[s.next].next;
-    if (s.next >= 0) symbols[s.next].prev = c.pos;
-    if (s.prev >= 0) consider(s.prev);
-    consider(c.pos);
-  }
-  for (int i = n > 0 ? 0 : -1; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);
 }
 
 }  // namespace megatrain

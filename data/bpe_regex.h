@@ -1,0 +1,31 @@
+// The regex splitter of byte-level BPE pre-tokenization (PCRE2). Invariant: split_isolated's
+// pieces concatenate back to its input.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct pcre2_real_code_8;  // pcre2.h's compiled pattern (8-bit code units)
+
+namespace megatrain {
+
+// A PCRE2 pattern compiled in UTF mode with Unicode properties (\s, \p{L}, caseless matching
+// are all Unicode, as in HF's Oniguruma), JIT-compiled when the library supports it and
+// interpreted otherwise. Invalid UTF-8 in a subject never matches. Shared read-only by threads.
+class Regex {
+ public:
+  enum class Syntax { kRegex, kLiteral };
+  // A pattern that does not compile throws InputError "<where> '<pattern>' does not compile...".
+  Regex(std::string_view pattern, Syntax syntax, std::string_view where);
+  ~Regex();
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // HF's "Isolated" split: appends each match and each non-empty gap between matches, in order.
+  void split_isolated(std::string_view s, std::vector<std::string>& out) const;
+
+ private:
+  pcre2_real_code_8* code_ = nullptr;
+};
+
+}  // namespace megatrain
