@@ -20,5 +20,6 @@ Command add_export_command(CLI::App& root);
 Command add_import_command(CLI::App& root);
 Command add_tokenize_command(CLI::App& root);
 Command add_data_command(CLI::App& root);
+Command add_tokenizer_command(CLI::App& root);
 
 }  // namespace megatrain

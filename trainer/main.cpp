@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<Command> commands = {add_train_command(app), add_config_command(app), add_preprocess_command(app),
                                    add_generate_command(app), add_export_command(app), add_import_command(app),
-                                   add_tokenize_command(app), add_data_command(app)};
+                                   add_tokenize_command(app), add_data_command(app), add_tokenizer_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
