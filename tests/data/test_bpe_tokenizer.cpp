@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/data/byte_alphabet.h"
 #include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
 #include "kernels/check.h"
@@ -25,26 +26,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using Ids = std::vector<int32_t>;
 
-// The test's own GPT-2 byte alphabet (independent of data/byte_unicode.cpp): printable Latin-1
-// bytes stand for themselves, the other 68 take U+0100.. in byte order, as UTF-8.
-std::string sym(unsigned char byte) {
-  auto printable = [](int b) {
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-  };
-  char32_t c = byte;
-  if (!printable(byte)) {
-    c = 0x100;
-    for (int b = 0; b < byte; ++b) c += printable(b) ? 0 : 1;
-  }
-  std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else {
-    s += static_cast<char>(0xC0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  }
-  return s;
-}
+using test::sym;
 
 const std::string kSpace = sym(' '), kNewline = sym('\n');  // "Ġ", "Ċ"
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/data/byte_alphabet.h"
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
 #include "data/tokenizer.h"
@@ -252,24 +253,7 @@ TEST_F(PreprocessTest, ConflictingOptionsAndNoDocuments) {
   expect_error(o, {"no non-empty document"});
 }
 
-// The test's own GPT-2 byte alphabet (as in test_bpe_tokenizer.cpp): printable Latin-1 bytes
-// stand for themselves, the other 68 take U+0100.. in byte order, as UTF-8.
-std::string sym(unsigned char byte) {
-  auto printable = [](int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; };
-  char32_t c = byte;
-  if (!printable(byte)) {
-    c = 0x100;
-    for (int b = 0; b < byte; ++b) c += printable(b) ? 0 : 1;
-  }
-  std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else {
-    s += static_cast<char>(0xC0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  }
-  return s;
-}
+using test::sym;
 
 TEST_F(PreprocessTest, BpeTokenizerFromFile) {
   // GPT-2 style: ids 0..255 are the byte symbols, merges 256 "he", 257 "Ġt", 258 "Ġthe"; 259 is
