@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/expect_contains.h"
 #include "kernels/check.h"
 #include "trainer/config.h"
 
@@ -15,13 +16,6 @@ namespace megatrain {
 namespace {
 
 namespace fs = std::filesystem;
-
-// EXPECT_CONTAINS(text, part): text has part as a substring (no gmock needed).
-#define EXPECT_CONTAINS(text, part)                                                                           \
-  do {                                                                                                        \
-    const std::string mt_text_ = (text);                                                                      \
-    EXPECT_NE(mt_text_.find(part), std::string::npos) << "expected \"" << (part) << "\" in:\n  " << mt_text_; \
-  } while (0)
 
 class ConfigTest : public ::testing::Test {
  protected:

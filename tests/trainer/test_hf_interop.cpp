@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/expect_contains.h"
 #include "kernels/check.h"
 #include "trainer/half.h"
 #include "trainer/hf_interop.h"
@@ -25,12 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-#define EXPECT_CONTAINS(text, part)                                                                           \
-  do {                                                                                                        \
-    const std::string mt_text_ = (text);                                                                      \
-    EXPECT_NE(mt_text_.find(part), std::string::npos) << "expected \"" << (part) << "\" in:\n  " << mt_text_; \
-  } while (0)
 
 // The message of the InputError `f` throws ("" and a test failure when it throws nothing).
 std::string input_error(const std::function<void()>& f) {

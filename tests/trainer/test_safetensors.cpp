@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/expect_contains.h"
 #include "kernels/check.h"
 #include "trainer/safetensors.h"
 
@@ -25,12 +26,6 @@ namespace megatrain {
 namespace {
 
 namespace fs = std::filesystem;
-
-#define EXPECT_CONTAINS(text, part)                                                                           \
-  do {                                                                                                        \
-    const std::string mt_text_ = (text);                                                                      \
-    EXPECT_NE(mt_text_.find(part), std::string::npos) << "expected \"" << (part) << "\" in:\n  " << mt_text_; \
-  } while (0)
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
