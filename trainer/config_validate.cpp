@@ -54,6 +54,8 @@ void validate_config_fields(const Config& c) {
   r.at_least("parallel.cp", p.cp, 1);
   r.at_least("parallel.ep", p.ep, 1);
   r.at_least("parallel.dp", p.dp, 0, "(0 = world size / (tp·pp·cp))");
+  r.check(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", p.zero_stage, "0, 1, 2 or 3", "");
+  r.positive("parallel.bucket_size_mb", p.bucket_size_mb);
 
   const TrainConfig& t = c.train;
   r.at_least("train.seq_len", t.seq_len, 1);

@@ -6,58 +6,35 @@
 #include <cmath>
 #include <memory>
 
-#include "data/gpt_dataset.h"
-#include "data/indexed_dataset.h"
-#include "data/loader.h"
 #include "model/gpt.h"
 #include "model/optimizer.h"
 #include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
+#include "trainer/train_data.h"
 
 namespace megatrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-IndexedDataset open_dataset(const Config& cfg, const std::string& field, const std::string& prefix) {
-  try {
-    return IndexedDataset::open(prefix);
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: {} = \"{}\": {}", cfg.source, field, prefix, e.what()));
-  }
-}
-
 // Data, model and optimizer of one run.
 struct Run {
   const Config& cfg;
   const Comm& world;
   int dp_rank, dp;
-  IndexedDataset train_data;
-  GptDataset train_set;
-  BatchLoader train_loader;
-  std::unique_ptr<IndexedDataset> valid_data;
-  std::unique_ptr<GptDataset> valid_set;
-  std::unique_ptr<BatchLoader> valid_loader;
+  TrainData data;
   GptModel model;
   AdamW optimizer;
   std::vector<int32_t> inputs, targets;
 
   Run(const Config& c, const Comm& w)
       : cfg(c), world(w), dp_rank(w.rank()), dp(c.parallel.dp),
-        train_data(open_dataset(c, "data.train", c.data.train)),
-        train_set(train_data, c.train.seq_len, c.data.shuffle, c.train.seed),
-        train_loader(train_set, c.train.micro_batch_size, c.train.global_batch_size, dp_rank, dp),
+        data(c, dp_rank, dp),
         model(c.model, c.train.micro_batch_size, c.train.seq_len),
         optimizer(model.layout(), adamw_options(c)),
         inputs(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
         targets(inputs.size()) {
-    if (!c.data.valid.empty()) {
-      valid_data = std::make_unique<IndexedDataset>(open_dataset(c, "data.valid", c.data.valid));
-      valid_set = std::make_unique<GptDataset>(*valid_data, c.train.seq_len, false, c.train.seed);
-      valid_loader = std::make_unique<BatchLoader>(*valid_set, c.train.micro_batch_size, c.train.global_batch_size,
-                                                   dp_rank, dp);
-    }
     model.init(c.train.seed);
   }
 
@@ -74,11 +51,11 @@ struct Run {
   // parallel ranks. Returns the mean loss over the global batch.
   double train_step(int64_t step) {
     const int B = cfg.train.micro_batch_size, G = cfg.train.global_batch_size;
-    const int micro = train_loader.micro_batches_per_step();
+    const int micro = data.train().micro_batches_per_step();
     model.zero_grads();
     double loss_sum = 0.0;
     for (int m = 0; m < micro; ++m) {
-      train_loader.load(step, m, inputs.data(), targets.data());
+      data.train().load(step, m, inputs.data(), targets.data());
       ForwardOptions opt;
       opt.grad = LossGrad::in_place;
       opt.dloss_scale = 1.0f / static_cast<float>(tokens_per_step());
@@ -98,11 +75,11 @@ struct Run {
 
   // Mean loss over the first eval_steps global batches of the validation set (same each time).
   double evaluate() {
-    const int micro = valid_loader->micro_batches_per_step();
+    const int micro = data.valid()->micro_batches_per_step();
     double sum = 0.0;
     for (int64_t k = 0; k < cfg.train.eval_steps; ++k)
       for (int m = 0; m < micro; ++m) {
-        valid_loader->load(k, m, inputs.data(), targets.data());
+        data.valid()->load(k, m, inputs.data(), targets.data());
         sum += model.forward(inputs.data(), targets.data(), ForwardOptions{});
       }
     if (dp > 1) sum = world.allreduce_sum(sum);
@@ -137,9 +114,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   if (rank0) {
     spdlog::info("model: {} parameters, {:.1f} MiB activations per rank; data: {} tokens, {} samples per epoch",
                  run.model.layout().num_parameters(), static_cast<double>(run.model.activation_bytes()) / (1 << 20),
-                 run.train_data.num_tokens(), run.train_set.num_samples_per_epoch());
+                 run.data.train_tokens(), run.data.train_samples_per_epoch());
     spdlog::info("{} micro-batches of {} per step per rank, dp = {}, {} tokens per step",
-                 run.train_loader.micro_batches_per_step(), cfg.train.micro_batch_size, run.dp,
+                 run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.dp,
                  run.tokens_per_step());
   }
   const LrSchedule lr{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps,
@@ -185,7 +162,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       if (rank0) spdlog::info("checkpoint: step {} {} ({:.1f} ms stall)", step + 1,
                               cfg.checkpoint.async ? "copied, writing in the background" : "saved", stall * 1e3);
     }
-    if (run.valid_loader && cfg.train.eval_interval > 0 && ((step + 1) % cfg.train.eval_interval == 0 || last)) {
+    if (run.data.valid() && cfg.train.eval_interval > 0 && ((step + 1) % cfg.train.eval_interval == 0 || last)) {
       const double v = run.evaluate();
       result.val_losses.push_back(v);
       log.validation(step + 1, v);
