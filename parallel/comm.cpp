@@ -1,11 +1,14 @@
+// Comm's backend-independent half: argument checks, the bytes-moved formula, CommStats and Work.
+// Invariant: every call validates its arguments, records exactly one call in the stats and hands
+// the backend one WorkState, which is finished even when issuing throws.
 #include "parallel/comm.h"
 
 #include <unistd.h>
 
-#include <algorithm>
-#include <climits>
+#include <cstdlib>
 
 #include "kernels/check.h"
+#include "parallel/comm_backend.h"
 
 namespace megatrain {
 
@@ -14,8 +17,6 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    // MULTIPLE: the asynchronous checkpoint writer runs collectives on its own communicator from
-    // a background thread while the training thread runs its own.
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -27,54 +28,251 @@ MpiRuntime::~MpiRuntime() {
   if (!finalized) MPI_Finalize();
 }
 
-Comm::Comm(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
-}
-
-Comm Comm::world() { return Comm(MPI_COMM_WORLD, "world"); }
-
-Comm Comm::split(int color, int key, std::string name) const {
-  MPI_Comm out = MPI_COMM_NULL;
-  check(MPI_Comm_split(comm_, color, key, &out), "comm_split");
-  // The owner frees the handle once the last copy is gone; after MPI_Finalize that is illegal.
-  auto owned = std::shared_ptr<MPI_Comm>(new MPI_Comm(out), [](MPI_Comm* c) {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized && *c != MPI_COMM_NULL) MPI_Comm_free(c);
-    delete c;
-  });
-  check(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "comm_set_errhandler");
-  Comm result(out, std::move(name));
-  result.owned_ = std::move(owned);
-  return result;
-}
-
-void Comm::check(int rc, const char* op) const {
-  if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  throw Error(fmt::format("rank {} group '{}': MPI {} failed: {}", rank_, name_, op, std::string(msg, len)));
-}
-
-void Comm::allreduce_sum(float* data, int64_t n) const {
-  for (int64_t off = 0; off < n; off += INT_MAX) {
-    const int count = static_cast<int>(std::min<int64_t>(INT_MAX, n - off));
-    check(MPI_Allreduce(MPI_IN_PLACE, data + off, count, MPI_FLOAT, MPI_SUM, comm_), "allreduce");
+int64_t elem_size(ElemType t) {
+  switch (t) {
+    case ElemType::f32: return 4;
+    case ElemType::f64: return 8;
+    case ElemType::i32: return 4;
+    case ElemType::i64: return 8;
+    case ElemType::u8: return 1;
   }
+  return 0;
 }
+
+// ---- stats and work state ----
+
+void CommStatsCounter::record_call(int64_t bytes) {
+  std::lock_guard lock(mu_);
+  stats_.bytes_moved += bytes;
+  stats_.calls += 1;
+}
+
+void CommStatsCounter::op_started() {
+  std::lock_guard lock(mu_);
+  if (in_flight_++ == 0) busy_since_ = Clock::now();
+}
+
+void CommStatsCounter::op_finished() {
+  std::lock_guard lock(mu_);
+  if (--in_flight_ == 0)
+    stats_.busy_ms += std::chrono::duration<double, std::milli>(Clock::now() - busy_since_).count();
+}
+
+void CommStatsCounter::add_exposed(double ms) {
+  std::lock_guard lock(mu_);
+  stats_.exposed_ms += ms;
+}
+
+CommStats CommStatsCounter::snapshot() const {
+  std::lock_guard lock(mu_);
+  CommStats s = stats_;
+  if (in_flight_ > 0) s.busy_ms += std::chrono::duration<double, std::milli>(Clock::now() - busy_since_).count();
+  return s;
+}
+
+void CommStatsCounter::reset() {
+  std::lock_guard lock(mu_);
+  stats_ = CommStats{};
+  busy_since_ = Clock::now();  // an interval still open restarts now
+}
+
+WorkState::WorkState(std::string where_, std::shared_ptr<CommStatsCounter> stats_)
+    : where(std::move(where_)), stats(std::move(stats_)) {
+  stats->op_started();
+}
+
+void WorkState::finish(std::string why) {
+  {
+    std::lock_guard lock(mu);
+    if (complete) return;
+    complete = true;
+    error = std::move(why);
+  }
+  stats->op_finished();
+  cv.notify_all();
+}
+
+void Work::wait() const {
+  if (!state_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->complete; });
+  lock.unlock();
+  state_->stats->add_exposed(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  if (!state_->error.empty()) throw Error(state_->error);
+}
+
+bool Work::done() const {
+  if (!state_) return true;
+  std::lock_guard lock(state_->mu);
+  return state_->complete;
+}
+
+std::string CommBackend::where(std::string_view op) const {
+  return fmt::format("rank {} group '{}': {}", rank_, name_, op);
+}
+
+// ---- Comm ----
+
+namespace {
+
+// Issues one operation: a WorkState, one recorded call, the backend's issue; an issue error
+// finishes the work before it propagates.
+template <class Issue>
+Work issue(const CommBackend& b, const char* op, int64_t bytes, Issue&& fn) {
+  auto w = std::make_shared<WorkState>(b.where(op), b.stats());
+  b.stats()->record_call(bytes);
+  try {
+    fn(w);
+  } catch (const std::exception& e) {
+    w->finish(e.what());
+    throw;
+  }
+  return Work(w);
+}
+
+[[noreturn]] void invalid(const CommBackend& b, const char* op, const std::string& why) {
+  throw Error(fmt::format("{} failed: {}", b.where(op), why));
+}
+
+// Checks a counts span (one non-negative count per rank) and returns its sum.
+int64_t check_counts(const CommBackend& b, const char* op, const char* what, std::span<const int64_t> counts) {
+  if (static_cast<int64_t>(counts.size()) != b.size())
+    invalid(b, op, fmt::format("{} has {} entries, expected one per rank ({})", what, counts.size(), b.size()));
+  int64_t sum = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] < 0) invalid(b, op, fmt::format("{}[{}] = {} is negative", what, i, counts[i]));
+    sum += counts[i];
+  }
+  return sum;
+}
+
+void check_n(const CommBackend& b, const char* op, int64_t n, const void* data) {
+  if (n < 0) invalid(b, op, fmt::format("element count {} is negative", n));
+  if (n > 0 && data == nullptr) invalid(b, op, fmt::format("null buffer for {} elements", n));
+}
+
+void check_rank(const CommBackend& b, const char* op, const char* what, int r) {
+  if (r < 0 || r >= b.size()) invalid(b, op, fmt::format("{} {} out of range [0, {})", what, r, b.size()));
+}
+
+void check_tag(const CommBackend& b, const char* op, int tag) {
+  if (tag < 0 || tag > b.max_tag()) invalid(b, op, fmt::format("tag {} out of range [0, {}]", tag, b.max_tag()));
+}
+
+}  // namespace
+
+Comm::Comm(MPI_Comm comm, std::string name) : backend_(make_mpi_backend(comm, false, std::move(name), {})) {}
+
+Comm Comm::world() {
+  static std::mutex mu;
+  static std::weak_ptr<CommBackend> cached;
+  std::lock_guard lock(mu);
+  auto b = cached.lock();
+  if (!b) {
+    b = make_mpi_backend(MPI_COMM_WORLD, false, "world", {});
+    cached = b;
+  }
+  return Comm(std::move(b));
+}
+
+Comm Comm::split(int color, int key, std::string name) const { return split(color, key, std::move(name), {}); }
+
+Comm Comm::split(int color, int key, std::string name, const CommOptions& options) const {
+  if (options.max_count < 1 || options.progress_poll_us < 0)
+    invalid(*backend_, "split", fmt::format("bad options max_count {} progress_poll_us {}", options.max_count,
+                                            options.progress_poll_us));
+  return Comm(backend_->split(color, key, std::move(name), options));
+}
+
+MPI_Comm Comm::handle() const { return backend_->mpi_handle(); }
+int Comm::rank() const { return backend_->rank(); }
+int Comm::size() const { return backend_->size(); }
+const std::string& Comm::name() const { return backend_->name(); }
+int Comm::max_tag() const { return backend_->max_tag(); }
+
+Work Comm::all_reduce_raw(void* data, int64_t n, ElemType t, ReduceOp op) const {
+  const CommBackend& b = *backend_;
+  check_n(b, "all_reduce", n, data);
+  const int64_t p = b.size(), s = n * elem_size(t);
+  return issue(b, "all_reduce", 2 * (p - 1) * s / p, [&](auto& w) { backend_->all_reduce(w, data, n, t, op); });
+}
+
+Work Comm::reduce_scatter(float* out, const float* in, std::span<const int64_t> counts) const {
+  const CommBackend& b = *backend_;
+  const int64_t total = check_counts(b, "reduce_scatter", "counts", counts);
+  check_n(b, "reduce_scatter", total, in);
+  check_n(b, "reduce_scatter", counts[b.rank()], out);
+  const int64_t p = b.size(), s = total * 4;
+  return issue(b, "reduce_scatter", (p - 1) * s / p, [&](auto& w) { backend_->reduce_scatter(w, out, in, counts); });
+}
+
+Work Comm::all_gather(float* out, const float* in, std::span<const int64_t> counts) const {
+  const CommBackend& b = *backend_;
+  const int64_t total = check_counts(b, "all_gather", "counts", counts);
+  check_n(b, "all_gather", total, out);
+  check_n(b, "all_gather", counts[b.rank()], in);
+  const int64_t p = b.size(), s = total * 4;
+  return issue(b, "all_gather", (p - 1) * s / p, [&](auto& w) { backend_->all_gather(w, out, in, counts); });
+}
+
+Work Comm::all_to_all(float* out, std::span<const int64_t> recv_counts, const float* in,
+                      std::span<const int64_t> send_counts) const {
+  const CommBackend& b = *backend_;
+  const int64_t sent = check_counts(b, "all_to_all", "send_counts", send_counts);
+  const int64_t received = check_counts(b, "all_to_all", "recv_counts", recv_counts);
+  check_n(b, "all_to_all", sent, in);
+  check_n(b, "all_to_all", received, out);
+  if (send_counts[b.rank()] != recv_counts[b.rank()])
+    invalid(b, "all_to_all",
+            fmt::format("send_counts[{0}] = {1} differs from recv_counts[{0}] = {2} (this rank's own part)", b.rank(),
+                        send_counts[b.rank()], recv_counts[b.rank()]));
+  return issue(b, "all_to_all", (sent - send_counts[b.rank()]) * 4,
+               [&](auto& w) { backend_->all_to_all(w, out, recv_counts, in, send_counts); });
+}
+
+Work Comm::broadcast_raw(void* data, int64_t n, ElemType t, int root) const {
+  const CommBackend& b = *backend_;
+  check_n(b, "broadcast", n, data);
+  check_rank(b, "broadcast", "root", root);
+  return issue(b, "broadcast", b.size() > 1 ? n * elem_size(t) : 0,
+               [&](auto& w) { backend_->broadcast(w, data, n, t, root); });
+}
+
+Work Comm::send_raw(const void* data, int64_t n, ElemType t, int peer, int tag) const {
+  const CommBackend& b = *backend_;
+  check_n(b, "send", n, data);
+  check_rank(b, "send", "peer", peer);
+  check_tag(b, "send", tag);
+  return issue(b, "send", n * elem_size(t), [&](auto& w) { backend_->send(w, data, n, t, peer, tag); });
+}
+
+Work Comm::recv_raw(void* data, int64_t n, ElemType t, int peer, int tag) const {
+  const CommBackend& b = *backend_;
+  check_n(b, "recv", n, data);
+  check_rank(b, "recv", "peer", peer);
+  check_tag(b, "recv", tag);
+  return issue(b, "recv", 0, [&](auto& w) { backend_->recv(w, data, n, t, peer, tag); });
+}
+
+Work Comm::barrier_async() const {
+  return issue(*backend_, "barrier", 0, [&](auto& w) { backend_->barrier(w); });
+}
+
+void Comm::allreduce_sum(float* data, int64_t n) const { all_reduce(data, n).wait(); }
 
 double Comm::allreduce_sum(double value) const {
-  check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, comm_), "allreduce");
+  all_reduce(&value, 1).wait();
   return value;
 }
 
-void Comm::barrier() const { check(MPI_Barrier(comm_), "barrier"); }
+void Comm::barrier() const { barrier_async().wait(); }
 
+CommStats Comm::stats() const { return backend_->stats()->snapshot(); }
+void Comm::reset_stats() const { backend_->stats()->reset(); }
 void Comm::abort(int code) const {
-  MPI_Abort(comm_, code);
-  std::_Exit(code);
+  backend_->abort(code);
+  std::_Exit(code);  // not reached: the backend does not return
 }
 
 std::string host_name() {

@@ -1,17 +1,45 @@
-// Comm: a communicator over MPI. Rule for every user: all ranks of a communicator issue the same
-// collectives in the same order. Errors raise megatrain::Error naming the rank and the operation
-// (MPI_ERRORS_RETURN is set, so MPI never aborts behind our back).
-// This is the foundation's blocking subset; the data-parallel issue adds async Work handles.
+// Comm: a communicator with asynchronous Work handles (PyTorch c10d style) — all-reduce,
+// reduce-scatter, all-gather, all-to-all(v), broadcast, send/recv, barrier, split — in front of a
+// backend interface (parallel/comm_backend.h); the MPI backend is parallel/comm_mpi.cpp.
+//
+// Rules for every user:
+//  1. All ranks of a communicator issue the same collectives, with the same sizes (n, counts,
+//     root), in the same order. Point-to-point messages between two ranks with the same tag match
+//     in issue order.
+//  2. Buffers passed to an operation must stay valid, and must not be touched (written, or read
+//     for an output buffer), until wait() on its Work has returned. A Work that is never waited on
+//     still completes, but its buffers must outlive the communicator.
+//  3. An MPI error, an invalid argument or a failed operation raises megatrain::Error with text
+//     "rank R group 'NAME': OPERATION failed: WHY". Invalid arguments throw at the call; MPI errors
+//     throw at the call or from Work::wait() (and from every later wait()). After an MPI error the
+//     communicator is unusable: the caller ends the job (main aborts the world).
+//  4. Blocking calls (allreduce_sum, barrier) are issue + wait on the same path, so they are
+//     ordered with the asynchronous ones.
+//
+// Bytes moved, recorded per call in stats() (nccl-tests "bus bandwidth" convention, per rank;
+// b = sizeof(T), p = size(), integer arithmetic evaluated exactly as written):
+//   all_reduce                   2·(p−1)·S / p        S = n·b
+//   reduce_scatter, all_gather   (p−1)·S / p          S = sum(counts)·b
+//   all_to_all                   (sum(send_counts) − send_counts[rank()])·b
+//   broadcast                    n·b on every rank when p > 1
+//   send n·b;  recv 0;  barrier 0;  every collective at p = 1: 0.
+//
+// Counts above INT_MAX elements work: Open MPI 4.1 has no MPI-4 large-count (_c) calls, so the
+// backend splits an operation into calls of at most CommOptions::max_count elements each.
 #pragma once
 #include <mpi.h>
 
+#include <climits>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <type_traits>
 
 namespace megatrain {
 
-// Initialises MPI for the lifetime of the object (a world of one is still a world).
+// Initialises MPI (MPI_THREAD_MULTIPLE: progress threads and the checkpoint writer call MPI) for
+// the lifetime of the object (a world of one is still a world).
 class MpiRuntime {
  public:
   MpiRuntime(int* argc, char*** argv);
@@ -20,36 +48,122 @@ class MpiRuntime {
   MpiRuntime& operator=(const MpiRuntime&) = delete;
 };
 
-// A handle to a communicator. Copies share it. `world()` and the two-argument constructor do not
-// own the MPI_Comm; a Comm made by `split` owns its MPI_Comm, which is freed (MPI_Comm_free) when
-// the last copy dies — or left alone if MPI is already finalised.
+enum class ReduceOp { sum, max };
+enum class ElemType { f32, f64, i32, i64, u8 };
+
+template <class T>
+constexpr ElemType elem_type_of() {
+  if constexpr (std::is_same_v<T, float>) return ElemType::f32;
+  else if constexpr (std::is_same_v<T, double>) return ElemType::f64;
+  else if constexpr (std::is_same_v<T, int32_t>) return ElemType::i32;
+  else if constexpr (std::is_same_v<T, int64_t>) return ElemType::i64;
+  else {
+    static_assert(std::is_same_v<T, uint8_t>, "Comm supports float, double, int32_t, int64_t and uint8_t");
+    return ElemType::u8;
+  }
+}
+int64_t elem_size(ElemType t);
+
+struct WorkState;  // parallel/comm_backend.h
+
+// The handle of one issued operation. Copies share it; a default-constructed Work is complete.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}
+  // Blocks until the operation completes; the blocked time is added to stats().exposed_ms. Throws
+  // megatrain::Error naming rank, group and operation if it failed (on every call).
+  void wait() const;
+  bool done() const;  // non-blocking
+
+ private:
+  std::shared_ptr<WorkState> state_;
+};
+
+// Per communicator, shared by copies of a Comm; reads are thread-safe snapshots.
+struct CommStats {
+  int64_t bytes_moved = 0;  // the formula at the top of this file, summed over calls
+  int64_t calls = 0;
+  double busy_ms = 0;     // wall time at least one operation was in flight (overlaps counted once)
+  double exposed_ms = 0;  // time callers spent blocked in Work::wait() and in blocking calls
+};
+
+struct CommOptions {
+  // The largest element count given to one MPI call; larger operations are split. Tests lower it
+  // to exercise the split path with small buffers.
+  int64_t max_count = INT_MAX;
+  // How long the progress thread sleeps between polls of the operations in flight.
+  int progress_poll_us = 50;
+};
+
+class CommBackend;  // parallel/comm_backend.h
+
+// A cheap copyable handle; copies share the underlying communicator, progress thread and stats.
 class Comm {
  public:
+  // Wraps `comm` (not owned; its error handler is set to MPI_ERRORS_RETURN).
   Comm(MPI_Comm comm, std::string name);
+  // MPI_COMM_WORLD; every call made while a copy is alive returns the same shared communicator.
   static Comm world();
 
   // Collective over every rank of this communicator: ranks passing the same `color` form one new
-  // communicator, ranked by `key` (ties by rank here). Its errors, like this one's, are returned.
+  // communicator (owned, freed with its last copy), ranked by `key` (ties by rank here).
   Comm split(int color, int key, std::string name) const;
+  Comm split(int color, int key, std::string name, const CommOptions& options) const;
   // The raw communicator, for libraries that take one (MPI-IO through HDF5).
-  MPI_Comm handle() const { return comm_; }
+  MPI_Comm handle() const;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  const std::string& name() const { return name_; }
+  int rank() const;
+  int size() const;
+  const std::string& name() const;
 
-  void allreduce_sum(float* data, int64_t n) const;  // in place
-  double allreduce_sum(double value) const;
-  void barrier() const;
+  template <class T>
+  Work all_reduce(T* data, int64_t n, ReduceOp op = ReduceOp::sum) const {  // in place
+    return all_reduce_raw(data, n, elem_type_of<T>(), op);
+  }
+  // in: sum(counts) floats in rank order; out: counts[rank()] floats, the element-wise sum over
+  // ranks of this rank's part. `in` and `out` must not overlap.
+  Work reduce_scatter(float* out, const float* in, std::span<const int64_t> counts) const;
+  // in: counts[rank()] floats; out: sum(counts) floats in rank order. In place when
+  // in == out + (sum of counts before rank()); otherwise they must not overlap.
+  Work all_gather(float* out, const float* in, std::span<const int64_t> counts) const;
+  // send_counts[j] floats to rank j, concatenated in `in`; recv_counts[j] from rank j,
+  // concatenated in `out` (which must not overlap `in`).
+  Work all_to_all(float* out, std::span<const int64_t> recv_counts, const float* in,
+                  std::span<const int64_t> send_counts) const;
+  template <class T>
+  Work broadcast(T* data, int64_t n, int root) const {
+    return broadcast_raw(data, n, elem_type_of<T>(), root);
+  }
+  // Tags lie in [0, max_tag()].
+  template <class T>
+  Work send(const T* data, int64_t n, int peer, int tag) const {
+    return send_raw(data, n, elem_type_of<T>(), peer, tag);
+  }
+  template <class T>
+  Work recv(T* data, int64_t n, int peer, int tag) const {
+    return recv_raw(data, n, elem_type_of<T>(), peer, tag);
+  }
+  int max_tag() const;
+  Work barrier_async() const;
+
+  void allreduce_sum(float* data, int64_t n) const;  // blocking, in place
+  double allreduce_sum(double value) const;          // blocking
+  void barrier() const;                              // blocking
+
+  CommStats stats() const;   // snapshot
+  void reset_stats() const;  // zero the counters (the trainer calls this once per step)
+
   // Ends every rank of the job; used by main() after an error so no peer waits forever.
   [[noreturn]] void abort(int code) const;
 
  private:
-  void check(int rc, const char* op) const;
-  MPI_Comm comm_;
-  std::shared_ptr<MPI_Comm> owned_;  // non-null only for communicators made by split()
-  std::string name_;
-  int rank_ = 0, size_ = 1;
+  explicit Comm(std::shared_ptr<CommBackend> backend) : backend_(std::move(backend)) {}
+  Work all_reduce_raw(void* data, int64_t n, ElemType t, ReduceOp op) const;
+  Work broadcast_raw(void* data, int64_t n, ElemType t, int root) const;
+  Work send_raw(const void* data, int64_t n, ElemType t, int peer, int tag) const;
+  Work recv_raw(void* data, int64_t n, ElemType t, int peer, int tag) const;
+  std::shared_ptr<CommBackend> backend_;
 };
 
 std::string host_name();

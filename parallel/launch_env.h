@@ -1,0 +1,15 @@
+// Where this process sits on its node, read from the launcher's environment: mpirun (Open MPI),
+// srun (Slurm), then MPICH/hydra; a process started by none of them is local rank 0 of 1.
+// Invariant: a variable that is set is used or rejected — a malformed value is an InputError
+// naming the variable, never a silent fallback.
+#pragma once
+
+namespace megatrain {
+
+// OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID; else 0.
+int local_rank_from_env();
+// OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE, SLURM_TASKS_PER_NODE ("2(x3),1": this node's
+// entry, chosen by SLURM_NODEID when the entries differ), MPI_LOCALNRANKS; else 1.
+int local_size_from_env();
+
+}  // namespace megatrain

@@ -1,0 +1,157 @@
+// Multi-rank tests (np 1, 2, 3, 4, 8) of Comm's collectives against results computed from rank
+// numbers: rank r contributes r·1000 + i at index i (exact in every element type used). Sizes
+// include 0, sizes not divisible by p and zero counts for some ranks; each test runs on the world
+// and on a communicator whose max_count of 3 forces the chunked large-count path. Each call's
+// bytes_moved is checked against the formula of comm.h.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "comm_test_util.h"
+
+namespace megatrain {
+namespace {
+
+using comm_test::displ;
+using comm_test::expect_recorded;
+using comm_test::test_comms;
+using comm_test::total;
+
+// Count patterns for p ranks: unequal with zeros (every third rank from 1 gives none), all equal,
+// and all zero.
+std::vector<std::vector<int64_t>> count_patterns(int p) {
+  std::vector<int64_t> unequal, equal(static_cast<size_t>(p), 5), zero(static_cast<size_t>(p), 0);
+  for (int j = 0; j < p; ++j) unequal.push_back(j % 3 == 1 ? 0 : j + 2);
+  return {unequal, equal, zero};
+}
+
+template <class T>
+void check_all_reduce(const Comm& c) {
+  const int p = c.size(), r = c.rank();
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{2 * p + 1}, int64_t{1000 + p}}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+      std::vector<T> data(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) data[i] = static_cast<T>(r * 1000 + i);
+      const CommStats before = c.stats();
+      c.all_reduce(data.data(), n, op).wait();
+      expect_recorded(c, before, comm_test::all_reduce_bytes(p, n, sizeof(T)), 1);
+      for (int64_t i = 0; i < n; ++i) {
+        const T want = op == ReduceOp::sum ? static_cast<T>(1000 * p * (p - 1) / 2 + p * i)
+                                           : static_cast<T>((p - 1) * 1000 + i);
+        ASSERT_EQ(data[i], want) << c.name() << " n " << n << " i " << i;
+      }
+    }
+  }
+}
+
+TEST(CommCollectives, AllReduceEveryTypeSumAndMax) {
+  for (const Comm& c : test_comms()) {
+    check_all_reduce<float>(c);
+    check_all_reduce<double>(c);
+    check_all_reduce<int32_t>(c);
+    check_all_reduce<int64_t>(c);
+  }
+}
+
+TEST(CommCollectives, BlockingAllReduceSum) {
+  const Comm world = Comm::world();
+  const int p = world.size();
+  std::vector<float> v(5, static_cast<float>(world.rank()));
+  world.allreduce_sum(v.data(), 5);
+  for (float x : v) EXPECT_EQ(x, static_cast<float>(p * (p - 1) / 2));
+  EXPECT_EQ(world.allreduce_sum(0.5 * world.rank()), 0.25 * p * (p - 1));
+}
+
+TEST(CommCollectives, ReduceScatterUnequalAndZeroCounts) {
+  for (const Comm& c : test_comms()) {
+    const int p = c.size(), r = c.rank();
+    for (const auto& counts : count_patterns(p)) {
+      std::vector<float> in(static_cast<size_t>(total(counts)));
+      for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<float>(r * 1000 + static_cast<int64_t>(k));
+      std::vector<float> out(static_cast<size_t>(counts[r]), -1.0f);
+      const CommStats before = c.stats();
+      c.reduce_scatter(out.data(), in.data(), counts).wait();
+      expect_recorded(c, before, comm_test::gather_scatter_bytes(p, counts), 1);
+      const int64_t d = displ(counts, r);
+      for (int64_t i = 0; i < counts[r]; ++i)
+        ASSERT_EQ(out[i], static_cast<float>(1000 * p * (p - 1) / 2 + p * (d + i))) << c.name() << " i " << i;
+    }
+  }
+}
+
+TEST(CommCollectives, AllGatherUnequalZeroAndInPlace) {
+  for (const Comm& c : test_comms()) {
+    const int p = c.size(), r = c.rank();
+    for (const auto& counts : count_patterns(p)) {
+      for (bool in_place : {false, true}) {
+        std::vector<float> out(static_cast<size_t>(total(counts)), -1.0f);
+        std::vector<float> mine(static_cast<size_t>(counts[r]));
+        for (int64_t i = 0; i < counts[r]; ++i) mine[i] = static_cast<float>(r * 1000 + i);
+        const float* in = mine.data();
+        if (in_place) {
+          std::copy(mine.begin(), mine.end(), out.begin() + displ(counts, r));
+          in = out.data() + displ(counts, r);
+        }
+        const CommStats before = c.stats();
+        c.all_gather(out.data(), in, counts).wait();
+        expect_recorded(c, before, comm_test::gather_scatter_bytes(p, counts), 1);
+        for (int j = 0; j < p; ++j)
+          for (int64_t i = 0; i < counts[j]; ++i)
+            ASSERT_EQ(out[displ(counts, j) + i], static_cast<float>(j * 1000 + i))
+                << c.name() << " from " << j << " i " << i << " in_place " << in_place;
+      }
+    }
+  }
+}
+
+TEST(CommCollectives, AllToAllWithZeroEntries) {
+  for (const Comm& c : test_comms()) {
+    const int p = c.size(), r = c.rank();
+    for (int64_t scale : {1, 5}) {
+      // Rank s sends ((s + 2t) % 3)·scale floats to rank t; element i from s to t is s·1000 + t·10 + i.
+      auto count = [&](int s, int t) { return ((s + 2 * t) % 3) * scale; };
+      std::vector<int64_t> send_counts, recv_counts;
+      for (int j = 0; j < p; ++j) {
+        send_counts.push_back(count(r, j));
+        recv_counts.push_back(count(j, r));
+      }
+      std::vector<float> in, out(static_cast<size_t>(total(recv_counts)), -1.0f);
+      for (int j = 0; j < p; ++j)
+        for (int64_t i = 0; i < send_counts[j]; ++i) in.push_back(static_cast<float>(r * 1000 + j * 10 + i));
+      const CommStats before = c.stats();
+      c.all_to_all(out.data(), recv_counts, in.data(), send_counts).wait();
+      expect_recorded(c, before, (total(send_counts) - send_counts[r]) * 4, 1);
+      for (int j = 0; j < p; ++j)
+        for (int64_t i = 0; i < recv_counts[j]; ++i)
+          ASSERT_EQ(out[displ(recv_counts, j) + i], static_cast<float>(j * 1000 + r * 10 + i))
+              << c.name() << " from " << j << " i " << i;
+    }
+  }
+}
+
+template <class T>
+void check_broadcast(const Comm& c) {
+  const int p = c.size(), r = c.rank();
+  for (int root = 0; root < p; ++root) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{10}}) {
+      std::vector<T> data(static_cast<size_t>(n), T(0));
+      if (r == root)
+        for (int64_t i = 0; i < n; ++i) data[i] = static_cast<T>(root * 20 + i);
+      const CommStats before = c.stats();
+      c.broadcast(data.data(), n, root).wait();
+      expect_recorded(c, before, p > 1 ? n * static_cast<int64_t>(sizeof(T)) : 0, 1);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(data[i], static_cast<T>(root * 20 + i)) << c.name() << " root " << root;
+    }
+  }
+}
+
+TEST(CommCollectives, BroadcastFromEveryRoot) {
+  for (const Comm& c : test_comms()) {
+    check_broadcast<float>(c);
+    check_broadcast<int64_t>(c);
+    check_broadcast<uint8_t>(c);
+  }
+}
+
+}  // namespace
+}  // namespace megatrain
