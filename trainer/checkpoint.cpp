@@ -1,3 +1,5 @@
+// Checkpoint directories, saving (sync and async) and loading with fallback (checkpoint.h). Every
+// decision that picks a file is made on rank 0 and shared, so all ranks issue the same collectives.
 #include "trainer/checkpoint.h"
 
 #include <fcntl.h>
@@ -11,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "trainer/checkpoint_shard.h"
 #include "trainer/debug_env.h"
 
 namespace megatrain {
@@ -80,11 +83,34 @@ void check_same_model(const std::string& path, const std::string& saved, const s
                  path, diff);
 }
 
-CheckpointMeta load_one(const fs::path& dir, const CheckpointTensors& t, const std::string& current_toml) {
+CheckpointMeta load_one(const fs::path& dir, const CheckpointTensors& t, const Comm& comm,
+                        const std::string& current_toml) {
   const std::string file = (dir / kModelFile).string();
-  const CheckpointMeta meta = checkpoint_file_read_meta(file);
-  check_same_model(file, meta.config_toml, current_toml);
-  return checkpoint_file_read(file, t);
+  return checkpoint_file_read(file, t, comm, [&](const CheckpointMeta& meta) {
+    check_same_model(file, meta.config_toml, current_toml);
+  });
+}
+
+// The folders checkpoint.load = "latest" tries, in order: the one `latest` names, then every other
+// complete step_* from the newest down. Decided on rank 0, so every rank tries the same list.
+std::vector<fs::path> load_candidates(const fs::path& dir, const Comm& comm) {
+  std::string list;
+  if (comm.rank() == 0) {
+    std::vector<fs::path> candidates;
+    std::ifstream latest(dir / "latest");
+    std::string named;
+    if (latest >> named) candidates.push_back(dir / named);
+    auto steps = complete_steps(dir);
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+      if (candidates.empty() || dir / checkpoint_step_name(*it) != candidates.front())
+        candidates.push_back(dir / checkpoint_step_name(*it));
+    for (const auto& c : candidates) list += c.string() + "\n";
+  }
+  ckpt::ShardGroup(comm.handle()).broadcast(list);
+  std::vector<fs::path> candidates;
+  std::istringstream in(list);
+  for (std::string line; std::getline(in, line);) candidates.emplace_back(line);
+  return candidates;
 }
 
 std::string layout_json(const Config& cfg, int world) {
@@ -141,7 +167,7 @@ void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta)
     fs::create_directories(tmp);
   }
   io_.barrier();
-  checkpoint_file_write((tmp / kModelFile).string(), t, meta, io_, 0);
+  checkpoint_file_write((tmp / kModelFile).string(), t, meta, io_);
   io_.barrier();
   if (io_.rank() == 0) {
     fsync_path(tmp / kModelFile);
@@ -173,16 +199,15 @@ double Checkpointer::save(const CheckpointTensors& t, const TrainState& state) {
     write(t, meta);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  const int64_t n = t.layout->total();
-  if (host_params_.size() != n) {
-    host_params_ = FlatBuffer(n);
-    host_m_ = FlatBuffer(n);
-    host_v_ = FlatBuffer(n);
-  }
-  std::memcpy(host_params_.data(), t.params, sizeof(float) * static_cast<size_t>(n));
-  std::memcpy(host_m_.data(), t.exp_avg, sizeof(float) * static_cast<size_t>(n));
-  std::memcpy(host_v_.data(), t.exp_avg_sq, sizeof(float) * static_cast<size_t>(n));
-  const CheckpointTensors copy{t.layout, host_params_.data(), host_m_.data(), host_v_.data()};
+  // Only the partition is written, so only the partition is copied.
+  const auto n = static_cast<size_t>(t.part_end - t.part_begin);
+  const auto copy_partition = [&](std::vector<float>& host, const FlatSlice& s) {
+    host.resize(n);
+    if (n > 0) std::memcpy(host.data(), s.data + (t.part_begin - s.begin), sizeof(float) * n);
+    return FlatSlice{host.data(), t.part_begin, t.part_end};
+  };
+  const CheckpointTensors copy{t.layout, copy_partition(host_params_, t.params), copy_partition(host_m_, t.exp_avg),
+                               copy_partition(host_v_, t.exp_avg_sq), t.part_begin, t.part_end};
   worker_ = std::thread([this, copy, meta] {
     try {
       write(copy, meta);
@@ -193,25 +218,17 @@ double Checkpointer::save(const CheckpointTensors& t, const TrainState& state) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::optional<CheckpointMeta> checkpoint_load(const Config& cfg, const CheckpointTensors& t, bool allow_fresh_start,
-                                              bool verbose) {
+std::optional<CheckpointMeta> checkpoint_load(const Config& cfg, const CheckpointTensors& t, const Comm& comm,
+                                              bool allow_fresh_start, bool verbose) {
   const std::string& load = cfg.checkpoint.load;
   if (load.empty()) return std::nullopt;
   const std::string current = config_to_toml(cfg);
-  if (load != "latest") return load_one(load, t, current);
+  if (load != "latest") return load_one(load, t, comm, current);
   const fs::path dir = cfg.checkpoint.dir;
-  std::vector<fs::path> candidates;
-  std::ifstream latest(dir / "latest");
-  std::string named;
-  if (latest >> named) candidates.push_back(dir / named);
-  auto steps = complete_steps(dir);
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it)
-    if (candidates.empty() || dir / checkpoint_step_name(*it) != candidates.front())
-      candidates.push_back(dir / checkpoint_step_name(*it));
   std::string reasons;
-  for (const auto& c : candidates) {
+  for (const auto& c : load_candidates(dir, comm)) {
     try {
-      CheckpointMeta meta = load_one(c, t, current);
+      CheckpointMeta meta = load_one(c, t, comm, current);
       if (verbose && !reasons.empty())
         spdlog::warn("checkpoint: fell back to {} because newer ones are invalid:{}", c.string(), reasons);
       if (verbose) spdlog::info("checkpoint: resumed from {} (step {})", c.string(), meta.state.step);

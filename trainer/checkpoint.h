@@ -1,13 +1,15 @@
 // Checkpoint directories: DIR/step_NNNNNNN/model.h5 (format: trainer/checkpoint_file.h).
 // Saving writes DIR/step_NNNNNNN.tmp, fsyncs, renames it to DIR/step_NNNNNNN, then replaces
 // DIR/latest atomically, and only then removes checkpoints beyond checkpoint.keep_last — so at
-// every instant the newest complete checkpoint is intact and findable. With checkpoint.async the
-// step copies its state into host memory and a background thread writes it (MegaScale's two
-// stages); the next save, or the end of training, waits for the previous write.
+// every instant the newest complete checkpoint is intact and findable. Each rank saves and loads
+// only what it holds (CheckpointTensors: its partition is written, its slices are read). With
+// checkpoint.async the step copies its partition into host memory and a background thread writes it
+// (MegaScale's two stages); the next save, or the end of training, waits for the previous write.
 #pragma once
 #include <memory>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "model/params.h"
 #include "parallel/comm.h"
@@ -35,7 +37,8 @@ class Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
-  // Collective. Returns the seconds the caller was stalled (the copy for async saves).
+  // Collective over `world` (whose ranks partition the state, see CheckpointTensors). Returns the
+  // seconds the caller was stalled (the copy of the partition for async saves).
   double save(const CheckpointTensors& t, const TrainState& state);
   void wait();
 
@@ -46,16 +49,17 @@ class Checkpointer {
   const Comm& world_;
   Comm io_;  // a communicator of its own, so the writer thread never interleaves with training's
   std::string config_toml_, layout_json_;
-  FlatBuffer host_params_, host_m_, host_v_;
+  std::vector<float> host_params_, host_m_, host_v_;  // the partition, for async saves
   std::thread worker_;
   std::exception_ptr worker_error_;
 };
 
-// Resolves checkpoint.load ("" = fresh start, "latest" = newest valid under checkpoint.dir with
-// fallback to older ones, else a checkpoint directory) and fills `t`. Returns the loaded metadata,
-// or nullopt for a fresh start. Throws NoValidCheckpoint when a load was asked for and nothing
-// valid exists, unless allow_fresh_start.
-std::optional<CheckpointMeta> checkpoint_load(const Config& cfg, const CheckpointTensors& t, bool allow_fresh_start,
-                                              bool verbose);
+// Collective over `comm` (whose ranks partition the state, see CheckpointTensors). Resolves
+// checkpoint.load ("" = fresh start, "latest" = newest valid under checkpoint.dir with fallback to
+// older ones, else a checkpoint directory) and fills `t`'s slices on every rank. Returns the loaded
+// metadata, or nullopt for a fresh start. Throws NoValidCheckpoint when a load was asked for and
+// nothing valid exists, unless allow_fresh_start. Every rank reaches the same outcome.
+std::optional<CheckpointMeta> checkpoint_load(const Config& cfg, const CheckpointTensors& t, const Comm& comm,
+                                              bool allow_fresh_start, bool verbose);
 
 }  // namespace megatrain

@@ -1,10 +1,15 @@
+// HDF5 side of checkpoint files (checkpoint_file.h): attributes, datasets with global shapes, and
+// the hyperslab transfers of each rank's pieces. Writes are collective MPI-IO; reads are
+// independent, so the only collectives of a read are ShardGroup's, issued by every rank in order.
 #include "trainer/checkpoint_file.h"
 
 #include <hdf5.h>
-#include <zlib.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
+
+#include "trainer/checkpoint_shard.h"
 
 namespace megatrain {
 namespace {
@@ -31,21 +36,43 @@ void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 const char* kKinds[] = {"params", "exp_avg", "exp_avg_sq"};
 
-float* buffer_of(const CheckpointTensors& t, int kind) {
+const FlatSlice& slice_of(const CheckpointTensors& t, int kind) {
   return kind == 0 ? t.params : kind == 1 ? t.exp_avg : t.exp_avg_sq;
 }
 
-uint32_t crc_of(const float* data, int64_t n) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* bytes = reinterpret_cast<const Bytef*>(data);
-  int64_t left = n * 4;
-  while (left > 0) {
-    const uInt chunk = static_cast<uInt>(std::min<int64_t>(left, 1 << 30));
-    crc = crc32(crc, bytes, chunk);
-    bytes += chunk;
-    left -= chunk;
+// Where flat element `flat` (inside the slice) lives.
+float* at(const FlatSlice& s, int64_t flat) { return s.data + (flat - s.begin); }
+
+// The part of flat range [begin, end) inside tensor i, as offsets within the tensor (lo ≥ hi: none).
+std::pair<int64_t, int64_t> within(const ParamLayout& layout, size_t i, int64_t begin, int64_t end) {
+  const int64_t off = layout.offset(i);
+  return {std::max(begin, off) - off, std::min(end, off + layout.spec(i).shape.numel()) - off};
+}
+
+enum class Transfer { read, write };
+
+// Reads or writes the tensor's elements [lo, hi) (row-major) from/to `data` (hi − lo floats) as a
+// union of hyperslab boxes; an empty range selects nothing (collective writes need every rank).
+herr_t transfer(Transfer dir, hid_t dset, const Shape& shape, int64_t lo, int64_t hi, float* data, hid_t dxpl) {
+  H5 fspace(H5Dget_space(dset), H5Sclose);
+  const hsize_t n = static_cast<hsize_t>(std::max<int64_t>(hi - lo, 1));
+  H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  float none = 0.0f;
+  if (hi <= lo) {
+    H5Sselect_none(fspace);
+    H5Sselect_none(mspace);
+    data = &none;
+  } else {
+    H5S_seloper_t op = H5S_SELECT_SET;
+    for (const ckpt::Box& b : ckpt::range_boxes(shape, lo, hi)) {
+      std::vector<hsize_t> start(b.start.begin(), b.start.begin() + shape.ndim);
+      std::vector<hsize_t> count(b.count.begin(), b.count.begin() + shape.ndim);
+      if (H5Sselect_hyperslab(fspace, op, start.data(), nullptr, count.data(), nullptr) < 0) return -1;
+      op = H5S_SELECT_OR;
+    }
   }
-  return static_cast<uint32_t>(crc);
+  return dir == Transfer::write ? H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, data)
+                                : H5Dread(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, data);
 }
 
 void write_attr_i64(hid_t obj, const char* name, int64_t v) {
@@ -123,12 +150,101 @@ H5 open_for_read(const std::string& path) {
   return f;
 }
 
+// Every slice contains the partition, and a non-empty slice has data.
+bool slices_hold_partition(const CheckpointTensors& t) {
+  for (int kind = 0; kind < 3; ++kind) {
+    const FlatSlice& s = slice_of(t, kind);
+    if (t.part_begin < t.part_end && (s.begin > t.part_begin || s.end < t.part_end)) return false;
+    if (s.begin < s.end && s.data == nullptr) return false;
+  }
+  return t.layout != nullptr;
+}
+
+// What one rank's local read produced: the stored checksums and the CRCs of its partition pieces.
+struct LocalRead {
+  CheckpointMeta meta;
+  std::vector<uint32_t> stored;
+  std::vector<ckpt::CrcPiece> pieces;
+};
+
+// Everything a read does without talking to other ranks; the first problem is thrown as InputError.
+void read_local(const std::string& path, const CheckpointTensors& t, const CheckpointMetaCheck& check_meta,
+                LocalRead& out) {
+  H5 f = open_for_read(path);
+  const Reader r{path, f};
+  out.meta = read_meta(r);
+  if (check_meta) check_meta(out.meta);
+  const ParamLayout& layout = *t.layout;
+  for (int kind = 0; kind < 3; ++kind) {
+    if (H5Lexists(f, kKinds[kind], H5P_DEFAULT) <= 0) r.fail(fmt::format("group '{}' is missing", kKinds[kind]));
+    H5 group(H5Gopen2(f, kKinds[kind], H5P_DEFAULT), H5Gclose);
+    const FlatSlice& slice = slice_of(t, kind);
+    for (size_t i = 0; i < layout.size(); ++i) {
+      const ParamSpec& spec = layout.spec(i);
+      const std::string where = fmt::format("tensor {}/{}", kKinds[kind], spec.name);
+      if (H5Lexists(group, spec.name.c_str(), H5P_DEFAULT) <= 0)
+        r.fail(fmt::format("{} is missing (the checkpoint was written for another model)", where));
+      H5 dset(H5Dopen2(group, spec.name.c_str(), H5P_DEFAULT), H5Dclose);
+      H5 space(H5Dget_space(dset), H5Sclose);
+      std::vector<hsize_t> dims(static_cast<size_t>(std::max(0, H5Sget_simple_extent_ndims(space))));
+      H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+      Shape got;
+      for (hsize_t d : dims) got.dim[static_cast<size_t>(got.ndim++)] = static_cast<int64_t>(d);
+      if (!(got == spec.shape))
+        r.fail(fmt::format("{} has shape {}, the model expects {} (model config differs)", where, got.str(),
+                           spec.shape.str()));
+      H5 a = r.attr(dset, "crc32", where);
+      uint32_t want = 0;
+      if (H5Aread(a, H5T_NATIVE_UINT32, &want) < 0) r.fail(fmt::format("{}: its crc32 is unreadable", where));
+      out.stored.push_back(want);
+      const int64_t off = layout.offset(i);
+      const auto [lo, hi] = within(layout, i, slice.begin, slice.end);
+      if (lo < hi && transfer(Transfer::read, dset, spec.shape, lo, hi, at(slice, off + lo), H5P_DEFAULT) < 0)
+        r.fail(fmt::format("{} cannot be read (file truncated or damaged)", where));
+      const auto [plo, phi] = within(layout, i, t.part_begin, t.part_end);
+      if (plo < phi)
+        out.pieces.push_back({static_cast<int64_t>(out.stored.size() - 1), (phi - plo) * 4,
+                              ckpt::crc_floats(at(slice, off + plo), phi - plo)});
+    }
+  }
+}
+
+CheckpointMeta read_sharded(const std::string& path, const CheckpointTensors& t, const ckpt::ShardGroup& group,
+                            const CheckpointMetaCheck& check_meta) {
+  group.check_partitions(t.part_begin, t.part_end, slices_hold_partition(t), t.layout ? t.layout->total() : 0);
+  LocalRead local;
+  std::string error;
+  try {
+    read_local(path, t, check_meta, local);
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  group.agree(error);  // from here on every rank has read every dataset's metadata
+  const std::vector<uint32_t> crcs = group.combine_on_root(local.pieces, local.stored.size());
+  for (size_t d = 0; d < crcs.size() && error.empty(); ++d)
+    if (crcs[d] != local.stored[d]) {
+      const size_t n = t.layout->size();
+      error = fmt::format("checkpoint {}: tensor {}/{} fails its checksum (data damaged)", path, kKinds[d / n],
+                          t.layout->spec(d % n).name);
+    }
+  group.agree(error);
+  return local.meta;
+}
+
 }  // namespace
 
+CheckpointTensors checkpoint_tensors_full(const ParamLayout& layout, float* params, float* exp_avg, float* exp_avg_sq,
+                                          int rank, int ranks) {
+  const int64_t n = layout.total();
+  const FlatRange part = flat_partition(n, rank, ranks);
+  return {&layout, {params, 0, n}, {exp_avg, 0, n}, {exp_avg_sq, 0, n}, part.begin, part.end};
+}
+
 void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, const CheckpointMeta& meta,
-                           const Comm& comm, int writer) {
+                           const Comm& comm) {
   quiet_hdf5();
-  const bool mine = comm.rank() == writer;
+  const ckpt::ShardGroup group(comm.handle());
+  group.check_partitions(t.part_begin, t.part_end, slices_hold_partition(t), t.layout ? t.layout->total() : 0);
   H5 fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_fapl_mpio(fapl, comm.handle(), MPI_INFO_NULL);
   H5 file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
@@ -145,29 +261,32 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
   write_attr_str(file, "loss_scaler", "none (fp32 training)");
   H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);  // the partitions tile every tensor: each element is written once
   const ParamLayout& layout = *t.layout;
+  std::vector<H5> dsets;
+  std::vector<ckpt::CrcPiece> pieces;
   for (int kind = 0; kind < 3; ++kind) {
-    H5 group(H5Gcreate2(file, kKinds[kind], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    H5 group_h(H5Gcreate2(file, kKinds[kind], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    const FlatSlice& slice = slice_of(t, kind);
     for (size_t i = 0; i < layout.size(); ++i) {
       const ParamSpec& spec = layout.spec(i);
       std::vector<hsize_t> dims(spec.shape.dim.begin(), spec.shape.dim.begin() + spec.shape.ndim);
       H5 fspace(H5Screate_simple(spec.shape.ndim, dims.data(), nullptr), H5Sclose);
-      H5 mspace(H5Screate_simple(spec.shape.ndim, dims.data(), nullptr), H5Sclose);
-      H5 dset(H5Dcreate2(group, spec.name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      H5 dset(H5Dcreate2(group_h, spec.name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT),
               H5Dclose);
       MT_CHECK(dset.ok(), "cannot create dataset {}/{} in {}", kKinds[kind], spec.name, path);
-      if (!mine) {
-        H5Sselect_none(fspace);
-        H5Sselect_none(mspace);
-      }
-      const float* data = buffer_of(t, kind) + layout.offset(i);
-      MT_CHECK(H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, data) >= 0, "writing {}/{} to {} failed",
+      const auto [lo, hi] = within(layout, i, t.part_begin, t.part_end);
+      float* data = lo < hi ? at(slice, layout.offset(i) + lo) : nullptr;
+      MT_CHECK(transfer(Transfer::write, dset, spec.shape, lo, hi, data, dxpl) >= 0, "writing {}/{} to {} failed",
                kKinds[kind], spec.name, path);
-      uint32_t crc = mine ? crc_of(data, spec.shape.numel()) : 0;
-      MPI_Bcast(&crc, 1, MPI_UINT32_T, writer, comm.handle());
-      write_attr_u32(dset, "crc32", crc);
+      if (lo < hi) pieces.push_back({static_cast<int64_t>(dsets.size()), (hi - lo) * 4, ckpt::crc_floats(data, hi - lo)});
+      dsets.push_back(std::move(dset));
     }
   }
+  std::vector<uint32_t> crcs = group.combine_on_root(pieces, dsets.size());
+  group.broadcast(crcs);  // attribute writes are collective: every rank passes the same value
+  for (size_t d = 0; d < dsets.size(); ++d) write_attr_u32(dsets[d], "crc32", crcs[d]);
   MT_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0, "flushing {} failed", path);
 }
 
@@ -176,39 +295,13 @@ CheckpointMeta checkpoint_file_read_meta(const std::string& path) {
   return read_meta(Reader{path, f});
 }
 
+CheckpointMeta checkpoint_file_read(const std::string& path, const CheckpointTensors& t, const Comm& comm,
+                                    const CheckpointMetaCheck& check_meta) {
+  return read_sharded(path, t, ckpt::ShardGroup(comm.handle()), check_meta);
+}
+
 CheckpointMeta checkpoint_file_read(const std::string& path, const CheckpointTensors& t) {
-  H5 f = open_for_read(path);
-  const Reader r{path, f};
-  CheckpointMeta meta = read_meta(r);
-  const ParamLayout& layout = *t.layout;
-  for (int kind = 0; kind < 3; ++kind) {
-    if (H5Lexists(f, kKinds[kind], H5P_DEFAULT) <= 0) r.fail(fmt::format("group '{}' is missing", kKinds[kind]));
-    H5 group(H5Gopen2(f, kKinds[kind], H5P_DEFAULT), H5Gclose);
-    for (size_t i = 0; i < layout.size(); ++i) {
-      const ParamSpec& spec = layout.spec(i);
-      const std::string where = fmt::format("tensor {}/{}", kKinds[kind], spec.name);
-      if (H5Lexists(group, spec.name.c_str(), H5P_DEFAULT) <= 0)
-        r.fail(fmt::format("{} is missing (the checkpoint was written for another model)", where));
-      H5 dset(H5Dopen2(group, spec.name.c_str(), H5P_DEFAULT), H5Dclose);
-      H5 space(H5Dget_space(dset), H5Sclose);
-      std::vector<hsize_t> dims(static_cast<size_t>(std::max(0, H5Sget_simple_extent_ndims(space))));
-      H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-      Shape got;
-      for (hsize_t d : dims) got.dim[static_cast<size_t>(got.ndim++)] = static_cast<int64_t>(d);
-      if (!(got == spec.shape))
-        r.fail(fmt::format("{} has shape {}, the model expects {} (model config differs)", where, got.str(),
-                           spec.shape.str()));
-      float* data = buffer_of(t, kind) + layout.offset(i);
-      if (H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-        r.fail(fmt::format("{} cannot be read (file truncated or damaged)", where));
-      H5 a = r.attr(dset, "crc32", where);
-      uint32_t want = 0;
-      H5Aread(a, H5T_NATIVE_UINT32, &want);
-      if (crc_of(data, spec.shape.numel()) != want)
-        r.fail(fmt::format("{} fails its checksum (data damaged)", where));
-    }
-  }
-  return meta;
+  return read_sharded(path, t, ckpt::ShardGroup(MPI_COMM_NULL), {});
 }
 
 }  // namespace megatrain

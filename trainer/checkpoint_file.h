@@ -1,15 +1,20 @@
 // One checkpoint file in HDF5 (format in docs/checkpoint-format.md): every parameter and its
-// Adam state as a dataset with its *global* shape, written through MPI-IO where each rank writes
-// only its slice (today, with replicated state, data-parallel rank 0 writes whole tensors and the
-// others select nothing). Root attributes carry the training state, the resolved config and the
-// layout; each dataset carries a CRC-32 of its bytes, verified on read. Invariant: a read either
-// fills every tensor or throws InputError naming the file, the tensor and the reason.
+// Adam state as a dataset with its *global* shape. Sharded I/O: the ranks of a communicator
+// partition the flat layout (ParamLayout order) in rank order; a write stores each rank's partition
+// of every tensor through collective MPI-IO (replicated state is written once, in parallel), a read
+// fills on each rank exactly the slices it holds. Root attributes carry the training state, the
+// resolved config and the layout; each dataset carries a CRC-32 of all its bytes, combined from the
+// partitions' pieces on write and verified, piece by partition owner, on read. Invariant: a read
+// either fills every slice on every rank or throws the same InputError, naming the file, the tensor
+// and the reason, on every rank.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "model/params.h"
 #include "parallel/comm.h"
+#include "parallel/flat_range.h"
 
 namespace megatrain {
 
@@ -22,13 +27,26 @@ struct TrainState {
   uint64_t seed = 0;             // keys every counter-based random stream (init, dropout, data order)
 };
 
-// Views of the state a checkpoint holds; all three buffers follow `layout`.
+// A rank's piece of one flat buffer: data[j] is flat element begin + j, for j in [0, end − begin).
+struct FlatSlice {
+  float* data = nullptr;
+  int64_t begin = 0, end = 0;
+};
+
+// What one rank holds of the state a checkpoint stores; the flat index space is `layout`'s. The
+// ranks of the communicator partition [0, layout->total()) in rank order by [part_begin, part_end),
+// and each slice contains this rank's partition. ZeRO 0: three full slices; ZeRO 1/2: full params,
+// partition-only moments; ZeRO 3: all three partition-only.
 struct CheckpointTensors {
   const ParamLayout* layout = nullptr;
-  float* params = nullptr;
-  float* exp_avg = nullptr;
-  float* exp_avg_sq = nullptr;
+  FlatSlice params, exp_avg, exp_avg_sq;
+  int64_t part_begin = 0, part_end = 0;  // this rank's partition
 };
+
+// Full (replicated) buffers of layout.total() floats each, held by rank `rank` of a communicator of
+// `ranks` ranks (its partition: flat_partition, parallel/flat_range.h). Single-process use: rank 0 of 1.
+CheckpointTensors checkpoint_tensors_full(const ParamLayout& layout, float* params, float* exp_avg, float* exp_avg_sq,
+                                          int rank, int ranks);
 
 struct CheckpointMeta {
   TrainState state;
@@ -36,10 +54,18 @@ struct CheckpointMeta {
   std::string layout_json;  // {"tp":…, "pp":…, "dp":…, "cp":…, "ep":…, "world":…}
 };
 
-// Collective over `comm`: every rank calls it; rank `writer` provides the data.
+// Collective over `comm`: every rank writes its partition of every tensor.
 void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, const CheckpointMeta& meta,
-                           const Comm& comm, int writer);
-// Reads on every rank (independent I/O). Verifies format, version, shapes and checksums.
+                           const Comm& comm);
+
+// Run on the metadata, on every rank, before any tensor is read; throws InputError to refuse the file.
+using CheckpointMetaCheck = std::function<void(const CheckpointMeta&)>;
+
+// Collective over `comm`: every rank reads what its slices hold (independent I/O, never the whole
+// file) and verifies format, version, shapes and, for its partition, checksums.
+CheckpointMeta checkpoint_file_read(const std::string& path, const CheckpointTensors& t, const Comm& comm,
+                                    const CheckpointMetaCheck& check_meta = {});
+// The same in this process alone (MPI not needed): `t`'s partition is [0, total).
 CheckpointMeta checkpoint_file_read(const std::string& path, const CheckpointTensors& t);
 // Only the metadata (cheap): for choosing and reporting.
 CheckpointMeta checkpoint_file_read_meta(const std::string& path);

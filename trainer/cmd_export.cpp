@@ -34,7 +34,7 @@ Command add_export_command(CLI::App& root) {
             hf_family(cfg.model, file);  // before reading any tensor
             const ParamLayout layout = gpt_param_layout(cfg.model);
             FlatBuffer params(layout.total()), exp_avg(layout.total()), exp_avg_sq(layout.total());
-            checkpoint_file_read(file, CheckpointTensors{&layout, params.data(), exp_avg.data(), exp_avg_sq.data()});
+            checkpoint_file_read(file, checkpoint_tensors_full(layout, params.data(), exp_avg.data(), exp_avg_sq.data(), 0, 1));
             hf_export(opts->out, cfg.model, params.data(), file);
             spdlog::info("exported {} (step {}, {} parameters) as a Hugging Face {} model to {}", file,
                          meta.state.step, layout.num_parameters(),

@@ -59,7 +59,7 @@ int run_generate(const Options& o) {
 
   // Parameters only: the Adam state is read into the gradient buffer and dropped.
   GptModel model(mc, 1, 1);
-  checkpoint_file_read(file, CheckpointTensors{&model.layout(), model.params(), model.grads(), model.grads()});
+  checkpoint_file_read(file, checkpoint_tensors_full(model.layout(), model.params(), model.grads(), model.grads(), 0, 1));
   GptDecoder decoder(model);
 
   GenerateOptions g;

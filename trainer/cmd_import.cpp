@@ -1,7 +1,7 @@
 // `megatrain import --hf DIR --out CKPT [--config-out FILE]`: a Hugging Face model folder (config.json
 // + model.safetensors, F32/BF16/F16) as a step-0 checkpoint folder CKPT (zero Adam state) that
 // `checkpoint.load = "CKPT"` reads, and optionally a config to continue training from it. Collective:
-// every rank reads the model; rank 0 writes.
+// every rank reads the model and writes its partition of it.
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
@@ -69,8 +69,9 @@ Command add_import_command(CLI::App& root) {
             }
             world.barrier();
             checkpoint_file_write((tmp / "model.h5").string(),
-                                  CheckpointTensors{&layout, model.params.data(), exp_avg.data(), exp_avg_sq.data()},
-                                  meta, world, 0);
+                                  checkpoint_tensors_full(layout, model.params.data(), exp_avg.data(),
+                                                          exp_avg_sq.data(), world.rank(), world.size()),
+                                  meta, world);
             world.barrier();
             if (world.rank() != 0) return 0;
             std::error_code ec;

@@ -36,7 +36,7 @@ class CheckpointE2E : public TrainE2E {
     const int64_t n = layout_.total();
     std::vector<float> all(static_cast<size_t>(3 * n));
     checkpoint_file_read((step_dir / "model.h5").string(),
-                         CheckpointTensors{&layout_, all.data(), all.data() + n, all.data() + 2 * n});
+                         checkpoint_tensors_full(layout_, all.data(), all.data() + n, all.data() + 2 * n, 0, 1));
     return all;
   }
   ParamLayout layout_;

@@ -36,7 +36,8 @@ Saved read_checkpoint(const fs::path& folder) {
   s.layout = gpt_param_layout(s.cfg.model);
   const auto n = static_cast<size_t>(s.layout.total());
   s.params.resize(n), s.exp_avg.resize(n), s.exp_avg_sq.resize(n);
-  checkpoint_file_read(file, CheckpointTensors{&s.layout, s.params.data(), s.exp_avg.data(), s.exp_avg_sq.data()});
+  checkpoint_file_read(file,
+                       checkpoint_tensors_full(s.layout, s.params.data(), s.exp_avg.data(), s.exp_avg_sq.data(), 0, 1));
   return s;
 }
 

@@ -1,6 +1,8 @@
 // Damaged or mismatched checkpoint files are refused with the file, the tensor and the reason:
-// a tensor the model needs is missing, a shape differs, the format version is unknown.
-// (Truncation, checksums, fallback and resume are covered end to end in tests/e2e.)
+// a tensor the model needs is missing, a shape differs, the format version is unknown. The geometry
+// of sharded I/O: a flat range is exactly its hyperslab boxes.
+// (Truncation, checksums, fallback and resume are covered end to end in tests/e2e; many ranks in
+// test_checkpoint_sharded_mpi.cpp.)
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -8,8 +10,10 @@
 
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 
 #include "trainer/checkpoint_file.h"
+#include "trainer/checkpoint_shard.h"
 
 namespace megatrain {
 namespace {
@@ -32,7 +36,7 @@ struct Saved {
       : layout(gpt_param_layout(cfg)), p(layout.total()), m(layout.total()), v(layout.total()) {
     init_params(layout, p.data(), cfg, 3);
   }
-  CheckpointTensors tensors() { return {&layout, p.data(), m.data(), v.data()}; }
+  CheckpointTensors tensors() { return checkpoint_tensors_full(layout, p.data(), m.data(), v.data(), 0, 1); }
 };
 
 class CheckpointFile : public ::testing::Test {
@@ -42,7 +46,7 @@ class CheckpointFile : public ::testing::Test {
     fs::create_directories(dir_);
     path_ = (dir_ / "model.h5").string();
     Saved s(tiny());
-    checkpoint_file_write(path_, s.tensors(), CheckpointMeta{{7, 70, 1}, "[model]\n", "{}"}, Comm::world(), 0);
+    checkpoint_file_write(path_, s.tensors(), CheckpointMeta{{7, 70, 1}, "[model]\n", "{}"}, Comm::world());
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -98,6 +102,37 @@ TEST_F(CheckpointFile, UnknownFormatVersionIsRefused) {
   const std::string e = read_error(tiny());
   EXPECT_NE(e.find(path_), std::string::npos) << e;
   EXPECT_NE(e.find("format version 99 is not supported"), std::string::npos) << e;
+}
+
+// Every element of [lo, hi), in order, once: the boxes concatenated in row-major order.
+TEST(RangeBoxes, AreExactlyTheRangeInOrder) {
+  for (const Shape& shape : {Shape{7}, Shape{5, 3}, Shape{2, 3, 5}, Shape{2, 3, 2, 4}}) {
+    const int64_t n = shape.numel();
+    for (int64_t lo = 0; lo <= n; ++lo)
+      for (int64_t hi = lo; hi <= n; ++hi) {
+        const std::vector<ckpt::Box> boxes = ckpt::range_boxes(shape, lo, hi);
+        EXPECT_LE(static_cast<int>(boxes.size()), 2 * shape.ndim - 1) << shape.str() << " " << lo << " " << hi;
+        std::vector<int64_t> got;
+        for (const ckpt::Box& b : boxes) {
+          std::array<int64_t, Shape::kMaxDims> i{};
+          int64_t size = 1;
+          for (int d = 0; d < shape.ndim; ++d) size *= b.count[static_cast<size_t>(d)];
+          for (int64_t k = 0; k < size; ++k) {
+            int64_t rest = k, flat = 0;
+            for (int d = shape.ndim - 1; d >= 0; --d) {
+              const auto u = static_cast<size_t>(d);
+              i[u] = b.start[u] + rest % b.count[u];
+              rest /= b.count[u];
+            }
+            for (int d = 0; d < shape.ndim; ++d) flat = flat * shape[d] + i[static_cast<size_t>(d)];
+            got.push_back(flat);
+          }
+        }
+        std::vector<int64_t> want(static_cast<size_t>(hi - lo));
+        std::iota(want.begin(), want.end(), lo);
+        EXPECT_EQ(got, want) << shape.str() << " [" << lo << ", " << hi << ")";
+      }
+  }
 }
 
 }  // namespace
