@@ -13,9 +13,9 @@ constexpr uint32_t kSiteAttn = 0, kSiteMlp = 1;
 
 }  // namespace
 
-BlockWeights block_weights(const ParamLayout& layout, float* base, int layer) {
+BlockWeights block_weights(const ParamLayout& layout, float* data, int64_t data_begin, int layer) {
   const std::string L = "layers." + std::to_string(layer);
-  auto get = [&](const std::string& n) { return layout.view(base, layout.index_of(L + n)); };
+  auto get = [&](const std::string& n) { return layout.view_in(data, data_begin, layout.index_of(L + n)); };
   auto maybe = [&](const std::string& n) { return layout.contains(L + n) ? get(n) : Tensor{}; };
   BlockWeights w;
   w.attn_norm = {get(".attn_norm.weight"), maybe(".attn_norm.bias")};

@@ -14,8 +14,9 @@ struct BlockWeights {
   NormWeights attn_norm, mlp_norm;
   Tensor qkv_w, qkv_b, proj_w, proj_b, fc_w, fc_b, fc2_w, fc2_b;  // biases empty when bias = false
 };
-// Views of layer `layer`'s tensors inside a flat buffer laid out by `layout`.
-BlockWeights block_weights(const ParamLayout& layout, float* base, int layer);
+// Views of layer `layer`'s tensors in a buffer holding the flat range from `data_begin` on
+// (data[j] = flat element data_begin + j of the layout).
+BlockWeights block_weights(const ParamLayout& layout, float* data, int64_t data_begin, int layer);
 
 struct BlockActivations {
   NormActivations attn_norm;  // (N, C)

@@ -4,25 +4,72 @@
 
 namespace megatrain {
 
-GptModel::GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len)
+GptModel::GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len, UnitState* state)
     : cfg_(cfg), B_(micro_batch_size), T_(seq_len), layout_(gpt_param_layout(cfg)),
-      params_(layout_.total()), grads_(layout_.total()) {
+      units_(gpt_param_units(layout_, cfg)), state_(state) {
   MT_CHECK(seq_len <= cfg.max_seq_len, "seq_len {} > max_seq_len {}", seq_len, cfg.max_seq_len);
   Arena measure = Arena::measuring();
   plan(measure);
   arena_ = Arena(measure.used());
   plan(arena_);
-  auto views = [&](float* base, std::vector<BlockWeights>& blocks, Tensor& wte, Tensor& wpe, Tensor& head,
-                   NormWeights& fin) {
-    for (int l = 0; l < cfg_.n_layers; ++l) blocks.push_back(block_weights(layout_, base, l));
-    wte = layout_.view(base, layout_.index_of("embed.wte"));
-    if (layout_.contains("embed.wpe")) wpe = layout_.view(base, layout_.index_of("embed.wpe"));
-    head = cfg_.tie_embeddings ? wte : layout_.view(base, layout_.index_of("lm_head.weight"));
-    fin.weight = layout_.view(base, layout_.index_of("final_norm.weight"));
-    if (layout_.contains("final_norm.bias")) fin.bias = layout_.view(base, layout_.index_of("final_norm.bias"));
-  };
-  views(params_.data(), w_, wte_, wpe_, head_, final_w_);
-  views(grads_.data(), g_, dwte_, dwpe_, dhead_, final_g_);
+  w_.resize(static_cast<size_t>(cfg_.n_layers));
+  g_.resize(static_cast<size_t>(cfg_.n_layers));
+  // [Note: unit order] forward reads the units in order; the tied head reads the embedding again
+  // at the end, so the embedding stays acquired through the forward pass. Backward reads the head
+  // unit (and the tied embedding) first, then the blocks in reverse; the embedding's backward is a
+  // scatter-add that reads no weights, so an untied embedding is not asked for in backward.
+  const int last = cfg_.n_layers + 1;
+  for (int u = 0; u <= last; ++u) forward_order_.push_back(u);
+  backward_order_.push_back(last);
+  if (cfg_.tie_embeddings) backward_order_.push_back(0);
+  for (int u = last - 1; u >= 1; --u) backward_order_.push_back(u);
+}
+
+GptModel::GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len, UnitState& state)
+    : GptModel(cfg, micro_batch_size, seq_len, &state) {}
+
+GptModel::GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len)
+    : GptModel(cfg, micro_batch_size, seq_len, nullptr) {
+  params_ = FlatBuffer(layout_.total());
+  grads_ = FlatBuffer(layout_.total());
+  own_state_ = std::make_unique<FullState>(units_, params_.data(), grads_.data());
+  state_ = own_state_.get();
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    acquire_params(u);
+    acquire_grads(u);
+  }
+}
+
+void GptModel::bind_params(int unit, float* p) {
+  const int64_t begin = units_[static_cast<size_t>(unit)].begin;
+  const int last = cfg_.n_layers + 1;
+  if (unit == 0) {
+    wte_ = layout_.view_in(p, begin, layout_.index_of("embed.wte"));
+    if (layout_.contains("embed.wpe")) wpe_ = layout_.view_in(p, begin, layout_.index_of("embed.wpe"));
+    if (cfg_.tie_embeddings) head_ = wte_;
+  } else if (unit == last) {
+    final_w_.weight = layout_.view_in(p, begin, layout_.index_of("final_norm.weight"));
+    if (layout_.contains("final_norm.bias")) final_w_.bias = layout_.view_in(p, begin, layout_.index_of("final_norm.bias"));
+    if (!cfg_.tie_embeddings) head_ = layout_.view_in(p, begin, layout_.index_of("lm_head.weight"));
+  } else {
+    w_[static_cast<size_t>(unit - 1)] = block_weights(layout_, p, begin, unit - 1);
+  }
+}
+
+void GptModel::bind_grads(int unit, float* p) {
+  const int64_t begin = units_[static_cast<size_t>(unit)].begin;
+  const int last = cfg_.n_layers + 1;
+  if (unit == 0) {
+    dwte_ = layout_.view_in(p, begin, layout_.index_of("embed.wte"));
+    if (layout_.contains("embed.wpe")) dwpe_ = layout_.view_in(p, begin, layout_.index_of("embed.wpe"));
+    if (cfg_.tie_embeddings) dhead_ = dwte_;
+  } else if (unit == last) {
+    final_g_.weight = layout_.view_in(p, begin, layout_.index_of("final_norm.weight"));
+    if (layout_.contains("final_norm.bias")) final_g_.bias = layout_.view_in(p, begin, layout_.index_of("final_norm.bias"));
+    if (!cfg_.tie_embeddings) dhead_ = layout_.view_in(p, begin, layout_.index_of("lm_head.weight"));
+  } else {
+    g_[static_cast<size_t>(unit - 1)] = block_weights(layout_, p, begin, unit - 1);
+  }
 }
 
 void GptModel::plan(Arena& arena) {
@@ -42,7 +89,7 @@ void GptModel::plan(Arena& arena) {
 }
 
 void GptModel::zero_grads() {
-  float* g = grads_.data();
+  float* g = grads();
   const int64_t n = grads_.size();
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
@@ -69,15 +116,25 @@ float GptModel::forward(const int32_t* inputs, const int32_t* targets, const For
   }
   std::memcpy(act_.tokens.data, inputs, sizeof(int32_t) * static_cast<size_t>(N));
   std::memcpy(act_.targets.data, targets, sizeof(int32_t) * static_cast<size_t>(N));
+  const int last = cfg_.n_layers + 1;
+  state_->begin_pass(forward_order_);
+  acquire_params(0);
   embedding_forward(s, act_.residual[0], act_.tokens, wte_, wpe_);
+  if (!cfg_.tie_embeddings) state_->unit_params_done(0);
   const DropoutSite emb = dropout_site(-1);
   if (emb.p > 0.0f)
     dropout_apply(s, act_.residual[0], emb.p, RngKey{emb.seed, static_cast<uint32_t>(RngPurpose::dropout), 0, emb.offset});
-  for (int l = 0; l < cfg_.n_layers; ++l)
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    acquire_params(l + 1);
     block_forward(s, cfg_, act_.residual[static_cast<size_t>(l) + 1], act_.blocks[static_cast<size_t>(l)],
                   scratch_.block, act_.residual[static_cast<size_t>(l)], w_[static_cast<size_t>(l)], dropout_site(l));
+    state_->unit_params_done(l + 1);
+  }
+  acquire_params(last);
   norm_forward(s, cfg_, act_.final_norm, act_.residual.back(), final_w_);
   matmul_forward(s, act_.logits, act_.final_norm.out, head_, Tensor{});
+  state_->unit_params_done(last);
+  if (cfg_.tie_embeddings) state_->unit_params_done(0);
   cross_entropy_forward(s, act_.losses, act_.logits, act_.targets, cfg_.vocab_size, opt.grad, opt.dloss_scale);
   double sum = 0.0;
   const float* losses = act_.losses.f32();
@@ -89,19 +146,37 @@ void GptModel::backward() {
   MT_CHECK(last_.grad == LossGrad::in_place, "backward() needs a forward() with LossGrad::in_place");
   const Stream& s = stream_;
   Tensor dres = scratch_.dres_a, dnext = scratch_.dres_b;
+  const int last = cfg_.n_layers + 1;
+  const bool tied = cfg_.tie_embeddings;
+  state_->begin_pass(backward_order_);
+  acquire_params(last);
+  acquire_grads(last);
+  if (tied) {
+    acquire_params(0);
+    acquire_grads(0);
+  }
   matmul_backward(s, scratch_.block.dnorm, dhead_, Tensor{}, act_.logits, act_.final_norm.out, head_);
   norm_backward(s, cfg_, dres, final_g_, scratch_.block.dnorm, Tensor{}, act_.final_norm, act_.residual.back(),
                 final_w_);
+  state_->unit_params_done(last);
+  if (tied) state_->unit_params_done(0);
+  state_->unit_grads_done(last);
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
     const auto li = static_cast<size_t>(l);
+    acquire_params(l + 1);
+    acquire_grads(l + 1);
     block_backward(s, cfg_, dnext, g_[li], dres, act_.blocks[li], scratch_.block, act_.residual[li], w_[li],
                    dropout_site(l));
+    state_->unit_params_done(l + 1);
+    state_->unit_grads_done(l + 1);
     std::swap(dres, dnext);
   }
   const DropoutSite emb = dropout_site(-1);
   if (emb.p > 0.0f)
     dropout_apply(s, dres, emb.p, RngKey{emb.seed, static_cast<uint32_t>(RngPurpose::dropout), 0, emb.offset});
+  acquire_grads(0);
   embedding_backward(s, dwte_, dwpe_, dres, act_.tokens);
+  state_->unit_grads_done(0);
 }
 
 double GptModel::flops_per_token(const ModelConfig& cfg, int seq_len) {

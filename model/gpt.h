@@ -1,7 +1,9 @@
 // GptModel: a decoder-only transformer stage — token (+ position) embedding, a range of blocks,
 // final norm, LM head and fused cross-entropy. At pp = 1 the one stage holds all of them.
-// Parameters and gradients are views into two flat buffers laid out by gpt_param_layout; all
-// activation memory is planned once at construction, so a step allocates nothing.
+// Parameters and gradients are views into flat buffers laid out by gpt_param_layout: either the
+// model's own full buffers, or, per unit (gpt_param_units), whatever a UnitState provides while
+// the unit is in use (ZeRO gathers and reduces them across data-parallel ranks). All activation
+// memory is planned once at construction, so a step allocates nothing.
 //
 // [Note: grad accumulation] backward() `+=` into the gradient buffer, so calling
 // forward/backward for every micro-batch and zero_grads() once per step accumulates the step's
@@ -28,15 +30,21 @@ struct ForwardOptions {
 
 class GptModel {
  public:
+  // Owns full parameter and gradient buffers.
   GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len);
+  // Uses `state` (which must outlive the model) for every unit's parameters and gradients; the
+  // model holds no parameter or gradient memory of its own, and params(), grads(), init(),
+  // zero_grads() and the weight accessors below are not available.
+  GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len, UnitState& state);
 
   const ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
-  float* params() const { return params_.data(); }
-  float* grads() const { return grads_.data(); }
+  const std::vector<FlatRange>& units() const { return units_; }
+  float* params() const { return owned().params_.data(); }
+  float* grads() const { return owned().grads_.data(); }
   int64_t num_floats() const { return layout_.total(); }
 
-  void init(uint64_t seed) { init_params(layout_, params_.data(), cfg_, seed); }
+  void init(uint64_t seed) { init_params(layout_, params(), cfg_, seed); }
   void zero_grads();
   // inputs, targets: (B, T) token ids. Returns the mean loss over the B·T tokens.
   float forward(const int32_t* inputs, const int32_t* targets, const ForwardOptions& opt);
@@ -50,11 +58,11 @@ class GptModel {
     return act_.logits;
   }
   // The weights the forward pass reads, for other inference paths (model/kv_cache.h).
-  const std::vector<BlockWeights>& weights() const { return w_; }
-  Tensor wte() const { return wte_; }    // (Vp, C)
-  Tensor wpe() const { return wpe_; }    // (max_seq_len, C), empty with rope
-  Tensor head() const { return head_; }  // (Vp, C), = wte with tied embeddings
-  const NormWeights& final_norm() const { return final_w_; }
+  const std::vector<BlockWeights>& weights() const { return owned().w_; }
+  Tensor wte() const { return owned().wte_; }    // (Vp, C)
+  Tensor wpe() const { return owned().wpe_; }    // (max_seq_len, C), empty with rope
+  Tensor head() const { return owned().head_; }  // (Vp, C), = wte with tied embeddings
+  const NormWeights& final_norm() const { return owned().final_w_; }
 
   size_t activation_bytes() const { return arena_.capacity(); }
   // Model FLOPs per trained token (forward + backward), see README "MFU".
@@ -73,13 +81,27 @@ class GptModel {
     BlockScratch block;
     Tensor dres_a, dres_b;               // (N, C) residual-stream gradients, ping-pong
   };
+  GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len, UnitState* state);
   void plan(Arena& arena);
   DropoutSite dropout_site(int layer) const;
+  const GptModel& owned() const {
+    MT_CHECK(own_state_ != nullptr, "this GptModel uses an external UnitState and has no full buffers");
+    return *this;
+  }
+  // Point the views of `unit` at the state's memory (p[j] = flat element units_[unit].begin + j).
+  void bind_params(int unit, float* p);
+  void bind_grads(int unit, float* p);
+  float* acquire_params(int unit) { float* p = state_->unit_params(unit); bind_params(unit, p); return p; }
+  float* acquire_grads(int unit) { float* p = state_->unit_grads(unit); bind_grads(unit, p); return p; }
 
   ModelConfig cfg_;
   int B_, T_;
   ParamLayout layout_;
-  FlatBuffer params_, grads_;
+  std::vector<FlatRange> units_;
+  std::vector<int> forward_order_, backward_order_;  // the unit_params order of each pass
+  FlatBuffer params_, grads_;                        // empty with an external state
+  std::unique_ptr<FullState> own_state_;
+  UnitState* state_ = nullptr;
   Arena arena_;
   Activations act_;
   Scratch scratch_;

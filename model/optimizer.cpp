@@ -6,8 +6,13 @@
 
 namespace megatrain {
 
-AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& opt)
-    : layout_(layout), opt_(opt), m_(layout.total()), v_(layout.total()) {}
+AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& opt) : AdamW(layout, opt, {0, layout.total()}, layout.total()) {}
+
+AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& opt, FlatRange range, int64_t padded)
+    : layout_(layout), opt_(opt), range_(range), m_(padded), v_(padded) {
+  MT_CHECK(padded >= range.size() && range.begin >= 0 && range.end <= layout.total(), "AdamW range [{}, {}) of {}",
+           range.begin, range.end, layout.total());
+}
 
 bool AdamW::decays(const ParamSpec& s) const {
   switch (s.group) {
@@ -40,10 +45,13 @@ void AdamW::step(float* params, const float* grads, float lr, double norm) {
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamSpec& spec = layout_.spec(i);
     st.weight_decay = decays(spec) ? opt_.weight_decay : 0.0f;
-    const Shape flat{spec.shape.numel()};
     const int64_t off = layout_.offset(i);
-    adamw_update(s, Tensor(params + off, flat), Tensor(const_cast<float*>(grads) + off, flat),
-                 Tensor(m_.data() + off, flat), Tensor(v_.data() + off, flat), st);
+    const FlatRange mine = flat_intersect(range_, FlatRange{off, off + spec.shape.numel()});
+    if (mine.size() == 0) continue;
+    const Shape flat{mine.size()};
+    const int64_t j = mine.begin - range_.begin;
+    adamw_update(s, Tensor(params + j, flat), Tensor(const_cast<float*>(grads) + j, flat), Tensor(m_.data() + j, flat),
+                 Tensor(v_.data() + j, flat), st);
   }
 }
 

@@ -1,6 +1,7 @@
 // AdamW over the flat parameter buffer (PyTorch semantics, see kernels/cpu/adamw.cpp), with
 // global gradient-norm clipping. Weight decay applies to matrices; embeddings, norm weights and
-// biases are excluded unless the options include them. Moments share the parameter layout.
+// biases are excluded unless the options include them. Moments share the parameter layout; with
+// ZeRO the optimizer owns one flat range of it (its shard) and updates only that range.
 #pragma once
 #include <cstdint>
 
@@ -17,23 +18,31 @@ struct AdamWOptions {
 
 class AdamW {
  public:
+  // The whole layout.
   AdamW(const ParamLayout& layout, const AdamWOptions& opt);
+  // Only the flat range `range` (a ZeRO shard); the moments are padded to `padded` ≥ range.size()
+  // floats so every data-parallel rank holds the same amount.
+  AdamW(const ParamLayout& layout, const AdamWOptions& opt, FlatRange range, int64_t padded);
 
-  // Global L2 norm of the gradient buffer (over all parameters, padding is zero).
+  // Global L2 norm of a full gradient buffer (over all parameters, padding is zero).
   double grad_norm(const float* grads) const;
-  // One update at learning rate lr; clips by `norm` (as returned by grad_norm) first.
+  // One update at learning rate lr over the optimizer's range; clips by `norm` (the global
+  // gradient norm) first. params[j] and grads[j] are flat element range().begin + j.
   void step(float* params, const float* grads, float lr, double norm);
 
+  FlatRange range() const { return range_; }
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t) { t_ = t; }  // when resuming from a checkpoint
-  float* exp_avg() const { return m_.data(); }
+  float* exp_avg() const { return m_.data(); }      // element j = flat element range().begin + j
   float* exp_avg_sq() const { return v_.data(); }
+  int64_t state_bytes() const { return (m_.size() + v_.size()) * static_cast<int64_t>(sizeof(float)); }
 
  private:
   bool decays(const ParamSpec& s) const;
 
   const ParamLayout& layout_;
   AdamWOptions opt_;
+  FlatRange range_;
   FlatBuffer m_, v_;
   int64_t t_ = 0;
 };

@@ -65,22 +65,42 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg) {
 }
 
 void init_params(const ParamLayout& layout, float* params, const ModelConfig& cfg, uint64_t seed) {
+  init_params_range(layout, params, FlatRange{0, layout.total()}, cfg, seed);
+}
+
+void init_params_range(const ParamLayout& layout, float* data, FlatRange range, const ModelConfig& cfg, uint64_t seed) {
   const float residual_std = cfg.init_std / std::sqrt(2.0f * static_cast<float>(cfg.n_layers));
   for (size_t i = 0; i < layout.size(); ++i) {
     const ParamSpec& s = layout.spec(i);
-    float* w = params + layout.offset(i);
-    const int64_t n = s.shape.numel();
+    const int64_t off = layout.offset(i), n = s.shape.numel();
+    const FlatRange mine = flat_intersect(range, FlatRange{off, off + n});
+    float* w = data + (mine.begin - range.begin);
+    const int64_t first = mine.begin - off;  // element index inside the tensor
     if (s.init == InitKind::ones || s.init == InitKind::zeros) {
       const float v = s.init == InitKind::ones ? 1.0f : 0.0f;
-      for (int64_t e = 0; e < n; ++e) w[e] = v;
+      for (int64_t e = 0; e < mine.size(); ++e) w[e] = v;
       continue;
     }
     const float std = s.init == InitKind::normal_residual ? residual_std : cfg.init_std;
     const RngKey key{seed, static_cast<uint32_t>(RngPurpose::init), static_cast<uint32_t>(i), 0};
     const int64_t valid = s.valid_rows < 0 ? n : s.valid_rows * (n / s.shape[0]);
 #pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < n; ++e) w[e] = e < valid ? rng_normal(key, static_cast<uint64_t>(e)) * std : 0.0f;
+    for (int64_t e = 0; e < mine.size(); ++e) {
+      const int64_t idx = first + e;
+      w[e] = idx < valid ? rng_normal(key, static_cast<uint64_t>(idx)) * std : 0.0f;
+    }
   }
+}
+
+std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const ModelConfig& cfg) {
+  std::vector<int64_t> starts{0};
+  for (int l = 0; l < cfg.n_layers; ++l)
+    starts.push_back(layout.offset(layout.index_of("layers." + std::to_string(l) + ".attn_norm.weight")));
+  starts.push_back(layout.offset(layout.index_of("final_norm.weight")));
+  starts.push_back(layout.total());
+  std::vector<FlatRange> units;
+  for (size_t u = 0; u + 1 < starts.size(); ++u) units.push_back({starts[u], starts[u + 1]});
+  return units;
 }
 
 }  // namespace megatrain

@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/flat_buffer.h"
 #include "kernels/tensor.h"
 #include "model/config.h"
+#include "parallel/unit_state.h"
 
 namespace megatrain {
 
@@ -37,6 +39,11 @@ class ParamLayout {
   size_t index_of(const std::string& name) const;
   bool contains(const std::string& name) const;
   Tensor view(float* base, size_t i) const { return Tensor(base + offsets_[i], specs_[i].shape); }
+  // Spec i's view in a buffer holding only the flat range starting at `data_begin` (data[j] is flat
+  // element data_begin + j); the spec must lie inside that buffer.
+  Tensor view_in(float* data, int64_t data_begin, size_t i) const {
+    return Tensor(data + (offsets_[i] - data_begin), specs_[i].shape);
+  }
 
  private:
   std::vector<ParamSpec> specs_;
@@ -47,23 +54,16 @@ class ParamLayout {
 // The parameters of the GPT decoder described by `cfg` (whole model: one stage at pp = 1).
 ParamLayout gpt_param_layout(const ModelConfig& cfg);
 
+// The units of gpt_param_layout (parallel/unit_state.h), which cover [0, total()) back to back:
+// unit 0 = the embeddings, unit 1 + l = block l, unit n_layers + 1 = the final norm and the
+// untied head.
+std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const ModelConfig& cfg);
+
 // Deterministic initialisation: element e of parameter p is rng_normal(seed, init, p, e) · std
 // (std / √(2·n_layers) for residual projections, GPT-2), ones for norm weights, zeros for biases.
 void init_params(const ParamLayout& layout, float* params, const ModelConfig& cfg, uint64_t seed);
-
-// One flat, 64-byte aligned, zero-initialised float buffer.
-class FlatBuffer {
- public:
-  FlatBuffer() = default;
-  explicit FlatBuffer(int64_t n) : arena_(static_cast<size_t>(n) * 4), data_(arena_.alloc_f32(n)), n_(n) {}
-  float* data() const { return data_; }
-  int64_t size() const { return n_; }
-  Tensor all() const { return Tensor(data_, Shape{n_}); }
-
- private:
-  Arena arena_;
-  float* data_ = nullptr;
-  int64_t n_ = 0;
-};
+// The same values for the flat range `range` only, into data (data[j] = flat element range.begin + j);
+// alignment padding inside the range is left untouched.
+void init_params_range(const ParamLayout& layout, float* data, FlatRange range, const ModelConfig& cfg, uint64_t seed);
 
 }  // namespace megatrain

@@ -26,14 +26,21 @@ std::string format_duration(double seconds) {
 void MetricsLog::step(const StepMetrics& m) {
   if (!enabled_) return;
   const std::string mfu = m.mfu ? fmt::format("{:.1f}%", *m.mfu * 100.0) : "n/a";
-  fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.3e} | gnorm {:.3f} | {:>8.0f} tok/s | {:>8.1f} ms | MFU {} | ETA {}\n",
-             m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_ms, mfu,
-             format_duration(m.eta_s));
+  fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.3e} | gnorm {:.3f} | {:>8.0f} tok/s | {:>8.1f} ms | comm {:.1f} ms "
+             "({:.1f} exposed) | MFU {} | ETA {}\n",
+             m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_ms, m.comm_ms, m.exposed_comm_ms,
+             mfu, format_duration(m.eta_s));
   std::fflush(stdout);
   if (!file_.is_open()) return;
   nlohmann::json j = {{"step", m.step},          {"loss", m.loss},
                       {"lr", m.lr},              {"grad_norm", m.grad_norm},
-                      {"tokens_per_s", m.tokens_per_s}, {"step_time_ms", m.step_time_ms}};
+                      {"tokens_per_s", m.tokens_per_s}, {"step_time_ms", m.step_time_ms},
+                      {"comm_ms", m.comm_ms},    {"exposed_comm_ms", m.exposed_comm_ms},
+                      {"comm_bytes", m.comm_bytes}, {"compute_ms", m.compute_ms}};
+  const MemoryMetrics& b = m.memory;
+  j["memory_bytes"] = {{"params", b.params},           {"grads", b.grads},
+                       {"optimizer", b.optimizer},     {"activations", b.activations},
+                       {"comm_buffers", b.comm_buffers}};
   j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
   file_ << j.dump() << '\n';
   file_.flush();
@@ -46,6 +53,17 @@ void MetricsLog::validation(int64_t step, double val_loss) {
   if (!file_.is_open()) return;
   file_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump() << '\n';
   file_.flush();
+}
+
+void MetricsLog::memory(int64_t step, const MemoryMetrics& m) {
+  if (!enabled_) return;
+  constexpr double MiB = 1 << 20;
+  fmt::print("memory per rank at step {}: params {:.2f} MiB | grads {:.2f} MiB | optimizer {:.2f} MiB | activations "
+             "{:.2f} MiB | comm buffers {:.2f} MiB\n",
+             step, static_cast<double>(m.params) / MiB, static_cast<double>(m.grads) / MiB,
+             static_cast<double>(m.optimizer) / MiB, static_cast<double>(m.activations) / MiB,
+             static_cast<double>(m.comm_buffers) / MiB);
+  std::fflush(stdout);
 }
 
 }  // namespace megatrain

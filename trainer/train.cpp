@@ -8,6 +8,8 @@
 
 #include "model/gpt.h"
 #include "model/optimizer.h"
+#include "parallel/groups.h"
+#include "parallel/zero.h"
 #include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
@@ -21,23 +23,35 @@ using Clock = std::chrono::steady_clock;
 // Data, model and optimizer of one run.
 struct Run {
   const Config& cfg;
-  const Comm& world;
+  ProcessGroups groups;
+  const Comm& dp_comm;
   int dp_rank, dp;
   TrainData data;
+  ParamLayout layout;
+  ZeroState zero;
   GptModel model;
   AdamW optimizer;
   std::vector<int32_t> inputs, targets;
 
-  Run(const Config& c, const Comm& w)
-      : cfg(c), world(w), dp_rank(w.rank()), dp(c.parallel.dp),
-        data(c, dp_rank, dp),
-        model(c.model, c.train.micro_batch_size, c.train.seq_len),
-        optimizer(model.layout(), adamw_options(c)),
+  Run(const Config& c, const Comm& world)
+      : cfg(c), groups(world, parallel_dims(c)), dp_comm(groups.dp()), dp_rank(dp_comm.rank()), dp(dp_comm.size()),
+        data(c, dp_rank, dp), layout(gpt_param_layout(c.model)),
+        zero(gpt_param_units(layout, c.model), dp_comm, zero_options(c)),
+        model(c.model, c.train.micro_batch_size, c.train.seq_len, zero),
+        optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded()),
         inputs(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
         targets(inputs.size()) {
-    model.init(c.train.seed);
+    init_params_range(layout, zero.held_params(), zero.held_params_range(), c.model, c.train.seed);
   }
 
+  static ParallelDims parallel_dims(const Config& c) {
+    const ParallelConfig& p = c.parallel;
+    return ParallelDims{p.tp, p.cp, p.ep, p.dp, p.pp};
+  }
+  static ZeroOptions zero_options(const Config& c) {
+    const auto floats = static_cast<int64_t>(c.parallel.bucket_size_mb * 1024.0 * 1024.0 / sizeof(float));
+    return {c.parallel.zero_stage, std::max<int64_t>(1, floats), c.parallel.overlap_grad_reduce};
+  }
   static AdamWOptions adamw_options(const Config& c) {
     const auto& o = c.optimizer;
     return {o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip, o.decay_embeddings, o.decay_norms_and_biases};
@@ -47,12 +61,28 @@ struct Run {
     return static_cast<int64_t>(cfg.train.global_batch_size) * cfg.train.seq_len;
   }
 
-  // Forward + backward over this rank's micro-batches of `step`, gradients summed over data
-  // parallel ranks. Returns the mean loss over the global batch.
+  // What a checkpoint holds of this rank's state (trainer/checkpoint_file.h).
+  CheckpointTensors checkpoint_tensors() {
+    const FlatRange held = zero.held_params_range(), opt = optimizer.range(), part = zero.partition();
+    return {&layout,
+            {zero.held_params(), held.begin, held.end},
+            {optimizer.exp_avg(), opt.begin, opt.end},
+            {optimizer.exp_avg_sq(), opt.begin, opt.end},
+            part.begin,
+            part.end};
+  }
+
+  MemoryMetrics memory() const {
+    const ZeroMemory z = zero.memory();
+    return {z.params, z.grads, optimizer.state_bytes(), static_cast<int64_t>(model.activation_bytes()), z.comm_buffers};
+  }
+
+  // Forward + backward over this rank's micro-batches of `step`, gradients reduced over the data
+  // parallel ranks (parallel/zero.h). Returns the mean loss over the global batch.
   double train_step(int64_t step) {
     const int B = cfg.train.micro_batch_size, G = cfg.train.global_batch_size;
     const int micro = data.train().micro_batches_per_step();
-    model.zero_grads();
+    zero.step_begin();
     double loss_sum = 0.0;
     for (int m = 0; m < micro; ++m) {
       data.train().load(step, m, inputs.data(), targets.data());
@@ -63,13 +93,12 @@ struct Run {
       opt.dropout_seed = cfg.train.seed;
       opt.first_sample = static_cast<uint64_t>(step) * G + static_cast<uint64_t>(dp_rank) * (G / dp) +
                          static_cast<uint64_t>(m) * B;
+      zero.micro_batch_begin(m + 1 == micro);
       loss_sum += model.forward(inputs.data(), targets.data(), opt);
       model.backward();
+      zero.micro_batch_end();
     }
-    if (dp > 1) {
-      world.allreduce_sum(model.grads(), model.num_floats());
-      loss_sum = world.allreduce_sum(loss_sum);
-    }
+    if (dp > 1) dp_comm.all_reduce(&loss_sum, 1).wait();
     return loss_sum / (micro * dp);
   }
 
@@ -82,7 +111,7 @@ struct Run {
         data.valid()->load(k, m, inputs.data(), targets.data());
         sum += model.forward(inputs.data(), targets.data(), ForwardOptions{});
       }
-    if (dp > 1) sum = world.allreduce_sum(sum);
+    if (dp > 1) dp_comm.all_reduce(&sum, 1).wait();
     return sum / (static_cast<double>(cfg.train.eval_steps) * micro * dp);
   }
 };
@@ -92,11 +121,10 @@ struct Run {
 TrainResult run_training(const Config& cfg, const Comm& world, const TrainOptions& options) {
   const bool rank0 = world.rank() == 0;
   Run run(cfg, world);
-  const CheckpointTensors state{&run.model.layout(), run.model.params(), run.optimizer.exp_avg(),
-                                run.optimizer.exp_avg_sq()};
+  const CheckpointTensors state = run.checkpoint_tensors();
   const int64_t G = cfg.train.global_batch_size;
   int64_t start_step = 0;
-  if (auto meta = checkpoint_load(cfg, state, options.allow_fresh_start, rank0)) {
+  if (auto meta = checkpoint_load(cfg, state, world, options.allow_fresh_start, rank0)) {
     start_step = meta->state.step;
     MT_INPUT_CHECK(meta->state.consumed_samples == start_step * G,
                    "{}: the checkpoint consumed {} samples in {} steps, but train.global_batch_size = {} implies {}; "
@@ -115,9 +143,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     spdlog::info("model: {} parameters, {:.1f} MiB activations per rank; data: {} tokens, {} samples per epoch",
                  run.model.layout().num_parameters(), static_cast<double>(run.model.activation_bytes()) / (1 << 20),
                  run.data.train_tokens(), run.data.train_samples_per_epoch());
-    spdlog::info("{} micro-batches of {} per step per rank, dp = {}, {} tokens per step",
-                 run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.dp,
-                 run.tokens_per_step());
+    spdlog::info("{} micro-batches of {} per step per rank, dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",
+                 run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.dp, cfg.parallel.zero_stage,
+                 run.zero.buckets().size(), run.tokens_per_step());
   }
   const LrSchedule lr{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps,
                       cfg.optimizer.decay_steps, cfg.optimizer.decay};
@@ -125,20 +153,27 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       GptModel::flops_per_token(cfg.model, cfg.train.seq_len) * static_cast<double>(run.tokens_per_step());
   MetricsLog log(cfg.log.metrics_file, rank0);
   TrainResult result;
-  double logged_time = 0.0;
+  double logged_time = 0.0, logged_comm_ms = 0.0, logged_exposed_ms = 0.0, logged_bytes = 0.0;
   int64_t logged_steps = 0;
   const auto start = Clock::now();
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     const auto t0 = Clock::now();
+    run.dp_comm.reset_stats();
     const double loss = run.train_step(step);
-    const double norm = run.optimizer.grad_norm(run.model.grads());
+    const double norm = run.zero.grad_norm();
     const double rate = lr.at(step + 1);
-    run.optimizer.step(run.model.params(), run.model.grads(), static_cast<float>(rate), norm);
+    run.optimizer.step(run.zero.optimizer_params(), run.zero.optimizer_grads(), static_cast<float>(rate), norm);
+    run.zero.step_end();
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    const CommStats comm = run.dp_comm.stats();
     result.losses.push_back(loss);
     result.grad_norms.push_back(norm);
     logged_time += dt;
+    logged_comm_ms += comm.busy_ms;
+    logged_exposed_ms += comm.exposed_ms;
+    logged_bytes += static_cast<double>(comm.bytes_moved);
     ++logged_steps;
+    if (step == start_step) log.memory(step + 1, run.memory());
     const bool last = step + 1 == cfg.train.steps;
     if ((step + 1) % cfg.log.interval == 0 || last) {
       const double avg = logged_time / static_cast<double>(logged_steps);
@@ -150,11 +185,17 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       m.grad_norm = norm;
       m.step_time_ms = avg * 1e3;
       m.tokens_per_s = static_cast<double>(run.tokens_per_step()) / avg;
+      const auto n = static_cast<double>(logged_steps);
+      m.comm_ms = logged_comm_ms / n;
+      m.exposed_comm_ms = logged_exposed_ms / n;
+      m.comm_bytes = logged_bytes / n;
+      m.compute_ms = m.step_time_ms - m.exposed_comm_ms;
+      m.memory = run.memory();
       if (cfg.log.peak_tflops > 0.0) m.mfu = flops_per_step / avg / world.size() / (cfg.log.peak_tflops * 1e12);
       m.eta_s = std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(step + 1 - start_step) *
                 static_cast<double>(cfg.train.steps - step - 1);
       log.step(m);
-      logged_time = 0.0;
+      logged_time = logged_comm_ms = logged_exposed_ms = logged_bytes = 0.0;
       logged_steps = 0;
     }
     if (checkpointer && (step + 1) % cfg.checkpoint.save_interval == 0) {

@@ -1,6 +1,7 @@
-// The training run: builds the model, optimizer and data loaders from a resolved Config and
-// runs the step loop (gradient accumulation over micro-batches, data-parallel gradient sum,
-// clipping, AdamW, LR schedule, metrics, periodic validation).
+// The training run: builds the process groups, ZeRO state, model, optimizer and data loaders from
+// a resolved Config and runs the step loop (gradient accumulation over micro-batches, bucketed
+// data-parallel reduction overlapping backward, clipping, AdamW over this rank's shard, LR
+// schedule, metrics with communication timers and memory per rank, periodic validation).
 #pragma once
 #include <vector>
 

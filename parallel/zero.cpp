@@ -1,0 +1,203 @@
+#include "parallel/zero.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace megatrain {
+namespace {
+
+void zero_floats(float* p, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
+}
+
+}  // namespace
+
+ZeroState::ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOptions& opt)
+    : units_(std::move(units)), dp_(dp), opt_(opt), total_(units_.empty() ? 0 : units_.back().end),
+      shard_(flat_shard_size(total_, dp.size())), part_(flat_partition(total_, dp.rank(), dp.size())),
+      buckets_(units_, opt.bucket_floats) {
+  MT_CHECK(opt.stage >= 0 && opt.stage <= 3, "ZeRO stage {} (0..3)", opt.stage);
+  part_counts_ = counts_of(FlatRange{0, total_});
+  for (const FlatRange& u : units_) {
+    unit_counts_.push_back(counts_of(u));
+    max_unit_ = std::max(max_unit_, u.size());
+  }
+  for (int b = 0; b < buckets_.size(); ++b) {
+    Bucket st;
+    st.counts = counts_of(buckets_[b].range);
+    st.mine = flat_intersect(buckets_[b].range, part_);
+    bucket_state_.push_back(std::move(st));
+  }
+  params_ = FlatBuffer(opt.stage == 3 ? shard_ : total_);
+  grads_ = FlatBuffer(opt.stage >= 2 ? shard_ : total_);
+  if (opt.stage >= 1) received_ = FlatBuffer(shard_);
+}
+
+std::vector<int64_t> ZeroState::counts_of(FlatRange r) const {
+  std::vector<int64_t> counts;
+  for (int k = 0; k < dp_.size(); ++k) counts.push_back(flat_intersect(r, flat_partition(total_, k, dp_.size())).size());
+  return counts;
+}
+
+float* ZeroState::optimizer_params() {
+  return opt_.stage == 3 ? params_.data() : params_.data() + optimizer_range().begin;
+}
+
+const float* ZeroState::optimizer_grads() const {
+  switch (opt_.stage) {
+    case 0: return grads_.data();
+    case 1: return received_.data();
+    default: return grads_.data();
+  }
+}
+
+void ZeroState::step_begin() { zero_floats(grads_.data(), grads_.size()); }
+
+void ZeroState::micro_batch_begin(bool last) {
+  last_micro_ = last;
+  for (int b = 0; b < buckets_.size(); ++b) {
+    Bucket& st = bucket_state_[static_cast<size_t>(b)];
+    st.pending = buckets_[b].num_units();
+    st.issued = false;
+  }
+}
+
+// Stages 0/1 reduce the accumulated gradients once, on the last micro-batch; 2/3 every micro-batch.
+void ZeroState::bucket_issue(int b) {
+  Bucket& st = bucket_state_[static_cast<size_t>(b)];
+  const FlatRange r = buckets_[b].range;
+  float* out = st.mine.size() > 0 ? received_.data() + (st.mine.begin - part_.begin) : received_.data();
+  switch (opt_.stage) {
+    case 0: st.work = dp_.all_reduce(grads_.data() + r.begin, r.size()); break;
+    case 1: st.work = dp_.reduce_scatter(out, grads_.data() + r.begin, st.counts); break;
+    default: st.work = dp_.reduce_scatter(out, grad_pool_[static_cast<size_t>(st.buffer)].data(), st.counts); break;
+  }
+  st.issued = true;
+}
+
+void ZeroState::micro_batch_end() {
+  const bool reduce = opt_.stage >= 2 || last_micro_;
+  if (!reduce) return;
+  for (int b = 0; b < buckets_.size(); ++b) {
+    Bucket& st = bucket_state_[static_cast<size_t>(b)];
+    MT_CHECK(st.pending == 0, "bucket {} still waits for {} units after backward", b, st.pending);
+    if (!st.issued) bucket_issue(b);
+  }
+  for (int b = 0; b < buckets_.size(); ++b) {
+    Bucket& st = bucket_state_[static_cast<size_t>(b)];
+    st.work.wait();
+    if (opt_.stage < 2) continue;
+    // [Note: grad accumulation] stages 2/3 sum the micro-batches' reduced partitions here.
+    const int64_t off = st.mine.begin - part_.begin;
+    float* acc = grads_.data() + off;
+    const float* in = received_.data() + off;
+    for (int64_t i = 0; i < st.mine.size(); ++i) acc[i] += in[i];
+    grad_free_.push_back(st.buffer);
+    st.buffer = -1;
+  }
+}
+
+double ZeroState::grad_norm() {
+  const float* g = optimizer_grads();
+  const int64_t n = opt_.stage == 0 ? total_ : part_.size();
+  double sum = 0.0;
+#pragma omp parallel for simd reduction(+ : sum) schedule(static)
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(g[i]) * g[i];
+  if (opt_.stage >= 1) dp_.all_reduce(&sum, 1).wait();
+  return std::sqrt(sum);
+}
+
+void ZeroState::step_end() {
+  if (opt_.stage != 1 && opt_.stage != 2) return;
+  float* p = params_.data();
+  dp_.all_gather(p, p + part_.begin, part_counts_).wait();
+}
+
+void ZeroState::begin_pass(std::span<const int> param_order) {
+  order_.assign(param_order.begin(), param_order.end());
+  order_pos_ = 0;
+}
+
+ZeroState::GatherSlot& ZeroState::gather_start(int unit) {
+  for (GatherSlot& s : slots_)
+    if (s.unit == unit) return s;
+  GatherSlot* slot = nullptr;
+  for (GatherSlot& s : slots_)
+    if (s.unit < 0) {
+      slot = &s;
+      break;
+    }
+  if (!slot) {
+    slots_.push_back(GatherSlot{-1, false, Work{}, FlatBuffer(max_unit_)});
+    slot = &slots_.back();
+  }
+  const FlatRange mine = flat_intersect(units_[static_cast<size_t>(unit)], part_);
+  slot->unit = unit;
+  const float* in = mine.size() > 0 ? params_.data() + (mine.begin - part_.begin) : params_.data();
+  slot->work = dp_.all_gather(slot->buffer.data(), in, unit_counts_[static_cast<size_t>(unit)]);
+  return *slot;
+}
+
+float* ZeroState::unit_params(int unit) {
+  if (opt_.stage < 3) return params_.data() + units_[static_cast<size_t>(unit)].begin;
+  GatherSlot* slot = &gather_start(unit);
+  slot->acquired = true;
+  while (order_pos_ < order_.size() && order_[order_pos_] != unit) ++order_pos_;
+  if (order_pos_ + 1 < order_.size()) {
+    const int next = order_[order_pos_ + 1];
+    const size_t index = static_cast<size_t>(slot - slots_.data());
+    gather_start(next);  // may grow slots_: find ours again by index
+    slot = &slots_[index];
+  }
+  slot->work.wait();
+  return slot->buffer.data();
+}
+
+void ZeroState::unit_params_done(int unit) {
+  if (opt_.stage < 3) return;
+  for (GatherSlot& s : slots_)
+    if (s.unit == unit && s.acquired) {
+      s.unit = -1;
+      s.acquired = false;
+      return;
+    }
+  MT_CHECK(false, "unit_params_done({}) without unit_params", unit);
+}
+
+float* ZeroState::unit_grads(int unit) {
+  const FlatRange u = units_[static_cast<size_t>(unit)];
+  if (opt_.stage < 2) return grads_.data() + u.begin;
+  const int b = buckets_.bucket_of(unit);
+  Bucket& st = bucket_state_[static_cast<size_t>(b)];
+  if (st.buffer < 0) {
+    if (grad_free_.empty()) {
+      grad_pool_.emplace_back(buckets_.max_floats());
+      grad_free_.push_back(static_cast<int>(grad_pool_.size()) - 1);
+    }
+    st.buffer = grad_free_.back();
+    grad_free_.pop_back();
+    zero_floats(grad_pool_[static_cast<size_t>(st.buffer)].data(), buckets_[b].range.size());
+  }
+  return grad_pool_[static_cast<size_t>(st.buffer)].data() + (u.begin - buckets_[b].range.begin);
+}
+
+void ZeroState::unit_grads_done(int unit) {
+  const int b = buckets_.bucket_of(unit);
+  Bucket& st = bucket_state_[static_cast<size_t>(b)];
+  MT_CHECK(st.pending > 0, "unit_grads_done({}) twice in one micro-batch", unit);
+  if (--st.pending == 0 && opt_.overlap && (opt_.stage >= 2 || last_micro_)) bucket_issue(b);
+}
+
+ZeroMemory ZeroState::memory() const {
+  const int64_t f = sizeof(float);
+  ZeroMemory m;
+  m.params = params_.size() * f;
+  m.grads = grads_.size() * f;
+  m.comm_buffers = received_.size() * f;
+  for (const FlatBuffer& b : grad_pool_) m.comm_buffers += b.size() * f;
+  for (const GatherSlot& s : slots_) m.comm_buffers += s.buffer.size() * f;
+  return m;
+}
+
+}  // namespace megatrain

@@ -1,0 +1,139 @@
+// ZeroState: data-parallel training state with ZeRO sharding (Rajbhandari et al. 2020), as the
+// UnitState a model stage reads its parameters and writes its gradients through.
+//
+// p data-parallel ranks; T = floats of the flat layout; rank r owns the partition
+// flat_partition(T, r, p) and every shard buffer is padded to s = ceil(T / p) floats.
+//   stage 0: full parameters and gradients on every rank; each gradient bucket is all-reduced.
+//   stage 1: full parameters and gradients; each bucket is reduce-scattered, so a rank receives the
+//            reduced gradients of its partition; it updates its partition (optimizer state is
+//            sharded by the caller: AdamW over optimizer_range()) and the updated partitions are
+//            all-gathered into the full parameters.
+//   stage 2: as 1, but a rank keeps only its gradient partition: gradients are produced into
+//            bucket-sized working buffers, reduce-scattered after every micro-batch's backward,
+//            accumulated into the rank's gradient shard, and the buffers released.
+//   stage 3: as 2, and parameters are sharded too: each unit's parameters are all-gathered into a
+//            unit-sized buffer just before the model uses it (forward, and again in backward), the
+//            next unit's gather is issued while the current one computes, and the buffer is freed
+//            after use.
+// [Note: bucket overlap] with overlap on, a bucket's reduction is issued the moment backward
+// finishes its last unit (on the last micro-batch for stages 0/1, on every micro-batch for 2/3),
+// so it runs while backward continues on the lower units; with overlap off, all buckets are
+// issued after backward. Either way the reductions are waited for in micro_batch_end().
+//
+// Protocol per step: step_begin(); for each micro-batch m: micro_batch_begin(m is last), forward,
+// backward, micro_batch_end(); grad_norm(); the optimizer over optimizer_range(); step_end().
+// Invariant: after micro_batch_end() of the last micro-batch, optimizer_grads() holds the sum over
+// ranks and micro-batches of the gradients of optimizer_range(), and after step_end() every rank's
+// parameters (full, or gathered per unit) are the updated ones.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/flat_buffer.h"
+#include "parallel/comm.h"
+#include "parallel/grad_buckets.h"
+#include "parallel/unit_state.h"
+
+namespace megatrain {
+
+struct ZeroOptions {
+  int stage = 0;                 // 0 | 1 | 2 | 3
+  int64_t bucket_floats = 1 << 22;
+  bool overlap = true;           // [Note: bucket overlap]
+};
+
+// Bytes one rank holds. Model state (params, grads; the optimizer's moments are AdamW's) follows
+// the ZeRO paper's per-parameter table for fp32 training; comm_buffers are the working buffers
+// (reduce-scatter receive shard, bucket and gather buffers) at their peak.
+struct ZeroMemory {
+  int64_t params = 0, grads = 0, comm_buffers = 0;
+};
+
+class ZeroState final : public UnitState {
+ public:
+  // units: the model's units (contiguous from 0); `dp` must outlive this object.
+  ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOptions& opt);
+  ZeroState(const ZeroState&) = delete;
+  ZeroState& operator=(const ZeroState&) = delete;
+
+  int stage() const { return opt_.stage; }
+  int64_t total() const { return total_; }
+  FlatRange partition() const { return part_; }
+  int64_t shard_floats() const { return shard_; }
+  const GradBuckets& buckets() const { return buckets_; }
+
+  // The range the optimizer updates: [0, T) at stage 0, the partition otherwise; its moments are
+  // padded to optimizer_padded() floats.
+  FlatRange optimizer_range() const { return opt_.stage == 0 ? FlatRange{0, total_} : part_; }
+  int64_t optimizer_padded() const { return opt_.stage == 0 ? total_ : shard_; }
+  // Parameters and reduced gradients of optimizer_range() (element 0 = its first flat element).
+  float* optimizer_params();
+  const float* optimizer_grads() const;
+  // The full parameter buffer (stages 0–2); nullptr at stage 3.
+  float* full_params() { return opt_.stage == 3 ? nullptr : params_.data(); }
+  // What this rank holds of the parameters: [0, T) at stages 0–2, the partition at stage 3
+  // (element 0 = the range's first flat element).
+  FlatRange held_params_range() const { return opt_.stage == 3 ? part_ : FlatRange{0, total_}; }
+  float* held_params() { return params_.data(); }
+
+  void step_begin();
+  void micro_batch_begin(bool last);
+  void micro_batch_end();
+  // Global L2 norm of the step's summed gradient (all-reduced over dp at stages ≥ 1).
+  double grad_norm();
+  void step_end();
+
+  ZeroMemory memory() const;
+
+  void begin_pass(std::span<const int> param_order) override;
+  float* unit_params(int unit) override;
+  void unit_params_done(int unit) override;
+  float* unit_grads(int unit) override;
+  void unit_grads_done(int unit) override;
+
+ private:
+  // A bucket's reduction in the current micro-batch.
+  struct Bucket {
+    int pending = 0;        // units of the bucket whose gradients are not final yet
+    bool issued = false;
+    Work work;
+    int buffer = -1;        // stages 2/3: index into grad_pool_
+    std::vector<int64_t> counts;
+    FlatRange mine;         // its intersection with this rank's partition
+  };
+  // A unit's gathered parameters (stage 3).
+  struct GatherSlot {
+    int unit = -1;          // -1 = free
+    bool acquired = false;
+    Work work;
+    FlatBuffer buffer;
+  };
+  void bucket_issue(int b);
+  GatherSlot& gather_start(int unit);
+  std::vector<int64_t> counts_of(FlatRange r) const;  // |r ∩ partition of each rank|, in rank order
+
+  std::vector<FlatRange> units_;
+  Comm dp_;
+  ZeroOptions opt_;
+  int64_t total_, shard_, max_unit_ = 0;
+  FlatRange part_;
+  GradBuckets buckets_;
+  std::vector<int64_t> part_counts_;
+  std::vector<std::vector<int64_t>> unit_counts_;
+  std::vector<Bucket> bucket_state_;
+  bool last_micro_ = true;
+  // Prefetch (stage 3): the current pass's order of unit_params calls and the position in it.
+  std::vector<int> order_;
+  size_t order_pos_ = 0;
+  // Persistent state.
+  FlatBuffer params_;      // stages 0–2: full (T); stage 3: the shard (s)
+  FlatBuffer grads_;       // stages 0–1: full (T); stages 2–3: the shard (s)
+  FlatBuffer received_;    // stages ≥ 1: reduce-scatter destination, this rank's partition (s)
+  // Working buffers, reused; they only grow.
+  std::vector<FlatBuffer> grad_pool_;  // stages 2/3: bucket-sized
+  std::vector<int> grad_free_;
+  std::vector<GatherSlot> slots_;      // stage 3: unit-sized
+};
+
+}  // namespace megatrain

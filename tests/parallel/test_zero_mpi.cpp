@@ -1,0 +1,172 @@
+// ZeroState on real ranks with a real (tiny) model driving its hooks: the model-state bytes each
+// rank holds equal the ZeRO paper's table, the bytes each stage moves per step equal the
+// theoretical volume, reductions start during backward only when overlap is on, and every stage
+// gives the same gradient and update as a single process holding everything.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/gpt.h"
+#include "model/optimizer.h"
+#include "parallel/zero.h"
+#include "tests/model/tiny_models.h"
+
+namespace megatrain {
+namespace {
+
+constexpr int kB = 2, kT = 8, kMicro = 2;
+
+// One data-parallel replica: ZeRO state, the model reading through it, AdamW over its range.
+struct Replica {
+  ZeroState zero;
+  GptModel model;
+  AdamW opt;
+  Replica(const ModelConfig& cfg, const Comm& dp, int stage, int64_t bucket_floats, bool overlap)
+      : zero(gpt_param_units(gpt_param_layout(cfg), cfg), dp, ZeroOptions{stage, bucket_floats, overlap}),
+        model(cfg, kB, kT, zero),
+        opt(model.layout(), AdamWOptions{}, zero.optimizer_range(), zero.optimizer_padded()) {
+    init_params_range(model.layout(), zero.held_params(), zero.held_params_range(), cfg, 7);
+  }
+  // Micro-batch m of data-parallel rank r reads token stream r·kMicro + m.
+  void forward_backward(int rank, int m) {
+    const auto in = test::tokens(kB * kT, model.config().vocab_size, static_cast<uint32_t>(rank * kMicro + m));
+    const auto tg = test::tokens(kB * kT, model.config().vocab_size, static_cast<uint32_t>(100 + rank * kMicro + m));
+    ForwardOptions o;
+    o.grad = LossGrad::in_place;
+    o.dloss_scale = 1.0f;
+    model.forward(in.data(), tg.data(), o);
+    model.backward();
+  }
+  double step(int rank) {
+    zero.step_begin();
+    for (int m = 0; m < kMicro; ++m) {
+      zero.micro_batch_begin(m + 1 == kMicro);
+      forward_backward(rank, m);
+      zero.micro_batch_end();
+    }
+    const double norm = zero.grad_norm();
+    opt.step(zero.optimizer_params(), zero.optimizer_grads(), 1e-2f, norm);
+    zero.step_end();
+    return norm;
+  }
+};
+
+int64_t units_total(const ModelConfig& cfg) { return gpt_param_layout(cfg).total(); }
+
+class ZeroStages : public ::testing::TestWithParam<int> {};
+
+// ZeRO paper, Figure 1, for fp32 training (4-byte parameters and gradients, 8 bytes of Adam moments
+// per parameter): Ψ parameters per rank, Ψ/N = ceil(Ψ/N) padded.
+//   stage 0: 4Ψ + 4Ψ + 8Ψ     stage 1: 4Ψ + 4Ψ + 8Ψ/N     stage 2: 4Ψ + 4Ψ/N + 8Ψ/N     stage 3: 16Ψ/N
+TEST_P(ZeroStages, ModelStateBytesPerRankFollowTheZeroTable) {
+  const int stage = GetParam();
+  const Comm world = Comm::world();
+  const ModelConfig cfg = test::gpt2_like();
+  Replica r(cfg, world, stage, 256, true);
+  r.step(world.rank());
+  const int64_t psi = units_total(cfg), n = world.size(), per_rank = (psi + n - 1) / n;
+  const int64_t p = stage == 3 ? per_rank : psi, g = stage >= 2 ? per_rank : psi, o = stage >= 1 ? per_rank : psi;
+  const ZeroMemory mem = r.zero.memory();
+  EXPECT_EQ(mem.params, 4 * p);
+  EXPECT_EQ(mem.grads, 4 * g);
+  EXPECT_EQ(r.opt.state_bytes(), 8 * o);
+  // Shards are padded: every rank holds ceil(Ψ/N) even where its partition is shorter, and the
+  // partitions tile the Ψ floats exactly.
+  EXPECT_EQ(r.zero.shard_floats(), per_rank);
+  int64_t covered = r.zero.partition().size();
+  world.all_reduce(&covered, 1).wait();
+  EXPECT_EQ(covered, psi);
+}
+
+// Bytes a rank moves in one step (parallel/comm.h: all-reduce 2(p−1)S/p, reduce-scatter and
+// all-gather (p−1)S/p), S = 4T bytes for the whole flat buffer of T floats, M micro-batches:
+//   stage 0: one all-reduce of the gradients                       2(p−1)/p · 4T
+//   stage 1: reduce-scatter + all-gather of the parameters         2(p−1)/p · 4T  (+ the norm)
+//   stage 2: a reduce-scatter per micro-batch + the all-gather     (M+1)(p−1)/p · 4T  (+ the norm)
+//   stage 3: per micro-batch: gather every unit for forward, every unit whose weights backward
+//            reads (all but an untied embedding) for backward, reduce-scatter the gradients
+//                                                                  M(p−1)/p · (4T + 4T_bwd + 4T)  (+ the norm)
+// The norm is one double all-reduced (stages ≥ 1): 2(p−1)/p · 8. All sizes here are multiples of
+// 16 floats and p ∈ {1, 2, 4}, so the per-call integer division is exact.
+TEST_P(ZeroStages, BytesMovedPerStepEqualTheTheoreticalVolume) {
+  const int stage = GetParam();
+  const Comm world = Comm::world();
+  const int64_t p = world.size();
+  if (p == 3) GTEST_SKIP() << "3 does not divide the 64-byte units; the formula is exact for 1, 2, 4";
+  for (const ModelConfig& cfg : {test::gpt2_like(), test::llama_like()}) {
+    Replica r(cfg, world, stage, 300, true);
+    const int64_t T = units_total(cfg);
+    const FlatRange emb = r.model.units()[0];
+    const int64_t T_bwd = cfg.tie_embeddings ? T : T - emb.size();
+    const int64_t norm = stage >= 1 ? 2 * (p - 1) * 8 / p : 0;
+    const int64_t expected[4] = {2 * (p - 1) * 4 * T / p, 2 * (p - 1) * 4 * T / p + norm,
+                                 (kMicro + 1) * (p - 1) * 4 * T / p + norm,
+                                 kMicro * (p - 1) * (4 * T + 4 * T_bwd + 4 * T) / p + norm};
+    world.reset_stats();
+    r.step(world.rank());
+    EXPECT_EQ(world.stats().bytes_moved, expected[stage]) << (cfg.tie_embeddings ? "tied" : "untied");
+  }
+}
+
+// [Note: bucket overlap] With overlap on, every bucket's reduction is issued from inside backward
+// (before micro_batch_end); with it off, none is. Stage 3 also gathers each unit backward reads
+// (all of them with the tied embedding of this model).
+TEST_P(ZeroStages, ReductionsStartInsideBackwardOnlyWithOverlap) {
+  const int stage = GetParam();
+  const Comm world = Comm::world();
+  for (bool overlap : {true, false}) {
+    Replica r(test::gpt2_like(), world, stage, 200, overlap);
+    ASSERT_GE(r.zero.buckets().size(), 2);
+    r.zero.step_begin();
+    r.zero.micro_batch_begin(true);
+    world.reset_stats();
+    const auto in = test::tokens(kB * kT, 37, 1), tg = test::tokens(kB * kT, 37, 2);
+    ForwardOptions o;
+    o.grad = LossGrad::in_place;
+    o.dloss_scale = 1.0f;
+    r.model.forward(in.data(), tg.data(), o);
+    const int64_t after_forward = world.stats().calls;
+    r.model.backward();
+    const int64_t in_backward = world.stats().calls - after_forward;
+    r.zero.micro_batch_end();
+    const int64_t buckets = r.zero.buckets().size();
+    const int64_t gathers = stage == 3 ? static_cast<int64_t>(r.model.units().size()) : 0;
+    EXPECT_EQ(in_backward, gathers + (overlap ? buckets : 0)) << (overlap ? "overlap on" : "overlap off");
+    EXPECT_EQ(world.stats().calls - after_forward, gathers + buckets);
+  }
+}
+
+// Every stage on p ranks against one process that runs all p·M micro-batches on full buffers:
+// gradient norm and updated parameters equal within fp32 reduction-order tolerance.
+TEST_P(ZeroStages, StepEqualsOneProcessHoldingEverything) {
+  const int stage = GetParam();
+  const Comm world = Comm::world();
+  const Comm self = world.split(world.rank(), 0, "self");
+  for (const ModelConfig& cfg : {test::gpt2_like(), test::llama_like()}) {
+    Replica dist(cfg, world, stage, 300, true);
+    const double norm = dist.step(world.rank());
+
+    Replica ref(cfg, self, 0, 1 << 20, true);
+    ref.zero.step_begin();
+    for (int rank = 0; rank < world.size(); ++rank)
+      for (int m = 0; m < kMicro; ++m) {
+        ref.zero.micro_batch_begin(true);
+        ref.forward_backward(rank, m);
+        ref.zero.micro_batch_end();
+      }
+    const double ref_norm = ref.zero.grad_norm();
+    ref.opt.step(ref.zero.optimizer_params(), ref.zero.optimizer_grads(), 1e-2f, ref_norm);
+    EXPECT_NEAR(norm, ref_norm, 1e-5 * ref_norm);
+
+    const FlatRange held = dist.zero.held_params_range();
+    const float* got = dist.zero.held_params();
+    const float* want = ref.zero.held_params() + held.begin;
+    for (int64_t i = 0; i < held.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << "flat element " << held.begin + i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stage, ZeroStages, ::testing::Values(0, 1, 2, 3));
+
+}  // namespace
+}  // namespace megatrain
