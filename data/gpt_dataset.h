@@ -1,54 +1,53 @@
-// GPT training samples over an IndexedDataset: fixed windows of S+1 tokens cut from the
-// concatenated token stream, in order or in a seeded per-epoch permutation.
+// GPT training samples over one IndexedDataset (or one split range of it): windows of S+1 tokens
+// read through a GptSampleIndex (Megatron's doc_idx / sample_idx / shuffle_idx).
 //
-// Contract (exact; tests and resume depend on it):
-//   * The token stream is all sequences of the dataset concatenated in order (each document
-//     already ends with its EOD token, so windows cross document boundaries freely).
-//   * S = seq_len. per_epoch = num_samples_per_epoch() = (num_tokens − 1) / S (integer division).
-//     Sample p of an epoch = stream[p·S, p·S + S] inclusive: S+1 tokens, the first S are the
-//     inputs, the last S (shifted by one) the targets. Consecutive samples share one token.
-//   * sample(index) for any index ≥ 0: epoch = index / per_epoch, position = index % per_epoch.
-//     shuffle = false: the sample at `position` is returned.
-//     shuffle = true : the sample at perm_epoch[position], where perm_epoch is a permutation of
-//     [0, per_epoch) that depends only on (seed, epoch): Fisher–Yates, for i = per_epoch−1 down
-//     to 1: w = rng_words(RngKey{seed, RngPurpose::data, stream = epoch, offset = 0}, i),
-//     r = w[0] | w[1] << 32, j = r mod (i+1), swap(perm[i], perm[j]); starting from the identity.
+// Contract (exact; tests and resume depend on it): sample(i) is sample i of the index contract in
+// gpt_sample_index.h. In short, with shuffle = false and the whole dataset as range: the token
+// stream is every document in order (each ending with its EOD token, so windows cross document
+// boundaries), per_epoch = ⌊(num_tokens − 1) / S⌋, and sample i = stream[p·S, p·S + S] with
+// p = i mod per_epoch — S+1 tokens, the first S the inputs, the last S the targets. With
+// shuffle = true each epoch's documents are permuted by (seed, epoch), its samples cut from that
+// epoch's stream, and the epoch's samples permuted by (seed, epoch) again.
 //
-// Invariant: sample(index) is a pure function of (dataset, S, shuffle, seed, index) — the cached
-// permutation is only a memo. Not thread-safe (the memo is mutable); use one object per thread.
+// Invariant: sample(i) is a pure function of (dataset, spec.docs, S, shuffle, seed, i) for
+// 0 ≤ i < num_samples(); spec.num_samples only decides how many whole epochs are indexed.
+// Thread-safe (no mutable state).
 #pragma once
 #include <cstdint>
-#include <vector>
 
+#include "data/gpt_sample_index.h"
 #include "data/indexed_dataset.h"
+#include "data/sample_source.h"
 
 namespace megatrain {
 
-class GptDataset {
+class GptDataset : public SampleSource {
  public:
-  // Throws InputError if seq_len < 1 or the dataset has fewer than seq_len + 1 tokens.
+  // Builds the index (InputError when the range is too small; see build_gpt_sample_index).
   // `dataset` must outlive this object.
-  GptDataset(const IndexedDataset& dataset, int seq_len, bool shuffle, uint64_t seed);
+  GptDataset(const IndexedDataset& dataset, const GptSampleSpec& spec);
+  // Adopts an index built earlier for the same (dataset, spec), e.g. loaded from the cache; the
+  // caller has checked it with gpt_sample_index_problem.
+  GptDataset(const IndexedDataset& dataset, const GptSampleSpec& spec, GptSampleIndex index);
 
-  int seq_len() const { return seq_len_; }
-  int64_t num_samples_per_epoch() const { return per_epoch_; }
+  int seq_len() const override { return spec_.seq_len; }
+  // Every sample of the indexed epochs (≥ spec.num_samples).
+  int64_t num_samples() const override { return static_cast<int64_t>(index_.shuffle_idx.size()); }
+  void sample(int64_t i, int32_t* out) const override;
 
-  // Writes the S+1 tokens of sample `index` (see the contract above) to out.
-  void sample(int64_t index, int32_t* out /* (S+1) */) const;
+  int64_t num_samples_per_epoch() const { return index_.samples_per_epoch; }
+  int64_t num_tokens() const { return num_tokens_; }  // tokens of the documents in the range
+  const GptSampleSpec& spec() const { return spec_; }
+  const GptSampleIndex& index() const { return index_; }
 
-  // The position in the ordered stream that sample `index` reads (for tests and debugging).
-  int64_t source_position(int64_t index) const;
+  // The sample number (epoch · per_epoch + position in the epoch's stream) read as sample i.
+  int64_t source_sample(int64_t i) const;
 
  private:
-  void build_permutation(int64_t epoch) const;
-
   const IndexedDataset& dataset_;
-  int seq_len_;
-  bool shuffle_;
-  uint64_t seed_;
-  int64_t per_epoch_;
-  mutable int64_t perm_epoch_ = -1;     // epoch whose permutation perm_ holds
-  mutable std::vector<int64_t> perm_;  // (per_epoch)
+  GptSampleSpec spec_;
+  GptSampleIndex index_;
+  int64_t num_tokens_ = 0;
 };
 
 }  // namespace megatrain

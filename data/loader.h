@@ -1,20 +1,21 @@
 // Distributed batch loader: which samples each data-parallel rank reads at each step.
 //
 // Contract (G = global batch, B = micro batch, dp = data-parallel size, r = dp rank):
-//   global batch k = samples k·G … (k+1)·G − 1 of the GptDataset;
+//   global batch k = samples k·G … (k+1)·G − 1 of the SampleSource (a BlendedDataset in training);
 //   rank r takes the contiguous slice starting at k·G + r·(G/dp), of G/dp samples;
 //   its micro-batch m (0 ≤ m < G/(B·dp)) is the next B samples of that slice:
 //   row b of micro-batch m = sample k·G + r·(G/dp) + m·B + b.
 //   inputs[b·S + t] = sample[t], targets[b·S + t] = sample[t + 1].
 //
 // Invariant: load() is a pure function of (step, micro, rank layout, dataset), so a resumed run
-// reads exactly what an uninterrupted one would, and the dp ranks together read each global batch
+// reads exactly what an uninterrupted one would (the consumed-sample count k·G is the whole loader
+// state), and the dp ranks together read each global batch
 // exactly once. load() does not allocate. Not thread-safe (one scratch buffer).
 #pragma once
 #include <cstdint>
 #include <vector>
 
-#include "data/gpt_dataset.h"
+#include "data/sample_source.h"
 
 namespace megatrain {
 
@@ -22,8 +23,7 @@ class BatchLoader {
  public:
   // Throws InputError unless global_batch_size is a positive multiple of micro_batch_size × dp.
   // `dataset` must outlive this object.
-  BatchLoader(const GptDataset& dataset, int micro_batch_size, int global_batch_size, int dp_rank,
-              int dp_size);
+  BatchLoader(const SampleSource& dataset, int micro_batch_size, int global_batch_size, int dp_rank, int dp_size);
 
   int micro_batches_per_step() const { return micro_batches_; }  // G / (B·dp)
   int micro_batch_size() const { return micro_batch_size_; }
@@ -35,7 +35,7 @@ class BatchLoader {
   void load(int64_t step, int micro, int32_t* inputs /* (B, S) */, int32_t* targets /* (B, S) */) const;
 
  private:
-  const GptDataset& dataset_;
+  const SampleSource& dataset_;
   int micro_batch_size_, global_batch_size_, dp_rank_, dp_size_, micro_batches_;
   mutable std::vector<int32_t> scratch_;  // (S+1)
 };

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <span>
 #include <string_view>
 #include <system_error>
@@ -72,7 +73,8 @@ void for_each_field(C& c, V&& v) {
   v("optimizer", "decay", o.decay), v("optimizer", "decay_steps", o.decay_steps);
   v("optimizer", "decay_embeddings", o.decay_embeddings);
   v("optimizer", "decay_norms_and_biases", o.decay_norms_and_biases);
-  v("data", "train", c.data.train), v("data", "valid", c.data.valid), v("data", "shuffle", c.data.shuffle);
+  v("data", "train", c.data.train), v("data", "valid", c.data.valid), v("data", "split", c.data.split);
+  v("data", "shuffle", c.data.shuffle), v("data", "cache_dir", c.data.cache_dir);
   auto& k = c.checkpoint;
   v("checkpoint", "dir", k.dir), v("checkpoint", "save_interval", k.save_interval);
   v("checkpoint", "keep_last", k.keep_last), v("checkpoint", "load", k.load), v("checkpoint", "async", k.async);
@@ -167,6 +169,14 @@ std::string to_toml_value(float v) { return float_text(v); }
 std::string to_toml_value(double v) { return float_text(v); }
 std::string to_toml_value(bool v) { return v ? "true" : "false"; }
 std::string to_toml_value(const std::string& v) { return quote(v); }
+// data.train / data.valid: "" when empty, the bare prefix for one entry of weight 1, else the pairs.
+std::string to_toml_value(const std::vector<WeightedPrefix>& v) {
+  if (v.empty()) return quote("");
+  if (v.size() == 1 && v[0].weight == 1.0) return quote(v[0].prefix);
+  std::vector<std::string> pairs;
+  for (const WeightedPrefix& w : v) pairs.push_back(fmt::format("[{}, {}]", float_text(w.weight), quote(w.prefix)));
+  return fmt::format("[{}]", fmt::join(pairs, ", "));
+}
 template <class E>
 requires std::is_enum_v<E> std::string to_toml_value(E v) {
   for (const auto& sp : spellings(v))
@@ -199,6 +209,13 @@ std::string describe(const toml::node& n) {
     default:
       return "nothing";
   }
+}
+
+// An array as TOML text, for messages: [0.7, "web"].
+std::string to_text(const toml::array& a) {
+  std::ostringstream out;
+  out << toml::toml_formatter{a, toml::format_flags::none};
+  return out.str();
 }
 
 // Converts one TOML node into one field, or throws naming the file and key.
@@ -248,6 +265,30 @@ struct Reader {
   void read(std::string& out, const toml::node& n, const std::string& key) const {
     if (!n.is_string()) fail(key, "a string", n);
     out = n.as_string()->get();
+  }
+  // A prefix string, or a non-empty array of [weight > 0, "prefix"] pairs (data.train, data.valid).
+  void read(std::vector<WeightedPrefix>& out, const toml::node& n, const std::string& key) const {
+    constexpr std::string_view kWant = "a prefix string or a non-empty array of [weight, \"prefix\"] pairs";
+    out.clear();
+    if (n.is_string()) {
+      if (!n.as_string()->get().empty()) out.push_back({1.0, n.as_string()->get()});
+      return;
+    }
+    if (!n.is_array() || n.as_array()->empty()) fail(key, kWant, n);
+    const toml::array& a = *n.as_array();
+    for (size_t i = 0; i < a.size(); ++i) {
+      const toml::array* pair = a[i].as_array();
+      const toml::node* w = pair && pair->size() == 2 ? pair->get(0) : nullptr;
+      const toml::node* p = pair && pair->size() == 2 ? pair->get(1) : nullptr;
+      const bool ok = w && p && (w->is_integer() || w->is_floating_point()) && p->is_string() &&
+                      !p->as_string()->get().empty();
+      const double weight = ok ? w->value<double>().value_or(0.0) : 0.0;
+      if (!ok || !std::isfinite(weight) || weight <= 0.0)
+        throw InputError(fmt::format("{}: {}[{}] must be [weight, \"prefix\"] with weight > 0 and a non-empty "
+                                     "prefix, got {}{}; e.g. {} = [[0.7, \"web\"], [0.3, \"code\"]]",
+                                     file, key, i, pair ? to_text(*pair) : describe(a[i]), origin(key), key));
+      out.push_back({weight, p->as_string()->get()});
+    }
   }
   template <class E>
   requires std::is_enum_v<E>

@@ -45,11 +45,22 @@ struct OptimizerConfig {
   friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
 };
 
-// PREFIX of PREFIX.bin/.idx, relative to the working directory; valid "" = no validation.
+// One dataset of a blend: PREFIX of PREFIX.bin/.idx (relative to the working directory) and its
+// weight (> 0; a blend's weights are normalised to sum 1).
+struct WeightedPrefix {
+  double weight = 1.0;
+  std::string prefix;
+  friend bool operator==(const WeightedPrefix&, const WeightedPrefix&) = default;
+};
+
+// data.train / data.valid: a prefix string (one entry of weight 1) or [[weight, "prefix"], …];
+// empty = none (valid: no separate validation set).
 struct DataConfig {
-  std::string train;
-  std::string valid;
+  std::vector<WeightedPrefix> train;
+  std::vector<WeightedPrefix> valid;
+  std::string split;      // "98,1,1": documents split train/valid/test; "" = off (data/doc_split.h)
   bool shuffle = true;
+  std::string cache_dir;  // sample-index cache; "" = PREFIX.megatrain-cache next to the first prefix
   friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "data/doc_split.h"
 #include "kernels/check.h"
 #include "trainer/config.h"
 
@@ -75,6 +76,11 @@ void validate_config_fields(const Config& c) {
   r.at_least("optimizer.grad_clip", o.grad_clip, 0.0f, "(0 = no clipping)");
   r.at_least("optimizer.warmup_steps", o.warmup_steps, int64_t{0});
   r.at_least("optimizer.decay_steps", o.decay_steps, int64_t{0}, "(0 = train.steps)");
+
+  MT_INPUT_CHECK(c.data.split.empty() || parse_doc_split(c.data.split),
+                 "{}: data.split = \"{}\" must be 1 to 3 comma-separated non-negative numbers with a positive sum "
+                 "(train, valid, test proportions of the documents), e.g. \"98,1,1\"; or \"\" for no split",
+                 c.source, c.data.split);
 
   r.at_least("checkpoint.save_interval", c.checkpoint.save_interval, int64_t{0}, "(0 = never)");
   r.at_least("checkpoint.keep_last", c.checkpoint.keep_last, 0, "(0 = keep all)");
@@ -150,9 +156,14 @@ void resolve_config(Config& c, int world_size) {
                  f, o.warmup_steps, o.decay_steps);
 
   // 5. Features that need another key.
-  MT_INPUT_CHECK(t.eval_interval == 0 || !c.data.valid.empty(),
-                 "{}: train.eval_interval = {} needs data.valid; set data.valid to a dataset prefix or "
-                 "train.eval_interval = 0",
+  MT_INPUT_CHECK(c.data.split.empty() || c.data.valid.empty(),
+                 "{}: data.valid must be empty when data.split = \"{}\" is set (validation then comes from the "
+                 "split's valid part of data.train); remove data.valid or set data.split = \"\"",
+                 f, c.data.split);
+  const bool split_valid = !c.data.split.empty() && (*parse_doc_split(c.data.split))[1] > 0.0;
+  MT_INPUT_CHECK(t.eval_interval == 0 || !c.data.valid.empty() || split_valid,
+                 "{}: train.eval_interval = {} needs validation data; set data.valid to a dataset prefix, a "
+                 "data.split with a valid part (e.g. \"98,1,1\"), or train.eval_interval = 0",
                  f, t.eval_interval);
   MT_INPUT_CHECK(c.checkpoint.save_interval == 0 || !c.checkpoint.dir.empty(),
                  "{}: checkpoint.save_interval = {} needs checkpoint.dir; set checkpoint.dir or save_interval = 0", f,

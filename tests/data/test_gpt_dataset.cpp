@@ -1,5 +1,6 @@
-// Tests of the GPT sample contract (ordered windows, seeded per-epoch permutations) and of the
-// batch loader's global-batch / data-parallel slicing, against values computed independently here.
+// Tests of the GPT sample contract (ordered windows; seeded per-epoch document and sample
+// permutations; split ranges) and of the batch loader's global-batch / data-parallel slicing and
+// resume, against values computed independently here.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset_builder.h"
 #include "data/gpt_dataset.h"
 #include "data/indexed_dataset.h"
 #include "data/loader.h"
@@ -35,6 +37,7 @@ class GptData : public ::testing::Test {
       std::vector<int32_t> doc;
       for (int t = 0; t < 3 + (d * 7) % 11; ++t) doc.push_back((d * 31 + t * 17) % 250);
       doc.push_back(256);
+      docs_.push_back(doc);
       stream_.insert(stream_.end(), doc.begin(), doc.end());
       w.add_document(doc);
     }
@@ -52,14 +55,20 @@ class GptData : public ::testing::Test {
   fs::path dir_;
   std::string prefix_;
   std::vector<int32_t> stream_;
+  std::vector<std::vector<int32_t>> docs_;
   std::unique_ptr<IndexedDataset> ds_;
 };
 
+GptSampleSpec spec_of(const IndexedDataset& ds, int s, bool shuffle, uint64_t seed, int64_t samples) {
+  return {DocRange{0, ds.num_documents()}, s, shuffle, seed, samples};
+}
+
 TEST_F(GptData, OrderedSamplesAreWindowsOfTheStream) {
   for (int s : {1, 4, 7}) {
-    GptDataset g(*ds_, s, /*shuffle=*/false, 1234);
     const int64_t per_epoch = (static_cast<int64_t>(stream_.size()) - 1) / s;
+    GptDataset g(*ds_, spec_of(*ds_, s, /*shuffle=*/false, 1234, 3 * per_epoch));
     ASSERT_EQ(g.num_samples_per_epoch(), per_epoch);
+    ASSERT_EQ(g.num_samples(), 3 * per_epoch);
     std::vector<int32_t> out(s + 1);
     for (int64_t i = 0; i < 3 * per_epoch; ++i) {
       g.sample(i, out.data());
@@ -70,38 +79,23 @@ TEST_F(GptData, OrderedSamplesAreWindowsOfTheStream) {
 
 TEST_F(GptData, TooFewTokensNamesDatasetAndSeqLen) {
   const auto n = static_cast<int>(stream_.size());
-  EXPECT_NO_THROW(GptDataset(*ds_, n - 1, false, 0));
+  EXPECT_NO_THROW(GptDataset(*ds_, spec_of(*ds_, n - 1, false, 0, 1)));
   try {
-    GptDataset g(*ds_, n, false, 0);
+    GptDataset g(*ds_, spec_of(*ds_, n, false, 0, 1));
     ADD_FAILURE() << "expected InputError";
   } catch (const InputError& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find(prefix_), std::string::npos) << msg;
     EXPECT_NE(msg.find("train.seq_len + 1"), std::string::npos) << msg;
   }
-  EXPECT_THROW(GptDataset(*ds_, 0, false, 0), InputError);
+  EXPECT_THROW(GptDataset(*ds_, spec_of(*ds_, 0, false, 0, 1)), InputError);
 }
 
-// All positions of one epoch, as the dataset reports them, checked against the sample contents.
-std::vector<int64_t> epoch_order(const GptDataset& g, int64_t epoch, const std::vector<int32_t>& stream) {
-  const int s = g.seq_len();
-  const int64_t n = g.num_samples_per_epoch();
-  std::vector<int64_t> order;
-  std::vector<int32_t> out(s + 1);
-  for (int64_t i = epoch * n; i < (epoch + 1) * n; ++i) {
-    const int64_t p = g.source_position(i);
-    g.sample(i, out.data());
-    EXPECT_TRUE(std::equal(out.begin(), out.end(), stream.begin() + p * s)) << "sample " << i;
-    order.push_back(p);
-  }
-  return order;
-}
-
-// The documented Fisher–Yates, written out independently.
-std::vector<int64_t> reference_permutation(uint64_t seed, uint32_t epoch, int64_t n) {
+// The documented Fisher–Yates over [0, n), written out independently.
+std::vector<int64_t> reference_permutation(uint64_t seed, uint32_t stream, int64_t n) {
   std::vector<int64_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
-  RngKey key{seed, static_cast<uint32_t>(RngPurpose::data), epoch, 0};
+  RngKey key{seed, static_cast<uint32_t>(RngPurpose::data), stream, 0};
   for (int64_t i = n - 1; i >= 1; --i) {
     auto w = rng_words(key, i);
     uint64_t r = w[0] | (static_cast<uint64_t>(w[1]) << 32);
@@ -110,33 +104,102 @@ std::vector<int64_t> reference_permutation(uint64_t seed, uint32_t epoch, int64_
   return perm;
 }
 
-TEST_F(GptData, ShuffledEpochsArePermutations) {
-  const int s = 3;
-  GptDataset a(*ds_, s, /*shuffle=*/true, 42), b(*ds_, s, true, 42), c(*ds_, s, true, 43);
-  const int64_t n = a.num_samples_per_epoch();
-  ASSERT_GE(n, 30);
-  std::vector<int64_t> identity(n);
-  std::iota(identity.begin(), identity.end(), 0);
-  std::vector<std::vector<int64_t>> orders;
-  for (int64_t e = 0; e < 3; ++e) {
-    auto order = epoch_order(a, e, stream_);
-    EXPECT_EQ(order, reference_permutation(42, static_cast<uint32_t>(e), n)) << "epoch " << e;
-    auto sorted = order;
-    std::sort(sorted.begin(), sorted.end());
-    EXPECT_EQ(sorted, identity) << "epoch " << e << " is not a permutation";
-    EXPECT_NE(order, identity);
-    EXPECT_EQ(order, epoch_order(b, e, stream_)) << "same seed, different order";
-    EXPECT_NE(order, epoch_order(c, e, stream_)) << "different seed, same order";
-    orders.push_back(order);
+// The shuffled contract computed here from the documents: epoch e's samples, in the order read.
+std::vector<std::vector<int32_t>> reference_epoch(const std::vector<std::vector<int32_t>>& docs, DocRange range, int s,
+                                                  uint64_t seed, uint32_t e) {
+  const auto order = reference_permutation(seed, 2 * e, range.size());
+  std::vector<int32_t> stream;
+  for (int64_t k : order) stream.insert(stream.end(), docs[range.begin + k].begin(), docs[range.begin + k].end());
+  const int64_t per_epoch = (static_cast<int64_t>(stream.size()) - 1) / s;
+  const auto sigma = reference_permutation(seed, 2 * e + 1, per_epoch);
+  std::vector<std::vector<int32_t>> out;
+  for (int64_t p = 0; p < per_epoch; ++p)
+    out.emplace_back(stream.begin() + sigma[p] * s, stream.begin() + sigma[p] * s + s + 1);
+  return out;
+}
+
+std::vector<std::vector<int32_t>> epoch_samples(const GptDataset& g, int64_t e) {
+  const int64_t n = g.num_samples_per_epoch();
+  std::vector<std::vector<int32_t>> out;
+  for (int64_t i = e * n; i < (e + 1) * n; ++i) {
+    out.emplace_back(g.seq_len() + 1);
+    g.sample(i, out.back().data());
   }
-  EXPECT_NE(orders[0], orders[1]);
-  EXPECT_NE(orders[1], orders[2]);
-  // Going back to an earlier epoch gives the same order (the cached permutation is only a memo).
-  EXPECT_EQ(epoch_order(a, 0, stream_), orders[0]);
+  return out;
+}
+
+TEST_F(GptData, ShuffledEpochsFollowTheDocumentAndSampleShuffleContract) {
+  const int s = 3;
+  for (DocRange range : {DocRange{0, 23}, DocRange{4, 17}}) {
+    const GptSampleSpec spec{range, s, /*shuffle=*/true, 42, 1};
+    GptDataset probe(*ds_, spec);
+    const int64_t n = probe.num_samples_per_epoch();
+    GptSampleSpec three = spec;
+    three.num_samples = 3 * n;
+    GptDataset a(*ds_, three), b(*ds_, three);
+    three.seed = 43;
+    GptDataset c(*ds_, three);
+    ASSERT_EQ(a.index().epochs, 3);
+    for (int64_t e = 0; e < 3; ++e) {
+      const auto got = epoch_samples(a, e);
+      EXPECT_EQ(got, reference_epoch(docs_, range, s, 42, static_cast<uint32_t>(e))) << "epoch " << e;
+      EXPECT_EQ(got, epoch_samples(b, e)) << "same seed, different samples";
+      EXPECT_NE(got, epoch_samples(c, e)) << "different seed, same samples";
+    }
+    EXPECT_EQ(epoch_samples(probe, 0), epoch_samples(a, 0)) << "epoch 0 depends on the number of samples";
+  }
+}
+
+TEST_F(GptData, DocumentShuffleIsAPureFunctionOfSeedAndEpoch) {
+  const GptSampleSpec one{DocRange{0, 23}, 5, true, 7, 1};
+  const int64_t per_epoch = GptDataset(*ds_, one).num_samples_per_epoch();
+  GptSampleSpec four = one;
+  four.num_samples = 4 * per_epoch;
+  const GptSampleIndex a = build_gpt_sample_index(*ds_, four), b = build_gpt_sample_index(*ds_, one);
+  four.seed = 8;
+  const GptSampleIndex c = build_gpt_sample_index(*ds_, four);
+  ASSERT_EQ(a.epochs, 4);
+  ASSERT_EQ(b.epochs, 1);
+  auto epoch = [](const GptSampleIndex& x, int64_t e) {
+    return std::vector<int32_t>(x.doc_idx.begin() + e * 23, x.doc_idx.begin() + (e + 1) * 23);
+  };
+  EXPECT_EQ(epoch(a, 0), epoch(b, 0));
+  for (int64_t e = 0; e < 4; ++e) {
+    std::vector<int32_t> expect;
+    for (int64_t k : reference_permutation(7, static_cast<uint32_t>(2 * e), 23))
+      expect.push_back(static_cast<int32_t>(k));
+    EXPECT_EQ(epoch(a, e), expect) << "epoch " << e;
+    EXPECT_NE(epoch(a, e), epoch(c, e)) << "seeds 7 and 8 give the same order in epoch " << e;
+    if (e > 0) {
+      EXPECT_NE(epoch(a, e), epoch(a, e - 1));
+    }
+  }
+  EXPECT_TRUE(gpt_sample_index_problem(a, *ds_, GptSampleSpec{DocRange{0, 23}, 5, true, 7, 4 * per_epoch}).empty());
+  GptSampleIndex bad = a;
+  bad.doc_idx[3] = 99;
+  EXPECT_NE(gpt_sample_index_problem(bad, *ds_, GptSampleSpec{DocRange{0, 23}, 5, true, 7, 4 * per_epoch}), "");
+}
+
+TEST_F(GptData, SplitRangeSamplesComeFromItsDocumentsOnly) {
+  const DocRange range{6, 15};
+  std::vector<int32_t> stream;
+  for (int64_t d = range.begin; d < range.end; ++d) stream.insert(stream.end(), docs_[d].begin(), docs_[d].end());
+  const int s = 4;
+  const int64_t per_epoch = (static_cast<int64_t>(stream.size()) - 1) / s;
+  GptDataset g(*ds_, GptSampleSpec{range, s, false, 1, 2 * per_epoch});
+  ASSERT_EQ(g.num_samples_per_epoch(), per_epoch);
+  EXPECT_EQ(g.num_tokens(), static_cast<int64_t>(stream.size()));
+  std::vector<int32_t> out(s + 1);
+  for (int64_t i = 0; i < 2 * per_epoch; ++i) {
+    g.sample(i, out.data());
+    const int64_t p = i % per_epoch;
+    ASSERT_EQ(out, std::vector<int32_t>(stream.begin() + p * s, stream.begin() + p * s + s + 1)) << "sample " << i;
+  }
 }
 
 // Row b of micro-batch m at step k on rank r must be sample k·G + r·(G/dp) + m·B + b.
 void check_loader(const GptDataset& g, const std::vector<int32_t>& stream, int B, int G, int dp) {
+  ASSERT_GE(g.num_samples(), 4 * G);
   const int s = g.seq_len();
   const int64_t per_epoch = g.num_samples_per_epoch();
   std::vector<int64_t> seen;
@@ -167,7 +230,7 @@ void check_loader(const GptDataset& g, const std::vector<int32_t>& stream, int B
 }
 
 TEST_F(GptData, LoaderFollowsGlobalBatchContract) {
-  GptDataset g(*ds_, 9, /*shuffle=*/false, 7);
+  GptDataset g(*ds_, spec_of(*ds_, 9, /*shuffle=*/false, 7, 4 * 8));
   ASSERT_LT(g.num_samples_per_epoch(), 4 * 8);  // the steps below cross an epoch boundary
   check_loader(g, stream_, /*B=*/2, /*G=*/8, /*dp=*/1);
   check_loader(g, stream_, /*B=*/2, /*G=*/8, /*dp=*/2);
@@ -175,10 +238,61 @@ TEST_F(GptData, LoaderFollowsGlobalBatchContract) {
 }
 
 TEST_F(GptData, LoaderRejectsIndivisibleGlobalBatch) {
-  GptDataset g(*ds_, 5, false, 7);
+  GptDataset g(*ds_, spec_of(*ds_, 5, false, 7, 8));
   EXPECT_THROW(BatchLoader(g, 2, 6, 0, 2), InputError);
   EXPECT_THROW(BatchLoader(g, 0, 8, 0, 1), InputError);
   EXPECT_NO_THROW(BatchLoader(g, 2, 8, 1, 2));
+}
+
+// The inputs and targets this rank reads at steps [first, last), concatenated.
+std::vector<int32_t> read_steps(const BatchLoader& loader, int64_t first, int64_t last) {
+  const size_t n = static_cast<size_t>(loader.micro_batch_size()) * loader.seq_len();
+  std::vector<int32_t> all, in(n), tg(n);
+  for (int64_t k = first; k < last; ++k)
+    for (int m = 0; m < loader.micro_batches_per_step(); ++m) {
+      loader.load(k, m, in.data(), tg.data());
+      all.insert(all.end(), in.begin(), in.end());
+      all.insert(all.end(), tg.begin(), tg.end());
+    }
+  return all;
+}
+
+// A loader constructed fresh at step k (as a resumed run does: new datasets, new index) reads the
+// same batches as one that read steps 0 … k−1 first; an index built for fewer steps agrees on them.
+TEST_F(GptData, ResumedLoaderReadsTheSameBatchesAsAnUninterruptedOne) {
+  const std::string prefix2 = (dir_ / "ds2").string();
+  {
+    IndexedDatasetWriter w(prefix2, TokenDtype::u16);
+    for (int d = 0; d < 17; ++d) {
+      std::vector<int32_t> doc(2 + (d * 5) % 9, 100 + d);
+      doc.push_back(256);
+      w.add_document(doc);
+    }
+    w.finalize();
+  }
+  const IndexedDataset second = IndexedDataset::open(prefix2);
+  const int B = 2, G = 8, S = 4;
+  const int64_t steps = 8, k = 5;
+  auto make = [&](int64_t samples) {
+    const BlendPart parts[] = {{0.7, ds_.get(), DocRange{0, 23}}, {0.3, &second, DocRange{0, 17}}};
+    SampleIndexOptions o{S, /*shuffle=*/true, 11, samples, "", /*use_cache=*/false, false};
+    BuildReport report;
+    return build_blended_dataset(parts, o, report);
+  };
+  for (int dp : {1, 2})
+    for (int r = 0; r < dp; ++r) {
+      const auto full = make(steps * G);
+      const std::vector<int32_t> uninterrupted = read_steps(BatchLoader(*full, B, G, r, dp), 0, steps);
+      const BatchLoader first(*full, B, G, r, dp);
+      const std::vector<int32_t> head = read_steps(first, 0, k), tail = read_steps(first, k, steps);
+      const auto fresh = make(steps * G);
+      EXPECT_EQ(read_steps(BatchLoader(*fresh, B, G, r, dp), k, steps), tail) << "dp " << dp << " rank " << r;
+      const auto shorter = make(k * G);
+      EXPECT_EQ(read_steps(BatchLoader(*shorter, B, G, r, dp), 0, k), head) << "dp " << dp << " rank " << r;
+      std::vector<int32_t> joined = head;
+      joined.insert(joined.end(), tail.begin(), tail.end());
+      EXPECT_EQ(joined, uninterrupted);
+    }
 }
 
 }  // namespace

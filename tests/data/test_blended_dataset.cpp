@@ -1,0 +1,138 @@
+// Tests of weighted blending (Megatron's BlendedDataset rule): the pinned order for a small case,
+// the per-prefix and per-batch bounds, consecutive per-dataset samples, and that a blended
+// dataset reads each dataset's own samples.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "data/blended_dataset.h"
+#include "data/dataset_builder.h"
+#include "kernels/check.h"
+
+namespace megatrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<int> order(const BlendIndex& x) { return {x.dataset.begin(), x.dataset.end()}; }
+
+TEST(BlendTest, PinnedOrderForSmallCases) {
+  const auto three = normalise_blend_weights(std::vector<double>{5, 3, 2});
+  EXPECT_EQ(order(build_blend_index(three, 20)),
+            (std::vector<int>{0, 1, 2, 0, 0, 1, 0, 2, 1, 0, 0, 1, 2, 0, 0, 1, 0, 2, 1, 0}));
+  const auto two = normalise_blend_weights(std::vector<double>{0.7, 0.3});
+  EXPECT_EQ(order(build_blend_index(two, 20)),
+            (std::vector<int>{0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 1, 0}));
+  // Ties go to the lower index.
+  const auto even = normalise_blend_weights(std::vector<double>{1, 1});
+  EXPECT_EQ(order(build_blend_index(even, 6)), (std::vector<int>{0, 1, 0, 1, 0, 1}));
+}
+
+// Every prefix of n samples holds c_d samples of dataset d with c_d − w_d·n in (−bound, 1).
+void check_prefixes(const std::vector<double>& raw, int64_t n, double bound) {
+  const auto w = normalise_blend_weights(raw);
+  const BlendIndex x = build_blend_index(w, n);
+  ASSERT_TRUE(blend_index_problem(x, w.size(), n).empty());
+  std::vector<int64_t> c(w.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(x.sample[i], c[x.dataset[i]]) << "sample " << i << " is not its dataset's next sample";
+    ++c[x.dataset[i]];
+    for (size_t d = 0; d < w.size(); ++d) {
+      const double e = static_cast<double>(c[d]) - w[d] * static_cast<double>(i + 1);
+      ASSERT_LT(e, 1.0) << "dataset " << d << " over-represented after " << i + 1 << " samples";
+      ASSERT_GT(e, -bound) << "dataset " << d << " under-represented after " << i + 1 << " samples";
+    }
+  }
+}
+
+TEST(BlendTest, EveryPrefixIsWithinOneSampleOfTheWeights) {
+  check_prefixes({0.7, 0.3}, 20000, 1.0);
+  check_prefixes({0.01, 0.99}, 20000, 1.0);
+  check_prefixes({5, 3, 2}, 20000, 1.0);
+  check_prefixes({1, 1, 1}, 20000, 1.0);
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<double> u(0.001, 1.0);
+  for (int t = 0; t < 50; ++t) {
+    check_prefixes({u(gen), u(gen)}, 3000, 1.0);
+    check_prefixes({u(gen), u(gen), u(gen)}, 3000, 1.0);
+  }
+}
+
+// With four or more datasets Megatron's greedy rule can lag a dataset by slightly more than one
+// sample (never over-represents it by one); the lag stays small.
+TEST(BlendTest, ManyDatasetsStayClose) {
+  std::mt19937 gen(9);
+  std::uniform_real_distribution<double> u(0.001, 1.0);
+  for (int k = 4; k <= 8; ++k)
+    for (int t = 0; t < 20; ++t) {
+      std::vector<double> w;
+      for (int d = 0; d < k; ++d) w.push_back(u(gen));
+      check_prefixes(w, 2000, 1.5);
+    }
+}
+
+TEST(BlendTest, EveryGlobalBatchOfTwoDatasetsRealisesTheBlend) {
+  for (int G : {8, 16, 100, 256})
+    for (double w0 : {0.7, 0.5, 0.123, 0.9}) {
+      const auto w = normalise_blend_weights(std::vector<double>{w0, 1 - w0});
+      const BlendIndex x = build_blend_index(w, 50 * G);
+      for (int64_t k = 0; k < 50; ++k) {
+        int64_t c = 0;
+        for (int64_t i = k * G; i < (k + 1) * G; ++i) c += x.dataset[i] == 0;
+        EXPECT_LT(std::abs(static_cast<double>(c) - w[0] * G), 1.0) << "G=" << G << " w=" << w0 << " batch " << k;
+      }
+    }
+}
+
+TEST(BlendTest, IndexForFewerSamplesIsAPrefix) {
+  const auto w = normalise_blend_weights(std::vector<double>{0.2, 0.5, 0.3});
+  const BlendIndex big = build_blend_index(w, 1000), small = build_blend_index(w, 137);
+  EXPECT_TRUE(std::equal(small.dataset.begin(), small.dataset.end(), big.dataset.begin()));
+  EXPECT_TRUE(std::equal(small.sample.begin(), small.sample.end(), big.sample.begin()));
+}
+
+TEST(BlendTest, WeightsMustBePositive) {
+  EXPECT_THROW(normalise_blend_weights(std::vector<double>{}), InputError);
+  EXPECT_THROW(normalise_blend_weights(std::vector<double>{1, 0}), InputError);
+  EXPECT_THROW(normalise_blend_weights(std::vector<double>{1, -2}), InputError);
+  EXPECT_THROW(normalise_blend_weights(std::vector<double>{NAN}), InputError);
+  EXPECT_EQ(normalise_blend_weights(std::vector<double>{3, 1}), (std::vector<double>{0.75, 0.25}));
+}
+
+// Two datasets whose tokens say which dataset they came from: 1xx and 2xx.
+TEST(BlendTest, BlendedDatasetReadsEachDatasetsOwnSamples) {
+  static std::atomic<int> counter{0};
+  const fs::path dir = fs::temp_directory_path() /
+                       ("megatrain_test_blend_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+  fs::create_directories(dir);
+  std::vector<IndexedDataset> ds;
+  for (int k : {1, 2}) {
+    IndexedDatasetWriter w((dir / std::to_string(k)).string(), TokenDtype::u16);
+    for (int d = 0; d < 30; ++d) w.add_document(std::vector<int32_t>(3 + d % 4, 100 * k + d));
+    w.finalize();
+    ds.push_back(IndexedDataset::open((dir / std::to_string(k)).string()));
+  }
+  const BlendPart parts[] = {{3.0, &ds[0], DocRange{0, 30}}, {1.0, &ds[1], DocRange{0, 30}}};
+  BuildReport report;
+  const auto b = build_blended_dataset(parts, SampleIndexOptions{5, true, 3, 400, "", false, false}, report);
+  EXPECT_FALSE(report.loaded);
+  EXPECT_EQ(report.path, "");
+  std::vector<int32_t> got(6), want(6);
+  for (int64_t i = 0; i < 400; ++i) {
+    const auto src = b->source(i);
+    b->sample(i, got.data());
+    b->dataset(static_cast<size_t>(src.dataset)).sample(src.sample, want.data());
+    ASSERT_EQ(got, want);
+    for (int32_t t : got) ASSERT_EQ(t / 100, src.dataset + 1) << "sample " << i;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace megatrain
