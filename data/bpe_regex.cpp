@@ -42,17 +42,18 @@ Regex::Regex(std::string_view pattern, Syntax syntax, std::string_view where) {
     throw InputError(fmt::format("{} '{}' does not compile at offset {}: {}; fix the pattern",
                                  where, pattern, offset, reinterpret_cast<const char*>(message)));
   }
-  pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // on failure pcre2_match interprets
+  jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;  // else pcre2_match interprets
 }
 
 Regex::~Regex() { pcre2_code_free(code_); }
 
-void Regex::split_isolated(std::string_view s, std::vector<std::string>& out) const {
+void Regex::split_isolated(std::string_view s, std::vector<std::string_view>& out) const {
   thread_local MatchScratch scratch;
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   size_t pos = 0, last = 0;
   while (pos < s.size()) {
-    const int rc = pcre2_match(code_, subject, s.size(), pos, 0, scratch.data, scratch.context);
+    const int rc = (jit_ ? pcre2_jit_match : pcre2_match)(code_, subject, s.size(), pos, 0,
+                                                          scratch.data, scratch.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     MT_CHECK(rc >= 0, "pcre2_match failed with error {} on a {}-byte piece", rc, s.size());
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(scratch.data);
@@ -62,11 +63,18 @@ void Regex::split_isolated(std::string_view s, std::vector<std::string>& out) co
       while (pos < s.size() && (static_cast<unsigned char>(s[pos]) & 0xC0) == 0x80) ++pos;
       continue;
     }
-    if (begin > last) out.emplace_back(s.substr(last, begin - last));
-    out.emplace_back(s.substr(begin, end - begin));
+    if (begin > last) out.push_back(s.substr(last, begin - last));
+    out.push_back(s.substr(begin, end - begin));
     last = pos = end;
   }
-  if (last < s.size()) out.emplace_back(s.substr(last));
+  if (last < s.size()) out.push_back(s.substr(last));
+}
+
+void Regex::split_isolated(std::string_view s, std::vector<std::string>& out) const {
+  thread_local std::vector<std::string_view> views;
+  views.clear();
+  split_isolated(s, views);
+  out.insert(out.end(), views.begin(), views.end());
 }
 
 }  // namespace megatrain

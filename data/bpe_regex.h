@@ -21,11 +21,15 @@ class Regex {
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
 
-  // HF's "Isolated" split: appends each match and each non-empty gap between matches, in order.
+  // HF's "Isolated" split: appends each match and each non-empty gap between matches, in order,
+  // as views into `s`.
+  void split_isolated(std::string_view s, std::vector<std::string_view>& out) const;
+  // The same, as copies.
   void split_isolated(std::string_view s, std::vector<std::string>& out) const;
 
  private:
   pcre2_real_code_8* code_ = nullptr;
+  bool jit_ = false;  // JIT-compiled: matched with pcre2_jit_match, which skips the checks
 };
 
 }  // namespace megatrain

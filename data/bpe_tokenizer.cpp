@@ -1,16 +1,16 @@
 // Byte-level BPE from a Hugging Face tokenizer.json: parsing (nlohmann-json), added-token
-// splitting (index by first byte), the pre-tokenizer pipeline and a bounded word cache; the regex
-// splitter and the merge table live in bpe_regex.h and bpe_merges.h. Invariant: after load, every
-// byte has a vocab id, every merge names vocab tokens, and every id in [0, vocab_size) decodes or
-// is a hole.
+// splitting (index by first byte), the pre-tokenizer pipeline and a bounded per-thread word cache;
+// the regex splitter and the merge table live in bpe_regex.h and bpe_merges.h. Invariant: after
+// load, every byte has a vocab id, every merge names vocab tokens, and every id in [0, vocab_size)
+// decodes or is a hole.
 #include "data/bpe_tokenizer.h"
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <forward_list>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -27,8 +27,6 @@ using nlohmann::json;
 // The regex of HF's ByteLevel pre-tokenizer (use_regex = true), from GPT-2.
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-constexpr size_t kCacheEntries = size_t{1} << 16;  // cleared when full
-constexpr size_t kCacheWordBytes = 64;             // longer words are not cached
 const json kNull;                                  // what an absent field reads as
 
 [[noreturn]] void bad(const std::string& path, std::string_view field, std::string_view what) {
@@ -48,7 +46,10 @@ struct AddedToken {
 };
 
 // Added-token indices by first byte, longest first, so the first prefix match is the longest.
-using TokenIndex = std::array<std::vector<int>, 256>;
+struct TokenIndex {
+  std::array<std::vector<int>, 256> by_byte;
+  bool empty = true;
+};
 
 struct Segment {
   std::string_view text;
@@ -89,12 +90,11 @@ struct BpeTokenizer::Impl {
   TokenIndex raw_index, normalized_index;  // added tokens with normalized = false / true
   std::vector<PreStep> steps;
   bool ignore_merges = false;
-  mutable std::mutex cache_mutex;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
+  uint64_t serial = WordCache::new_owner();  // names this tokenizer's entries in the WordCaches
 
   void split_added(std::vector<Segment>& segments, const TokenIndex& index) const;
   void encode_text(std::string_view text, std::vector<int32_t>& ids) const;
-  void encode_word(const std::string& word, std::vector<int32_t>& ids) const;
+  void encode_word(std::string_view word, WordCache& cache, std::vector<int32_t>& ids) const;
   void parse_pre_tokenizer(const json& p, const std::string& field, bool& saw_byte_level);
   std::string where(const std::string& field) const {
     return fmt::format("tokenizer file '{}': {}", path, field);
@@ -104,6 +104,7 @@ struct BpeTokenizer::Impl {
 // Splits every plain segment at the leftmost-longest matches of `index`.
 void BpeTokenizer::Impl::split_added(std::vector<Segment>& segments,
                                      const TokenIndex& index) const {
+  if (index.empty) return;
   std::vector<Segment> out;
   for (const Segment& seg : segments) {
     if (seg.id >= 0) {
@@ -114,7 +115,7 @@ void BpeTokenizer::Impl::split_added(std::vector<Segment>& segments,
     size_t last = 0;
     for (size_t pos = 0; pos < s.size();) {
       int found = -1;
-      for (int t : index[static_cast<unsigned char>(s[pos])]) {
+      for (int t : index.by_byte[static_cast<unsigned char>(s[pos])]) {
         if (s.substr(pos).starts_with(added[t].content)) {
           found = t;
           break;
@@ -138,46 +139,40 @@ void BpeTokenizer::Impl::split_added(std::vector<Segment>& segments,
 }
 
 void BpeTokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& ids) const {
-  std::vector<std::string> pieces{std::string(text)}, next;
+  std::vector<std::string_view> pieces{text}, next;
+  std::forward_list<std::string> prefixed;  // pieces with a space prepended (add_prefix_space)
   for (const PreStep& step : steps) {
     next.clear();
-    for (std::string& piece : pieces) {
-      if (step.add_prefix_space && piece.front() != ' ') piece.insert(piece.begin(), ' ');
+    for (std::string_view piece : pieces) {
+      if (step.add_prefix_space && piece.front() != ' ')
+        piece = prefixed.emplace_front(1, ' ').append(piece);
       if (step.regex) {
         step.regex->split_isolated(piece, next);
       } else {
-        next.push_back(std::move(piece));
+        next.push_back(piece);
       }
     }
     std::swap(pieces, next);
   }
-  for (const std::string& piece : pieces) encode_word(piece, ids);
+  WordCache& cache = WordCache::of(serial);
+  for (std::string_view piece : pieces) encode_word(piece, cache, ids);
 }
 
-void BpeTokenizer::Impl::encode_word(const std::string& word, std::vector<int32_t>& ids) const {
-  const bool cacheable = word.size() <= kCacheWordBytes;
-  if (cacheable) {
-    std::lock_guard lock(cache_mutex);
-    if (auto it = cache.find(word); it != cache.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
+void BpeTokenizer::Impl::encode_word(std::string_view word, WordCache& cache,
+                                     std::vector<int32_t>& ids) const {
+  if (cache.find(word, ids)) return;
   const size_t first = ids.size();
   auto whole = ignore_merges ? vocab.find(byte_level_encode(word)) : vocab.end();
   if (whole != vocab.end()) {  // HF's ignore_merges: a word that is a vocab token stays whole
     ids.push_back(whole->second);
   } else {
-    std::vector<int32_t> symbols(word.size());
+    thread_local std::vector<int32_t> symbols;
+    symbols.resize(word.size());
     for (size_t i = 0; i < word.size(); ++i)
       symbols[i] = byte_ids[static_cast<unsigned char>(word[i])];
     merges.apply(symbols, ids);
   }
-  if (cacheable) {
-    std::lock_guard lock(cache_mutex);
-    if (cache.size() >= kCacheEntries) cache.clear();
-    cache.try_emplace(word, ids.begin() + static_cast<ptrdiff_t>(first), ids.end());
-  }
+  cache.insert(word, std::span(ids).subspan(first));
 }
 
 void BpeTokenizer::Impl::parse_pre_tokenizer(const json& p, const std::string& field,
@@ -283,8 +278,10 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     const bool special = get_bool(added[i], "special", false, path, field);
     const bool normalized = get_bool(added[i], "normalized", !special, path, field);
     m.added.push_back(std::move(tok));
-    auto& list = (normalized ? m.normalized_index
-                             : m.raw_index)[static_cast<unsigned char>(m.added.back().content[0])];
+    TokenIndex& index = normalized ? m.normalized_index : m.raw_index;
+    const auto first = static_cast<unsigned char>(m.added.back().content[0]);
+    auto& list = index.by_byte[first];
+    index.empty = false;
     list.push_back(static_cast<int>(i));
     std::stable_sort(list.begin(), list.end(), [&](int x, int y) {
       return m.added[x].content.size() > m.added[y].content.size();

@@ -11,7 +11,7 @@
 // Invariants: all 256 byte symbols are in the vocab, so every byte string encodes and every id
 // is < vocab_size(); decode(encode(x)) == x for every byte string x (valid UTF-8 or not) unless
 // ByteLevel.add_prefix_space is set or an added token has lstrip/rstrip (HF drops text there).
-// encode is thread-safe (the word cache is guarded by a mutex).
+// encode is thread-safe (each thread keeps its own word cache).
 #pragma once
 #include <cstdint>
 #include <memory>

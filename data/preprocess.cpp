@@ -263,10 +263,11 @@ class Pipeline {
       out.bytes = batch.bytes;
       try {
         out.ends.reserve(batch.docs.size());
+        const int32_t eod = tok_.eod_id();
         for (const auto& doc : batch.docs) {
           auto ids = tok_.encode(doc);
           out.tokens.insert(out.tokens.end(), ids.begin(), ids.end());
-          out.tokens.push_back(tok_.eod_id());
+          out.tokens.push_back(eod);
           out.ends.push_back(out.tokens.size());
         }
       } catch (...) {
