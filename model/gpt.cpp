@@ -40,35 +40,21 @@ GptModel::GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len)
   }
 }
 
-void GptModel::bind_params(int unit, float* p) {
+// Points the views of `unit` (blocks, wte, wpe, head, final norm — of parameters or of gradients)
+// at p, which holds the unit's flat range.
+void GptModel::bind_unit(int unit, float* p, UnitViews v) const {
   const int64_t begin = units_[static_cast<size_t>(unit)].begin;
-  const int last = cfg_.n_layers + 1;
+  auto view = [&](const char* name) { return layout_.view_in(p, begin, layout_.index_of(name)); };
   if (unit == 0) {
-    wte_ = layout_.view_in(p, begin, layout_.index_of("embed.wte"));
-    if (layout_.contains("embed.wpe")) wpe_ = layout_.view_in(p, begin, layout_.index_of("embed.wpe"));
-    if (cfg_.tie_embeddings) head_ = wte_;
-  } else if (unit == last) {
-    final_w_.weight = layout_.view_in(p, begin, layout_.index_of("final_norm.weight"));
-    if (layout_.contains("final_norm.bias")) final_w_.bias = layout_.view_in(p, begin, layout_.index_of("final_norm.bias"));
-    if (!cfg_.tie_embeddings) head_ = layout_.view_in(p, begin, layout_.index_of("lm_head.weight"));
+    v.wte = view("embed.wte");
+    if (layout_.contains("embed.wpe")) v.wpe = view("embed.wpe");
+    if (cfg_.tie_embeddings) v.head = v.wte;
+  } else if (unit == cfg_.n_layers + 1) {
+    v.final_norm.weight = view("final_norm.weight");
+    if (layout_.contains("final_norm.bias")) v.final_norm.bias = view("final_norm.bias");
+    if (!cfg_.tie_embeddings) v.head = view("lm_head.weight");
   } else {
-    w_[static_cast<size_t>(unit - 1)] = block_weights(layout_, p, begin, unit - 1);
-  }
-}
-
-void GptModel::bind_grads(int unit, float* p) {
-  const int64_t begin = units_[static_cast<size_t>(unit)].begin;
-  const int last = cfg_.n_layers + 1;
-  if (unit == 0) {
-    dwte_ = layout_.view_in(p, begin, layout_.index_of("embed.wte"));
-    if (layout_.contains("embed.wpe")) dwpe_ = layout_.view_in(p, begin, layout_.index_of("embed.wpe"));
-    if (cfg_.tie_embeddings) dhead_ = dwte_;
-  } else if (unit == last) {
-    final_g_.weight = layout_.view_in(p, begin, layout_.index_of("final_norm.weight"));
-    if (layout_.contains("final_norm.bias")) final_g_.bias = layout_.view_in(p, begin, layout_.index_of("final_norm.bias"));
-    if (!cfg_.tie_embeddings) dhead_ = layout_.view_in(p, begin, layout_.index_of("lm_head.weight"));
-  } else {
-    g_[static_cast<size_t>(unit - 1)] = block_weights(layout_, p, begin, unit - 1);
+    v.blocks[static_cast<size_t>(unit - 1)] = block_weights(layout_, p, begin, unit - 1);
   }
 }
 

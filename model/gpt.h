@@ -88,11 +88,16 @@ class GptModel {
     MT_CHECK(own_state_ != nullptr, "this GptModel uses an external UnitState and has no full buffers");
     return *this;
   }
-  // Point the views of `unit` at the state's memory (p[j] = flat element units_[unit].begin + j).
-  void bind_params(int unit, float* p);
-  void bind_grads(int unit, float* p);
-  float* acquire_params(int unit) { float* p = state_->unit_params(unit); bind_params(unit, p); return p; }
-  float* acquire_grads(int unit) { float* p = state_->unit_grads(unit); bind_grads(unit, p); return p; }
+  // The views a unit binds: of the parameters or of the gradients (p[j] = flat element
+  // units_[unit].begin + j).
+  struct UnitViews {
+    std::vector<BlockWeights>& blocks;
+    Tensor &wte, &wpe, &head;
+    NormWeights& final_norm;
+  };
+  void bind_unit(int unit, float* p, UnitViews v) const;
+  void acquire_params(int unit) { bind_unit(unit, state_->unit_params(unit), {w_, wte_, wpe_, head_, final_w_}); }
+  void acquire_grads(int unit) { bind_unit(unit, state_->unit_grads(unit), {g_, dwte_, dwpe_, dhead_, final_g_}); }
 
   ModelConfig cfg_;
   int B_, T_;
