@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include "parallel/comm.h"
+#include "parallel/launch_env.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
 #include "trainer/train.h"
@@ -22,6 +23,13 @@ Command add_train_command(CLI::App& root) {
                 "With checkpoint.load = \"latest\": start fresh when no valid checkpoint exists");
   return {app, [opts] {
             const Comm world = Comm::world();
+            // Placement, from MPI (rank, size) and the launcher's environment (local rank, size):
+            // rank 0's line at info, every rank's at debug (ranks > 0 log warnings only).
+            const std::string placement = fmt::format("rank {} of {}, local rank {} of {} on host {}", world.rank(),
+                                                      world.size(), local_rank_from_env(), local_size_from_env(),
+                                                      host_name());
+            if (world.rank() == 0) spdlog::info("{}", placement);
+            else spdlog::debug("{}", placement);
             Config cfg = load_config(opts->config, opts->overrides);
             resolve_config(cfg, world.size());
             if (world.rank() == 0) fmt::print("# resolved config\n{}\n", config_to_toml(cfg));
