@@ -117,9 +117,12 @@ std::string CommBackend::where(std::string_view op) const {
 namespace {
 
 // Issues one operation: a WorkState, one recorded call, the backend's issue; an issue error
-// finishes the work before it propagates.
+// finishes the work before it propagates. The time the caller spends inside the issuing call
+// counts as exposed (an MPI non-blocking collective may do its first round — copies of the
+// whole buffer for large messages — before it returns).
 template <class Issue>
 Work issue(const CommBackend& b, const char* op, int64_t bytes, Issue&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
   auto w = std::make_shared<WorkState>(b.where(op), b.stats());
   b.stats()->record_call(bytes);
   try {
@@ -128,6 +131,7 @@ Work issue(const CommBackend& b, const char* op, int64_t bytes, Issue&& fn) {
     w->finish(e.what());
     throw;
   }
+  b.stats()->add_exposed(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   return Work(w);
 }
 

@@ -85,7 +85,7 @@ struct CommStats {
   int64_t bytes_moved = 0;  // the formula at the top of this file, summed over calls
   int64_t calls = 0;
   double busy_ms = 0;     // wall time at least one operation was in flight (overlaps counted once)
-  double exposed_ms = 0;  // time callers spent blocked in Work::wait() and in blocking calls
+  double exposed_ms = 0;  // time callers spent blocked: issuing operations, in Work::wait() and in blocking calls
 };
 
 struct CommOptions {

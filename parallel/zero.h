@@ -52,7 +52,7 @@ struct ZeroMemory {
 
 class ZeroState final : public UnitState {
  public:
-  // units: the model's units (contiguous from 0); `dp` must outlive this object.
+  // units: the model's units (contiguous from 0); dp: the data-parallel communicator (a handle, copied).
   ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOptions& opt);
   ZeroState(const ZeroState&) = delete;
   ZeroState& operator=(const ZeroState&) = delete;

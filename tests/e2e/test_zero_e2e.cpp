@@ -67,7 +67,8 @@ TEST_F(ZeroE2E, EveryDataParallelSizeAndStageMatchesOneProcessAndRerunsBitwise) 
       for (const char* k : {"comm_ms", "exposed_comm_ms", "compute_ms", "comm_bytes", "memory_bytes"})
         EXPECT_TRUE(a[0].contains(k)) << k;
       EXPECT_EQ(a[0]["comm_bytes"].get<double>() > 0, dp > 1) << name;
-      EXPECT_GE(a[0]["comm_ms"].get<double>(), a[0]["exposed_comm_ms"].get<double>() - 1e-9) << name;
+      EXPECT_GE(a[0]["exposed_comm_ms"].get<double>(), 0.0) << name;
+      EXPECT_LE(a[0]["exposed_comm_ms"].get<double>(), a[0]["step_time_ms"].get<double>()) << name;
     }
 }
 
