@@ -84,18 +84,47 @@ void ZeroState::micro_batch_end() {
     MT_CHECK(st.pending == 0, "bucket {} still waits for {} units after backward", b, st.pending);
     if (!st.issued) bucket_issue(b);
   }
-  for (int b = 0; b < buckets_.size(); ++b) {
-    Bucket& st = bucket_state_[static_cast<size_t>(b)];
-    st.work.wait();
-    if (opt_.stage < 2) continue;
-    // [Note: grad accumulation] stages 2/3 sum the micro-batches' reduced partitions here.
-    const int64_t off = st.mine.begin - part_.begin;
-    float* acc = grads_.data() + off;
-    const float* in = received_.data() + off;
-    for (int64_t i = 0; i < st.mine.size(); ++i) acc[i] += in[i];
-    grad_free_.push_back(st.buffer);
-    st.buffer = -1;
+  for (int b = 0; b < buckets_.size(); ++b) bucket_complete(b);
+}
+
+// Waits for bucket b's reduction; at stages 2/3 adds its reduced partition to the gradient shard
+// ([Note: grad accumulation] over micro-batches happens here) and releases its working buffer.
+void ZeroState::bucket_complete(int b) {
+  Bucket& st = bucket_state_[static_cast<size_t>(b)];
+  st.work.wait();
+  st.work = Work{};
+  if (opt_.stage < 2 || st.buffer < 0) return;
+  const int64_t off = st.mine.begin - part_.begin;
+  float* acc = grads_.data() + off;
+  const float* in = received_.data() + off;
+  for (int64_t i = 0; i < st.mine.size(); ++i) acc[i] += in[i];
+  grad_free_.push_back(st.buffer);
+  st.buffer = -1;
+}
+
+// A zeroed working buffer of at least n floats for a bucket's gradients (stages 2/3): a free one
+// if one is large enough, else the buffer of the oldest bucket whose reduction is in flight once
+// that completes, else a new one. So only the buckets backward is still producing, plus the tied
+// embedding's (held from the head to the end of backward), keep buffers.
+int ZeroState::grad_buffer_take(int64_t n) {
+  for (;;) {
+    for (size_t k = 0; k < grad_free_.size(); ++k) {
+      const int id = grad_free_[k];
+      if (grad_pool_[static_cast<size_t>(id)].size() < n) continue;
+      grad_free_.erase(grad_free_.begin() + static_cast<std::ptrdiff_t>(k));
+      zero_floats(grad_pool_[static_cast<size_t>(id)].data(), n);
+      return id;
+    }
+    int oldest = -1;
+    for (int b = 0; b < buckets_.size() && oldest < 0; ++b) {
+      const Bucket& st = bucket_state_[static_cast<size_t>(b)];
+      if (st.issued && st.buffer >= 0) oldest = b;
+    }
+    if (oldest < 0) break;
+    bucket_complete(oldest);
   }
+  grad_pool_.emplace_back(n);
+  return static_cast<int>(grad_pool_.size()) - 1;
 }
 
 double ZeroState::grad_norm() {
@@ -170,15 +199,7 @@ float* ZeroState::unit_grads(int unit) {
   if (opt_.stage < 2) return grads_.data() + u.begin;
   const int b = buckets_.bucket_of(unit);
   Bucket& st = bucket_state_[static_cast<size_t>(b)];
-  if (st.buffer < 0) {
-    if (grad_free_.empty()) {
-      grad_pool_.emplace_back(buckets_.max_floats());
-      grad_free_.push_back(static_cast<int>(grad_pool_.size()) - 1);
-    }
-    st.buffer = grad_free_.back();
-    grad_free_.pop_back();
-    zero_floats(grad_pool_[static_cast<size_t>(st.buffer)].data(), buckets_[b].range.size());
-  }
+  if (st.buffer < 0) st.buffer = grad_buffer_take(buckets_[b].range.size());
   return grad_pool_[static_cast<size_t>(st.buffer)].data() + (u.begin - buckets_[b].range.begin);
 }
 

@@ -18,7 +18,9 @@
 // [Note: bucket overlap] with overlap on, a bucket's reduction is issued the moment backward
 // finishes its last unit (on the last micro-batch for stages 0/1, on every micro-batch for 2/3),
 // so it runs while backward continues on the lower units; with overlap off, all buckets are
-// issued after backward. Either way the reductions are waited for in micro_batch_end().
+// issued after backward. Either way the reductions are waited for in micro_batch_end(), or, at
+// stages 2/3, earlier when backward needs a working buffer and the oldest one in flight must be
+// recycled (so working memory stays near the buckets backward is producing).
 //
 // Protocol per step: step_begin(); for each micro-batch m: micro_batch_begin(m is last), forward,
 // backward, micro_batch_end(); grad_norm(); the optimizer over optimizer_range(); step_end().
@@ -110,6 +112,8 @@ class ZeroState final : public UnitState {
     FlatBuffer buffer;
   };
   void bucket_issue(int b);
+  void bucket_complete(int b);
+  int grad_buffer_take(int64_t n);
   GatherSlot& gather_start(int unit);
   std::vector<int64_t> counts_of(FlatRange r) const;  // |r ∩ partition of each rank|, in rank order
 
@@ -131,7 +135,7 @@ class ZeroState final : public UnitState {
   FlatBuffer grads_;       // stages 0–1: full (T); stages 2–3: the shard (s)
   FlatBuffer received_;    // stages ≥ 1: reduce-scatter destination, this rank's partition (s)
   // Working buffers, reused; they only grow.
-  std::vector<FlatBuffer> grad_pool_;  // stages 2/3: bucket-sized
+  std::vector<FlatBuffer> grad_pool_;  // stages 2/3: each sized for the bucket it was made for
   std::vector<int> grad_free_;
   std::vector<GatherSlot> slots_;      // stage 3: unit-sized
 };
