@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The CPU demo: tokenizes Debian's fortune files (one fortune = one document; wisdom and linux
-# held out for validation), trains configs/demo.toml on them, draws the curves, and prints a sample
-# from the trained model.
-# Extra arguments go to `megatrain train` (e.g. --set train.steps=50).
+# The CPU demo: trains a byte-level BPE tokenizer (vocabulary 4096) on Debian's fortune files,
+# tokenizes them with it (one fortune = one document; wisdom and linux held out for validation),
+# trains configs/demo.toml on them, draws the curves, and prints a sample from the trained model,
+# decoded with the tokenizer.
+#   bash scripts/demo.sh [ARGS...]    ARGS go to `megatrain train` (e.g. --set train.steps=50)
+# MEGATRAIN_BIN overrides the binary (default build/megatrain).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MEGATRAIN_BIN:-build/megatrain}
@@ -17,8 +19,10 @@ for f in "$corpus"/*; do
   case "$f" in *.dat|*.u8|*/wisdom|*/linux) continue ;; esac
   [ -f "$f" ] && [ ! -L "$f" ] && train+=("$f")
 done
-"$bin" preprocess --input "${train[@]}" --tokenizer bytes --doc-separator % --output-prefix runs/demo/fortunes_train
-"$bin" preprocess --input "${valid[@]}" --tokenizer bytes --doc-separator % --output-prefix runs/demo/fortunes_valid
+tok=runs/demo/tokenizer.json  # its vocabulary size is configs/demo.toml's model.vocab_size
+"$bin" tokenizer train --input "${train[@]}" --vocab-size 4096 --output "$tok"
+"$bin" preprocess --input "${train[@]}" --tokenizer "$tok" --doc-separator % --output-prefix runs/demo/fortunes_train
+"$bin" preprocess --input "${valid[@]}" --tokenizer "$tok" --doc-separator % --output-prefix runs/demo/fortunes_valid
 
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} "$bin" train --config configs/demo.toml "$@"
 
@@ -29,8 +33,8 @@ fi
 
 if [ -f runs/demo/ckpt/latest ]; then
   echo "demo: a sample from the trained model (megatrain generate):"
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} "$bin" generate --checkpoint runs/demo/ckpt --prompt "The first law of " \
-    --temperature 0.8 --top-k 40 --max-new-tokens 200 --seed 1
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} "$bin" generate --checkpoint runs/demo/ckpt --tokenizer "$tok" \
+    --prompt "The first law of" --temperature 0.8 --top-k 40 --max-new-tokens 80 --seed 1
 else
   echo "demo: no checkpoint in runs/demo/ckpt (checkpoint.save_interval > train.steps?); no sample"
 fi

@@ -13,6 +13,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min python3 python3-matplotlib python3-numpy
+  time
 )
 
 if [ "${SKIP_APT:-0}" != 1 ]; then
