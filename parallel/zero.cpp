@@ -103,10 +103,12 @@ void ZeroState::bucket_complete(int b) {
 }
 
 // A zeroed working buffer of at least n floats for a bucket's gradients (stages 2/3): a free one
-// if one is large enough, else the buffer of the oldest bucket whose reduction is in flight once
-// that completes, else a new one. So only the buckets backward is still producing, plus the tied
-// embedding's (held from the head to the end of backward), keep buffers.
+// if one is large enough; else a new one while there are fewer than kGradBuffers (so up to that
+// many reductions overlap backward); else the buffer of the oldest bucket whose reduction is in
+// flight, once that completes; else (every buffer held by a bucket backward is still producing,
+// such as the tied embedding's, held from the head to the end of backward) a new one.
 int ZeroState::grad_buffer_take(int64_t n) {
+  constexpr size_t kGradBuffers = 4;
   for (;;) {
     for (size_t k = 0; k < grad_free_.size(); ++k) {
       const int id = grad_free_[k];
@@ -115,6 +117,7 @@ int ZeroState::grad_buffer_take(int64_t n) {
       zero_floats(grad_pool_[static_cast<size_t>(id)].data(), n);
       return id;
     }
+    if (grad_pool_.size() < kGradBuffers) break;
     int oldest = -1;
     for (int b = 0; b < buckets_.size() && oldest < 0; ++b) {
       const Bucket& st = bucket_state_[static_cast<size_t>(b)];
