@@ -1,7 +1,6 @@
 #include "parallel/zero.h"
 
 #include <cmath>
-#include <cstring>
 
 namespace megatrain {
 namespace {
@@ -44,13 +43,9 @@ float* ZeroState::optimizer_params() {
   return opt_.stage == 3 ? params_.data() : params_.data() + optimizer_range().begin;
 }
 
-const float* ZeroState::optimizer_grads() const {
-  switch (opt_.stage) {
-    case 0: return grads_.data();
-    case 1: return received_.data();
-    default: return grads_.data();
-  }
-}
+// Stage 1 keeps the full accumulated gradients in grads_ and receives its reduced partition into
+// received_; the other stages reduce into grads_ (full at 0, the shard at 2/3).
+const float* ZeroState::optimizer_grads() const { return opt_.stage == 1 ? received_.data() : grads_.data(); }
 
 void ZeroState::step_begin() { zero_floats(grads_.data(), grads_.size()); }
 
