@@ -263,13 +263,6 @@ Work Comm::barrier_async() const {
   return issue(*backend_, "barrier", 0, [&](auto& w) { backend_->barrier(w); });
 }
 
-void Comm::allreduce_sum(float* data, int64_t n) const { all_reduce(data, n).wait(); }
-
-double Comm::allreduce_sum(double value) const {
-  all_reduce(&value, 1).wait();
-  return value;
-}
-
 void Comm::barrier() const { barrier_async().wait(); }
 
 CommStats Comm::stats() const { return backend_->stats()->snapshot(); }

@@ -13,7 +13,7 @@
 //     "rank R group 'NAME': OPERATION failed: WHY". Invalid arguments throw at the call; MPI errors
 //     throw at the call or from Work::wait() (and from every later wait()). After an MPI error the
 //     communicator is unusable: the caller ends the job (main aborts the world).
-//  4. Blocking calls (allreduce_sum, barrier) are issue + wait on the same path, so they are
+//  4. The blocking barrier() is issue + wait on the same path, so it is
 //     ordered with the asynchronous ones.
 //
 // Bytes moved, recorded per call in stats() (nccl-tests "bus bandwidth" convention, per rank;
@@ -147,9 +147,7 @@ class Comm {
   int max_tag() const;
   Work barrier_async() const;
 
-  void allreduce_sum(float* data, int64_t n) const;  // blocking, in place
-  double allreduce_sum(double value) const;          // blocking
-  void barrier() const;                              // blocking
+  void barrier() const;  // blocking
 
   CommStats stats() const;   // snapshot
   void reset_stats() const;  // zero the counters (the trainer calls this once per step)

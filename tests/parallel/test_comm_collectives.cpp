@@ -53,15 +53,6 @@ TEST(CommCollectives, AllReduceEveryTypeSumAndMax) {
   }
 }
 
-TEST(CommCollectives, BlockingAllReduceSum) {
-  const Comm world = Comm::world();
-  const int p = world.size();
-  std::vector<float> v(5, static_cast<float>(world.rank()));
-  world.allreduce_sum(v.data(), 5);
-  for (float x : v) EXPECT_EQ(x, static_cast<float>(p * (p - 1) / 2));
-  EXPECT_EQ(world.allreduce_sum(0.5 * world.rank()), 0.25 * p * (p - 1));
-}
-
 TEST(CommCollectives, ReduceScatterUnequalAndZeroCounts) {
   for (const Comm& c : test_comms()) {
     const int p = c.size(), r = c.rank();
