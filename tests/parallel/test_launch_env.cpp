@@ -8,6 +8,7 @@
 
 #include "kernels/check.h"
 #include "parallel/launch_env.h"
+#include "tests/input_error.h"
 
 namespace megatrain {
 namespace {
@@ -57,16 +58,7 @@ TEST_F(LaunchEnv, SlurmTasksPerNodeCompressedForm) {
   EXPECT_EQ(local_size_from_env(), 2);
 }
 
-// The message of the InputError thrown by fn, or "" when none is thrown.
-template <class Fn>
-std::string input_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::input_error_of;
 
 TEST_F(LaunchEnv, MalformedValueNamesTheVariable) {
   set("OMPI_COMM_WORLD_LOCAL_RANK", "1x");

@@ -11,6 +11,7 @@
 #include "tests/expect_contains.h"
 #include "kernels/check.h"
 #include "trainer/config.h"
+#include "tests/input_error.h"
 
 namespace megatrain {
 namespace {
@@ -31,22 +32,11 @@ class ConfigTest : public ::testing::Test {
     std::ofstream(path) << text;
     return path;
   }
-  // The message of the InputError that F throws (fails the test when it throws none).
-  template <class F>
-  static std::string error_of(F f) {
-    try {
-      f();
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "expected an InputError";
-    return "";
-  }
   // Message of load_config + resolve_config(world) on TEXT; checks it names the file and KEY.
   std::string load_error(const std::string& text, const std::string& key, std::vector<std::string> sets = {},
                          int world = 1) {
     std::string path = write(text);
-    std::string msg = error_of([&] {
+    std::string msg = test::input_error_of([&] {
       Config c = load_config(path, sets);
       resolve_config(c, world);
     });
@@ -369,14 +359,14 @@ TEST_F(ConfigTest, MalformedOverride) {
 
 TEST_F(ConfigTest, MissingFile) {
   std::string path = (dir_ / "nope.toml").string();
-  std::string msg = error_of([&] { load_config(path, {}); });
+  std::string msg = test::input_error_of([&] { load_config(path, {}); });
   EXPECT_CONTAINS(msg, path);
   EXPECT_CONTAINS(msg, "cannot open config file (No such file or directory)");
 }
 
 TEST_F(ConfigTest, SyntaxErrorReportsLineAndColumn) {
   std::string path = write("[model]\nn_layers = 4\nd_model = = 3\n");
-  std::string msg = error_of([&] { load_config(path, {}); });
+  std::string msg = test::input_error_of([&] { load_config(path, {}); });
   EXPECT_CONTAINS(msg, path);
   EXPECT_CONTAINS(msg, "line 3");
   EXPECT_CONTAINS(msg, "column");

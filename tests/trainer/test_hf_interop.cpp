@@ -20,6 +20,7 @@
 #include "kernels/check.h"
 #include "trainer/half.h"
 #include "trainer/hf_interop.h"
+#include "tests/input_error.h"
 
 namespace megatrain {
 namespace {
@@ -27,16 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// The message of the InputError `f` throws ("" and a test failure when it throws nothing).
-std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
+using test::input_error_of;
 
 ModelConfig gpt2_like() {
   ModelConfig m;
@@ -197,7 +189,7 @@ TEST(HfFamily, GptAndLlamaShapedConfigsMapAndOthersAreRefusedWithTheFailedConstr
 
   ModelConfig mixed = gpt2_like();
   mixed.norm = NormKind::rmsnorm;  // rmsnorm + learned positions: neither family
-  const std::string msg = input_error([&] { hf_family(mixed, "ckpt/model.h5"); });
+  const std::string msg = input_error_of([&] { hf_family(mixed, "ckpt/model.h5"); });
   EXPECT_CONTAINS(msg, "ckpt/model.h5");
   EXPECT_CONTAINS(msg, "GPT-2");
   EXPECT_CONTAINS(msg, "model.norm = \"layernorm\"");
@@ -207,10 +199,10 @@ TEST(HfFamily, GptAndLlamaShapedConfigsMapAndOthersAreRefusedWithTheFailedConstr
 
   ModelConfig gqa_gpt2 = gpt2_like();
   gqa_gpt2.n_kv_heads = 2;
-  EXPECT_CONTAINS(input_error([&] { hf_family(gqa_gpt2, "x"); }), "n_kv_heads = n_heads");
+  EXPECT_CONTAINS(input_error_of([&] { hf_family(gqa_gpt2, "x"); }), "n_kv_heads = n_heads");
   ModelConfig untied_gpt2 = gpt2_like();
   untied_gpt2.tie_embeddings = false;
-  EXPECT_CONTAINS(input_error([&] { hf_family(untied_gpt2, "x"); }), "tie_embeddings = true");
+  EXPECT_CONTAINS(input_error_of([&] { hf_family(untied_gpt2, "x"); }), "tie_embeddings = true");
 }
 
 TEST_F(HfInterop, Gpt2ExportHasExactlyTheHfNamesShapesAndConv1dLayout) {
@@ -349,13 +341,13 @@ TEST_F(HfInterop, BadFoldersAreRefusedNamingTheFileAndTensor) {
   auto import = [&] { hf_import((dir_ / "llama").string()); };
 
   edit_weights("llama", [](auto& t) { t.erase("model.layers.1.mlp.up_proj.weight"); });
-  std::string msg = input_error(import);
+  std::string msg = input_error_of(import);
   EXPECT_CONTAINS(msg, st);
   EXPECT_CONTAINS(msg, "'model.layers.1.mlp.up_proj.weight' is missing");
 
   export_random(m, "llama");
   edit_weights("llama", [](auto& t) { t["model.layers.0.self_attn.k_proj.weight"].shape = {64, 32}; });
-  msg = input_error(import);
+  msg = input_error_of(import);
   EXPECT_CONTAINS(msg, "'model.layers.0.self_attn.k_proj.weight' has shape [64, 32]");
   EXPECT_CONTAINS(msg, "[32, 64]");
 
@@ -363,7 +355,7 @@ TEST_F(HfInterop, BadFoldersAreRefusedNamingTheFileAndTensor) {
   edit_weights("llama", [](auto& t) {
     t["model.layers.0.self_attn.q_norm.weight"] = RawTensor{"F32", {16}, std::vector<float>(16)};
   });
-  EXPECT_CONTAINS(input_error(import), "unexpected tensors model.layers.0.self_attn.q_norm.weight");
+  EXPECT_CONTAINS(input_error_of(import), "unexpected tensors model.layers.0.self_attn.q_norm.weight");
 
   export_random(m, "llama");
   json j = config_of("llama");
@@ -377,25 +369,25 @@ TEST_F(HfInterop, BadFoldersAreRefusedNamingTheFileAndTensor) {
     json bad = j;
     bad[key] = value;
     write_config("llama", bad);
-    msg = input_error(import);
+    msg = input_error_of(import);
     EXPECT_CONTAINS(msg, cfg);
     EXPECT_CONTAINS(msg, expect);
   }
   json missing = j;
   missing.erase("num_hidden_layers");
   write_config("llama", missing);
-  EXPECT_CONTAINS(input_error(import), "'num_hidden_layers' is missing");
+  EXPECT_CONTAINS(input_error_of(import), "'num_hidden_layers' is missing");
 
   fs::remove(cfg);
-  EXPECT_CONTAINS(input_error(import), cfg);
+  EXPECT_CONTAINS(input_error_of(import), cfg);
   write_config("llama", j);
   fs::remove(st);
-  EXPECT_CONTAINS(input_error(import), "neither model.safetensors nor model.safetensors.index.json");
+  EXPECT_CONTAINS(input_error_of(import), "neither model.safetensors nor model.safetensors.index.json");
 
   json g = {{"model_type", "gpt2"}, {"n_embd", 64}, {"n_layer", 2}, {"n_head", 4}, {"vocab_size", 257},
             {"activation_function", "gelu"}};
   write_config("g", g);
-  EXPECT_CONTAINS(input_error([&] { hf_import((dir_ / "g").string()); }), "activation_function = \"gelu\"");
+  EXPECT_CONTAINS(input_error_of([&] { hf_import((dir_ / "g").string()); }), "activation_function = \"gelu\"");
 }
 
 }  // namespace
