@@ -18,13 +18,13 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <span>
 #include <string_view>
 #include <thread>
 #include <utility>
 
 #include "data/indexed_dataset.h"
+#include "data/jsonl_field.h"
 #include "data/tokenizer.h"
 #include "kernels/check.h"
 
@@ -95,7 +95,7 @@ struct Stopped {};  // thrown inside the reader thread when the pipeline is torn
 class Pipeline {
  public:
   Pipeline(const PreprocessOptions& options, const Tokenizer& tok)
-      : options_(options), tok_(tok), max_in_flight_(2 * options.workers) {}
+      : options_(options), tok_(tok), max_in_flight_(2 * options.workers), json_(options.json_key.value_or("")) {}
   ~Pipeline() {
     {
       std::lock_guard lock(mu_);
@@ -185,34 +185,16 @@ class Pipeline {
     add_document(doc);
   }
 
-  void read_json_line(const std::string& path, int64_t line_no, const std::string& line) {
+  void read_json_line(const std::string& path, int64_t line_no, std::string& line) {
     if (is_blank(line)) return;
-    if (const size_t at = invalid_utf8_at(line); at != std::string_view::npos) {
-      bad_line(path, line_no, fmt::format("invalid UTF-8 at byte {} of the line", at + 1));
+    std::string doc, error;
+    if (!json_.extract(line, doc, error)) {
+      // A line with invalid UTF-8 fails in either parser; name the byte rather than the parser's view.
+      if (const size_t at = invalid_utf8_at(line); at != std::string_view::npos)
+        error = fmt::format("invalid UTF-8 at byte {} of the line", at + 1);
+      bad_line(path, line_no, error);
       return;
     }
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      bad_line(path, line_no, fmt::format("invalid JSON ({})", e.what()));
-      return;
-    }
-    const std::string& key = *options_.json_key;
-    if (!j.is_object()) {
-      bad_line(path, line_no, fmt::format("a JSON {} where a JSON object was expected", j.type_name()));
-      return;
-    }
-    auto it = j.find(key);
-    if (it == j.end()) {
-      bad_line(path, line_no, fmt::format("the JSON object has no key \"{}\" (check --json-key)", key));
-      return;
-    }
-    if (!it->is_string()) {
-      bad_line(path, line_no, fmt::format("key \"{}\" holds a JSON {}, not a string", key, it->type_name()));
-      return;
-    }
-    std::string doc = std::move(it->get_ref<std::string&>());
     add_document(doc);
   }
 
@@ -284,6 +266,7 @@ class Pipeline {
   const PreprocessOptions& options_;
   const Tokenizer& tok_;
   const int64_t max_in_flight_;
+  JsonlField json_;  // reader thread only
   std::vector<std::thread> threads_;
 
   std::mutex mu_;

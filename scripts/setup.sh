@@ -11,6 +11,7 @@ packages=(
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libopenblas-openmp-dev libblis-dev libdnnl-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libpcre2-dev
+  libsimdjson-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min python3 python3-matplotlib python3-numpy
   time
