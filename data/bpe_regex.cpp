@@ -70,11 +70,4 @@ void Regex::split_isolated(std::string_view s, std::vector<std::string_view>& ou
   if (last < s.size()) out.push_back(s.substr(last));
 }
 
-void Regex::split_isolated(std::string_view s, std::vector<std::string>& out) const {
-  thread_local std::vector<std::string_view> views;
-  views.clear();
-  split_isolated(s, views);
-  out.insert(out.end(), views.begin(), views.end());
-}
-
 }  // namespace megatrain

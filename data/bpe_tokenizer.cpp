@@ -15,7 +15,7 @@
 #include <unordered_map>
 
 #include "data/bpe_merges.h"
-#include "data/bpe_regex.h"
+#include "data/gpt2_split.h"
 #include "data/byte_unicode.h"
 #include "kernels/check.h"
 
@@ -24,9 +24,6 @@ namespace {
 
 using nlohmann::json;
 
-// The regex of HF's ByteLevel pre-tokenizer (use_regex = true), from GPT-2.
-constexpr std::string_view kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 const json kNull;                                  // what an absent field reads as
 
 [[noreturn]] void bad(const std::string& path, std::string_view field, std::string_view what) {
@@ -35,7 +32,7 @@ const json kNull;                                  // what an absent field reads
 
 // One pre-tokenization step: optionally prepend a space, then optionally split by a regex.
 struct PreStep {
-  std::shared_ptr<const Regex> regex;  // null: the piece stays whole
+  std::shared_ptr<const Splitter> split;  // null: the piece stays whole
   bool add_prefix_space = false;       // ByteLevel: prepend ' ' unless the piece starts with one
 };
 
@@ -48,7 +45,17 @@ struct AddedToken {
 // Added-token indices by first byte, longest first, so the first prefix match is the longest.
 struct TokenIndex {
   std::array<std::vector<int>, 256> by_byte;
-  bool empty = true;
+  std::string first_bytes;  // the distinct first bytes of the tokens
+  bool empty() const { return first_bytes.empty(); }
+  // The first position >= pos where a token may start, or s.size().
+  size_t next_start(std::string_view s, size_t pos) const {
+    if (first_bytes.size() == 1) {  // the common case (one special token, or all start with '<')
+      const void* at = std::memchr(s.data() + pos, first_bytes[0], s.size() - pos);
+      return at != nullptr ? static_cast<size_t>(static_cast<const char*>(at) - s.data()) : s.size();
+    }
+    while (pos < s.size() && by_byte[static_cast<unsigned char>(s[pos])].empty()) ++pos;
+    return pos;
+  }
 };
 
 struct Segment {
@@ -104,7 +111,7 @@ struct BpeTokenizer::Impl {
 // Splits every plain segment at the leftmost-longest matches of `index`.
 void BpeTokenizer::Impl::split_added(std::vector<Segment>& segments,
                                      const TokenIndex& index) const {
-  if (index.empty) return;
+  if (index.empty()) return;
   std::vector<Segment> out;
   for (const Segment& seg : segments) {
     if (seg.id >= 0) {
@@ -113,7 +120,7 @@ void BpeTokenizer::Impl::split_added(std::vector<Segment>& segments,
     }
     const std::string_view s = seg.text;
     size_t last = 0;
-    for (size_t pos = 0; pos < s.size();) {
+    for (size_t pos = index.next_start(s, 0); pos < s.size(); pos = index.next_start(s, pos)) {
       int found = -1;
       for (int t : index.by_byte[static_cast<unsigned char>(s[pos])]) {
         if (s.substr(pos).starts_with(added[t].content)) {
@@ -146,8 +153,8 @@ void BpeTokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>
     for (std::string_view piece : pieces) {
       if (step.add_prefix_space && piece.front() != ' ')
         piece = prefixed.emplace_front(1, ' ').append(piece);
-      if (step.regex) {
-        step.regex->split_isolated(piece, next);
+      if (step.split) {
+        step.split->split_isolated(piece, next);
       } else {
         next.push_back(piece);
       }
@@ -190,7 +197,7 @@ void BpeTokenizer::Impl::parse_pre_tokenizer(const json& p, const std::string& f
     PreStep step;
     step.add_prefix_space = get_bool(p, "add_prefix_space", true, path, field);
     if (get_bool(p, "use_regex", true, path, field))
-      step.regex = std::make_shared<Regex>(kGpt2Pattern, Regex::Syntax::kRegex, where(field));
+      step.split = make_splitter(kGpt2Pattern, Regex::Syntax::kRegex, where(field));
     steps.push_back(std::move(step));
     saw_byte_level = true;
   } else if (type == "Split") {
@@ -207,13 +214,12 @@ void BpeTokenizer::Impl::parse_pre_tokenizer(const json& p, const std::string& f
     if (get_bool(p, "invert", false, path, field))
       bad(path, field + ".invert", "is true; only invert = false is supported");
     steps.push_back(
-        {std::make_shared<Regex>(text, literal ? Regex::Syntax::kLiteral : Regex::Syntax::kRegex,
-                                 where(field + ".pattern")),
+        {make_splitter(text, literal ? Regex::Syntax::kLiteral : Regex::Syntax::kRegex,
+                       where(field + ".pattern")),
          false});
   } else if (type == "Digits") {
     const bool each = get_bool(p, "individual_digits", false, path, field);
-    steps.push_back({std::make_shared<Regex>(each ? R"(\p{N})" : R"(\p{N}+)", Regex::Syntax::kRegex,
-                                             where(field)),
+    steps.push_back({make_splitter(each ? R"(\p{N})" : R"(\p{N}+)", Regex::Syntax::kRegex, where(field)),
                      false});
   } else {
     bad(path, field + ".type",
@@ -281,7 +287,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     TokenIndex& index = normalized ? m.normalized_index : m.raw_index;
     const auto first = static_cast<unsigned char>(m.added.back().content[0]);
     auto& list = index.by_byte[first];
-    index.empty = false;
+    if (list.empty()) index.first_bytes += static_cast<char>(first);
     list.push_back(static_cast<int>(i));
     std::stable_sort(list.begin(), list.end(), [&](int x, int y) {
       return m.added[x].content.size() > m.added[y].content.size();

@@ -18,15 +18,12 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "data/bpe_regex.h"
+#include "data/gpt2_split.h"
 #include "data/byte_unicode.h"
 #include "kernels/check.h"
 
 namespace megatrain {
 namespace {
-
-constexpr std::string_view kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 using Pair = uint64_t;
 Pair make_pair_key(int32_t a, int32_t b) {
@@ -42,8 +39,8 @@ struct Word {
 
 // Splits `text` on the special tokens (leftmost, longest first) and counts the regex pieces of
 // the text between them.
-void count_words(std::string_view text, const std::vector<std::string>& specials, const Regex& regex,
-                 std::vector<std::string>& pieces, std::unordered_map<std::string, int64_t>& counts) {
+void count_words(std::string_view text, const std::vector<std::string>& specials, const Splitter& split,
+                 std::vector<std::string_view>& pieces, std::unordered_map<std::string, int64_t>& counts) {
   while (!text.empty()) {
     size_t best = std::string_view::npos, best_len = 0;
     for (const std::string& s : specials) {
@@ -56,8 +53,8 @@ void count_words(std::string_view text, const std::vector<std::string>& specials
     const std::string_view plain = text.substr(0, best == std::string_view::npos ? text.size() : best);
     if (!plain.empty()) {
       pieces.clear();
-      regex.split_isolated(plain, pieces);
-      for (std::string& p : pieces) ++counts[std::move(p)];
+      split.split_isolated(plain, pieces);
+      for (std::string_view p : pieces) ++counts[std::string(p)];
     }
     if (best == std::string_view::npos) break;
     text.remove_prefix(best + best_len);
@@ -210,16 +207,16 @@ BpeTrainResult train_bpe(const BpeTrainOptions& opts) {
                  "at least one merge, and {} special token(s))",
                  opts.vocab_size, min_vocab, opts.special_tokens.size());
 
-  const Regex regex(kGpt2Pattern, Regex::Syntax::kRegex, "tokenizer train: GPT-2 pre-tokenizer regex");
+  const Gpt2Splitter split;
   std::unordered_map<std::string, int64_t> counts;
-  std::vector<std::string> pieces;
+  std::vector<std::string_view> pieces;
   for (const std::string& path : opts.inputs) {
     std::ifstream in(path, std::ios::binary);
     MT_INPUT_CHECK(in.is_open(), "tokenizer train: cannot open input file '{}': {}", path, std::strerror(errno));
     std::string line;
     while (std::getline(in, line)) {
       if (!in.eof()) line.push_back('\n');
-      count_words(line, opts.special_tokens, regex, pieces, counts);
+      count_words(line, opts.special_tokens, split, pieces, counts);
     }
     MT_INPUT_CHECK(!in.bad(), "tokenizer train: reading input file '{}' failed", path);
   }

@@ -1,0 +1,57 @@
+// UTF-8 decoding and the character classes of the GPT-2 pre-tokenizer regex, as PCRE2 sees them
+// in UTF + UCP mode: \p{L}, \p{N}, \s, or none of these. The classes are asked of PCRE2 itself, one
+// block of 256 code points at a time on first use, so they follow the Unicode tables of the PCRE2
+// that the regex path uses. Thread-safe.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace megatrain {
+
+enum class CharClass : uint8_t {
+  kLetter,  // \p{L}
+  kNumber,  // \p{N}
+  kSpace,   // \s
+  kOther,   // [^\s\p{L}\p{N}]
+  kInvalid  // not well-formed UTF-8: matches no pattern item (PCRE2_MATCH_INVALID_UTF)
+};
+
+// The length (1-4) of the well-formed UTF-8 character at s[i] (no overlong form, no surrogate,
+// nothing above U+10FFFF) and its code point in `cp`, or 0 if none starts there. i < s.size().
+size_t decode_utf8(std::string_view s, size_t i, char32_t& cp);
+
+// The class of code point `cp` (a Unicode scalar value, < 0x110000, not a surrogate), from PCRE2.
+CharClass char_class(char32_t cp);
+
+// The classes of the ASCII characters, the same as char_class gives (tested), without the lookup:
+// letters, digits, and \t \n \v \f \r and ' ' as \s.
+inline constexpr auto kAsciiClass = [] {
+  std::array<CharClass, 128> c{};
+  for (int b = 0; b < 128; ++b) {
+    c[b] = ((b | 0x20) >= 'a' && (b | 0x20) <= 'z') ? CharClass::kLetter
+           : (b >= '0' && b <= '9')                 ? CharClass::kNumber
+           : (b == ' ' || (b >= '\t' && b <= '\r')) ? CharClass::kSpace
+                                                    : CharClass::kOther;
+  }
+  return c;
+}();
+
+// The class of the character at s[i] and its length (1 for an invalid byte). i < s.size().
+inline CharClass class_at(std::string_view s, size_t i, size_t& len) {
+  const auto b = static_cast<unsigned char>(s[i]);
+  if (b < 0x80) {
+    len = 1;
+    return kAsciiClass[b];
+  }
+  char32_t cp = 0;
+  len = decode_utf8(s, i, cp);
+  if (len == 0) {
+    len = 1;
+    return CharClass::kInvalid;
+  }
+  return char_class(cp);
+}
+
+}  // namespace megatrain
