@@ -147,15 +147,47 @@ WordCache& WordCache::of(uint64_t owner) {
   return cache;
 }
 
+namespace {
+uint64_t load_tail(const char* p, size_t n) {  // n < 8 bytes, zero-extended
+  uint64_t v = 0;
+  std::memcpy(&v, p, n);
+  return v;
+}
+uint64_t load8(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+// a == b for n <= kMaxWordBytes bytes, inline (the library call costs more than short words do).
+bool same_bytes(const char* a, const char* b, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    if (load8(a + i) != load8(b + i)) return false;
+  return load_tail(a + i, n - i) == load_tail(b + i, n - i);
+}
+}  // namespace
+
+// Eight bytes at a time, each folded in with a multiply and a shift (splitmix64's constants).
 uint64_t WordCache::hash_of(std::string_view word) {
-  return std::hash<std::string_view>{}(word) | 1;
+  const char* p = word.data();
+  const size_t n = word.size();
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    h = (h ^ load8(p + i)) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  h = (h ^ load_tail(p + i, n - i)) * 0x94D049BB133111EBull;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  return h | 1;
 }
 
 void WordCache::clear() {
   std::fill(slots_.begin(), slots_.end(), Slot{});
   size_ = 0;
-  words_.clear();
-  ids_.clear();
+  arena_.clear();
 }
 
 bool WordCache::find(std::string_view word, std::vector<int32_t>& out) const {
@@ -164,9 +196,11 @@ bool WordCache::find(std::string_view word, std::vector<int32_t>& out) const {
   for (size_t i = hash & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
     const Slot& s = slots_[i];
     if (s.hash == 0) return false;
-    if (s.hash == hash && s.word_size == word.size() &&
-        std::memcmp(words_.data() + s.word, word.data(), word.size()) == 0) {
-      out.insert(out.end(), ids_.begin() + s.ids, ids_.begin() + s.ids + s.id_count);
+    const char* entry = arena_.data() + s.entry;
+    if (s.hash == hash && s.word_size == word.size() && same_bytes(entry, word.data(), word.size())) {
+      const size_t at = out.size();
+      out.resize(at + s.id_count);
+      std::memcpy(out.data() + at, entry + s.word_size, s.id_count * sizeof(int32_t));
       return true;
     }
   }
@@ -179,11 +213,11 @@ void WordCache::insert(std::string_view word, std::span<const int32_t> ids) {
   const uint64_t hash = hash_of(word);
   size_t i = hash & (kSlots - 1);
   while (slots_[i].hash != 0) i = (i + 1) & (kSlots - 1);
-  slots_[i] = {hash, static_cast<uint32_t>(words_.size()), static_cast<uint32_t>(ids_.size()),
-               static_cast<uint16_t>(word.size()), static_cast<uint16_t>(ids.size())};
+  slots_[i] = {hash, static_cast<uint32_t>(arena_.size()), static_cast<uint16_t>(word.size()),
+               static_cast<uint16_t>(ids.size())};
   ++size_;
-  words_.append(word);
-  ids_.insert(ids_.end(), ids.begin(), ids.end());
+  arena_.append(word);
+  arena_.append(reinterpret_cast<const char*>(ids.data()), ids.size_bytes());
 }
 
 }  // namespace megatrain

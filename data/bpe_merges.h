@@ -37,11 +37,12 @@ class MergeTable {
 
 // Word -> ids of the words this thread encoded last, for one tokenizer (the owner, a serial
 // number from new_owner, never reused). One cache per thread, so encode takes no lock. An
-// open-addressing table (linear probing) of kSlots slots; the words and ids live in two arenas
-// the slots point into. Emptied when it holds kSlots / 2 words, so its memory is bounded.
+// open-addressing table (linear probing) of kSlots 16-byte slots, each pointing at one arena entry
+// that holds the word's bytes followed by its ids, so a hit reads two cache lines. Emptied when it
+// holds kSlots / 2 words, so its memory is bounded.
 class WordCache {
  public:
-  static constexpr size_t kSlots = size_t{1} << 18;
+  static constexpr size_t kSlots = size_t{1} << 17;
   static constexpr size_t kMaxWordBytes = 64;  // insert ignores longer words
   static uint64_t new_owner();
   // This thread's cache, emptied first if it last served another owner.
@@ -52,8 +53,8 @@ class WordCache {
 
  private:
   struct Slot {
-    uint64_t hash = 0;  // 0: empty (hash_of never returns 0)
-    uint32_t word = 0, ids = 0;
+    uint64_t hash = 0;   // 0: empty (hash_of never returns 0)
+    uint32_t entry = 0;  // offset of the word's entry in arena_
     uint16_t word_size = 0, id_count = 0;
   };
   static uint64_t hash_of(std::string_view word);
@@ -62,8 +63,7 @@ class WordCache {
   uint64_t owner_ = 0;
   std::vector<Slot> slots_;  // empty until the first insert, then kSlots
   size_t size_ = 0;
-  std::string words_;
-  std::vector<int32_t> ids_;
+  std::string arena_;  // entries: word bytes, then id_count int32 ids (unaligned)
 };
 
 }  // namespace megatrain
