@@ -1,0 +1,339 @@
+#!/usr/bin/python3
+"""Checks that megatrain's Megatron indexed datasets (PREFIX.bin + PREFIX.idx) interoperate with
+Megatron-LM's own megatron/core/datasets/indexed_dataset.py, both ways:
+
+  (a) Megatron-LM writes (IndexedDatasetBuilder: add_item + end_document and add_document, dtype
+      numpy.uint16 and numpy.int32) -> `megatrain data inspect` reads: dtype, document, sequence
+      and token counts, and every token of every document;
+  (b) `megatrain preprocess` writes (the bytes tokenizer -> uint16; a byte-level tokenizer.json
+      with ids >= 65536 -> int32) -> Megatron-LM's IndexedDataset reads: dtype, document_indices,
+      sequence_lengths, sequence_pointers and every token, against ids computed here from the
+      input text and against `megatrain data inspect`; and Megatron-LM's builder, given the same
+      ids, writes byte-identical .bin and .idx files.
+
+Usage:
+  MEGATRON_LM_DIR=/path/to/Megatron-LM python3 megatron_indexed_interop.py MEGATRAIN_BIN SCRATCH_DIR
+(ctest runs it as `megatron_interop`.) Needs numpy and torch in the interpreter that runs it;
+MEGATRON_PYTHON=/path/to/python re-runs it under that interpreter instead. Exit status: 0 all
+equal; 1 a mismatch or a failing command (the message says what differs); 77 skipped
+(MEGATRON_LM_DIR unset, or megatron.core.datasets.indexed_dataset / numpy / torch not importable).
+Work files go to SCRATCH_DIR/work, which is removed first and kept after a failure.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+SKIP = 77
+
+
+class Mismatch(Exception):
+    pass
+
+
+def skip(why):
+    print(f"SKIPPED: {why}")
+    return SKIP
+
+
+def check(cond, what):
+    if not cond:
+        raise Mismatch(what)
+
+
+def first_diff(a, b):
+    """Index of the first differing element of two sequences (or the shorter length)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def check_ids(got, want, what):
+    got, want = [int(x) for x in got], [int(x) for x in want]
+    if got != want:
+        i = first_diff(got, want)
+        raise Mismatch(
+            f"{what}: {len(got)} tokens, expected {len(want)}; first difference at token {i}: "
+            f"got {got[i:i + 8]}, expected {want[i:i + 8]}"
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# megatrain side (its CLI)
+
+class Megatrain:
+    def __init__(self, binary):
+        self.binary = binary
+
+    def run(self, *args):
+        r = subprocess.run([self.binary, *args], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise Mismatch(
+                f"`megatrain {' '.join(args)}` exited {r.returncode}:\n{r.stdout}{r.stderr}"
+            )
+        return r.stdout
+
+    def inspect(self, prefix):
+        """(documents, sequences, tokens, dtype name) as `data inspect` prints them."""
+        out = self.run("data", "inspect", prefix)
+        m = re.search(r": (\d+) documents, (\d+) sequences, (\d+) tokens, dtype (\w+)$", out, re.M)
+        check(m, f"unexpected `megatrain data inspect {prefix}` output: {out!r}")
+        return int(m[1]), int(m[2]), int(m[3]), m[4]
+
+    def document(self, prefix, d):
+        """Token ids of document d as `data inspect --doc d` prints them."""
+        out = self.run("data", "inspect", prefix, "--doc", str(d))
+        m = re.search(r"^document (\d+) \((\d+) tokens\):(.*)$", out, re.M)
+        check(m and int(m[1]) == d, f"unexpected `megatrain data inspect --doc {d}` output: {out!r}")
+        ids = [int(t) for t in m[3].split()]
+        check(len(ids) == int(m[2]), f"document {d}: megatrain says {m[2]} tokens, prints {len(ids)}")
+        return ids
+
+
+# ------------------------------------------------------------------------------------------------
+# (a) Megatron-LM writes, megatrain reads
+
+MEGATRAIN_DTYPE_NAME = {"uint16": "u16", "int32": "i32"}
+
+
+def megatron_documents(numpy, dtype):
+    """Documents as lists of sequences (lists of ids), with how each is added to the builder."""
+    rng = numpy.random.RandomState(1234 if dtype == numpy.uint16 else 4321)
+    top = 65535 if dtype == numpy.uint16 else 2**31 - 1
+    rand = lambda n: rng.randint(0, top, size=n, dtype=numpy.int64).tolist()  # noqa: E731
+    docs = [
+        ("add_item", [[7]]),                                   # a 1-token document
+        ("add_item", [rand(5), rand(1), rand(300)]),           # several sequences
+        ("add_document", [rand(3), rand(17), rand(2)]),        # add_document(tensor, lengths)
+        ("add_item", [[0, top, 1, top - 1, 256, 255]]),        # extreme ids of the dtype
+        ("add_item", []),                                      # an empty document
+        ("add_item", [rand(4), [], rand(2)]),                  # a 0-length sequence inside
+        ("add_document", [rand(70000)]),                       # > 65536 tokens: big pointers
+        ("add_item", [rand(n) for n in (1, 2, 3, 5, 8, 13)]),
+        ("add_document", [rand(999)]),
+        ("add_item", [rand(65537), rand(3)]),                  # pointers past 2^17 bytes
+    ]
+    if dtype == numpy.int32:
+        docs.append(("add_item", [[65535, 65536, 70000, 16777216, 2**31 - 1]]))
+    return docs
+
+
+def direction_a(numpy, torch, mi, mt, work):
+    summary = []
+    for dtype in (numpy.uint16, numpy.int32):
+        prefix = os.path.join(work, f"megatron_{dtype.__name__}")
+        docs = megatron_documents(numpy, dtype)
+        builder = mi.IndexedDatasetBuilder(prefix + ".bin", dtype=dtype)
+        for how, seqs in docs:
+            if how == "add_item":
+                for s in seqs:
+                    builder.add_item(torch.tensor(s, dtype=torch.int64))
+                builder.end_document()
+            else:
+                flat = [t for s in seqs for t in s]
+                builder.add_document(torch.tensor(flat, dtype=torch.int64), [len(s) for s in seqs])
+        builder.finalize(prefix + ".idx")
+
+        want_docs = [[t for s in seqs for t in s] for _, seqs in docs]
+        n_seq = sum(len(seqs) for _, seqs in docs)
+        n_tok = sum(len(d) for d in want_docs)
+
+        # Megatron-LM reads its own file as expected (guards the test's own expectations).
+        ds = mi.IndexedDataset(prefix)
+        check(ds.index.dtype == dtype, f"{prefix}: Megatron-LM reads dtype {ds.index.dtype}")
+        check(len(ds) == n_seq, f"{prefix}: Megatron-LM reads {len(ds)} sequences, wrote {n_seq}")
+
+        name = MEGATRAIN_DTYPE_NAME[dtype.__name__]
+        got = mt.inspect(prefix)
+        check(
+            got == (len(docs), n_seq, n_tok, name),
+            f"(a) {prefix}: megatrain reads (documents, sequences, tokens, dtype) = {got}, "
+            f"Megatron-LM wrote {(len(docs), n_seq, n_tok, name)}",
+        )
+        for d, want in enumerate(want_docs):
+            check_ids(mt.document(prefix, d), want, f"(a) {prefix} document {d} read by megatrain")
+        summary.append(
+            f"(a) Megatron-LM {dtype.__name__} -> megatrain: {len(docs)} documents, {n_seq} "
+            f"sequences, {n_tok} tokens equal (dtype {name})"
+        )
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------
+# (b) megatrain writes, Megatron-LM reads
+
+def byte_symbols():
+    """GPT-2's byte -> printable character map (the byte-level BPE alphabet)."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    out, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+BIG_BYTE_BASE = 66000  # byte b has id BIG_BYTE_BASE + b in the wide tokenizer
+BIG_EOD = 70000
+
+
+def write_wide_tokenizer(path):
+    """A byte-level BPE tokenizer.json without merges whose ids are all >= 65536, so megatrain
+    must write int32 tokens: byte b -> 66000 + b, <|endoftext|> -> 70000 (vocab size 70001)."""
+    import json
+
+    vocab = {sym: BIG_BYTE_BASE + b for b, sym in byte_symbols().items()}
+    tok = {
+        "version": "1.0",
+        "added_tokens": [{"id": BIG_EOD, "content": "<|endoftext|>", "single_word": False,
+                          "lstrip": False, "rstrip": False, "normalized": False, "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                          "use_regex": True},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "BPE", "dropout": None, "vocab": vocab, "merges": []},
+    }
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+
+
+def input_documents(numpy):
+    """Texts of the documents written by `megatrain preprocess` (one input file each)."""
+    rng = numpy.random.RandomState(99)
+    words = ["the", "data", "Megatron", "token", "héllo", "naïve", "日本語", "ünïcödé", "42", "\t",
+             "x", "—", "emoji🙂", "", "end."]
+    def text(n_words):
+        parts = [words[i] for i in rng.randint(0, len(words), size=n_words)]
+        return "".join(p + (" " if k % 11 else "\n") for k, p in enumerate(parts))
+    big = ""
+    while len(big.encode()) <= 70000:
+        big += text(500)
+    return [
+        "hello, world\n",
+        "x",                                          # 1 byte -> 2 tokens (byte + EOD)
+        "Grüße, 世界! ☃\r\nsecond line\twith tab\n",
+        big,                                          # > 65536 tokens
+        text(40),
+        "no final newline",
+        text(3000),
+    ]
+
+
+def direction_b(numpy, mi, mt, work):
+    texts = input_documents(numpy)
+    inputs = []
+    for i, t in enumerate(texts):
+        path = os.path.join(work, f"doc{i}.txt")
+        with open(path, "wb") as f:
+            f.write(t.encode("utf-8"))
+        inputs.append(path)
+    wide = os.path.join(work, "wide_tokenizer.json")
+    write_wide_tokenizer(wide)
+
+    cases = [
+        ("bytes", numpy.uint16, lambda data: list(data) + [256]),
+        (wide, numpy.int32, lambda data: [BIG_BYTE_BASE + b for b in data] + [BIG_EOD]),
+    ]
+    summary = []
+    for tokenizer, dtype, encode in cases:
+        label = "bytes" if tokenizer == "bytes" else "wide tokenizer.json"
+        prefix = os.path.join(work, f"megatrain_{dtype.__name__}")
+        mt.run("preprocess", "--input", *inputs, "--tokenizer", tokenizer, "--output-prefix", prefix)
+        want = [encode(t.encode("utf-8")) for t in texts]
+        lengths = [len(w) for w in want]
+        itemsize = numpy.dtype(dtype).itemsize
+
+        ds = mi.IndexedDataset(prefix)
+        what = f"(b) {prefix} ({label}) read by Megatron-LM"
+        check(ds.index.dtype == dtype, f"{what}: dtype {ds.index.dtype.__name__}, expected "
+                                       f"{dtype.__name__}")
+        check(len(ds) == len(texts), f"{what}: {len(ds)} sequences, expected {len(texts)}")
+        check_ids(ds.document_indices, list(range(len(texts) + 1)), f"{what}: document_indices")
+        check_ids(ds.sequence_lengths, lengths, f"{what}: sequence_lengths")
+        pointers = numpy.concatenate([[0], numpy.cumsum(lengths)[:-1]]) * itemsize
+        check_ids(ds.index.sequence_pointers, pointers, f"{what}: sequence_pointers")
+        got_docs, got_seqs, got_toks, got_dtype = mt.inspect(prefix)
+        check((got_docs, got_seqs, got_toks) == (len(texts), len(texts), sum(lengths)),
+              f"(b) {prefix}: megatrain reports {(got_docs, got_seqs, got_toks)}")
+        for d, w in enumerate(want):
+            s, e = ds.document_indices[d], ds.document_indices[d + 1]
+            megatron_ids = numpy.concatenate([ds[int(i)] for i in range(s, e)])
+            check_ids(megatron_ids, w, f"{what}: document {d} vs the ids of its text")
+            check_ids(megatron_ids, mt.document(prefix, d),
+                      f"{what}: document {d} vs `megatrain data inspect --doc {d}`")
+        # Byte identity: Megatron-LM's builder, given the same ids, writes the same two files.
+        ref = os.path.join(work, f"reference_{dtype.__name__}")
+        builder = mi.IndexedDatasetBuilder(ref + ".bin", dtype=dtype)
+        for w in want:
+            builder.add_document(numpy.array(w, dtype=numpy.int64), [len(w)])
+        builder.finalize(ref + ".idx")
+        for ext in (".bin", ".idx"):
+            with open(prefix + ext, "rb") as f:
+                ours = f.read()
+            with open(ref + ext, "rb") as f:
+                theirs = f.read()
+            if ours != theirs:
+                i = first_diff(ours, theirs)
+                raise Mismatch(
+                    f"(b) {prefix}{ext} ({len(ours)} bytes) differs from Megatron-LM's writer "
+                    f"({len(theirs)} bytes) at byte {i}: megatrain {ours[i:i + 16].hex()}, "
+                    f"Megatron-LM {theirs[i:i + 16].hex()}"
+                )
+        summary.append(
+            f"(b) megatrain preprocess ({label}) -> Megatron-LM: {len(texts)} documents, "
+            f"{sum(lengths)} tokens equal (dtype {dtype.__name__}), .bin/.idx byte-identical to "
+            f"Megatron-LM's writer"
+        )
+    return summary
+
+
+def main(argv):
+    if len(argv) != 3:
+        print(__doc__)
+        return 1
+    binary, scratch = os.path.abspath(argv[1]), os.path.abspath(argv[2])
+
+    python = os.environ.get("MEGATRON_PYTHON")
+    if python and not os.environ.get("MEGATRON_INTEROP_REEXEC"):
+        os.environ["MEGATRON_INTEROP_REEXEC"] = "1"
+        os.execv(python, [python, os.path.abspath(__file__), binary, scratch])
+
+    megatron_dir = os.environ.get("MEGATRON_LM_DIR")
+    if not megatron_dir:
+        return skip("MEGATRON_LM_DIR is not set (point it at a Megatron-LM checkout)")
+    sys.path.insert(0, os.path.abspath(megatron_dir))
+    try:
+        import numpy
+        import torch
+        import megatron.core.datasets.indexed_dataset as mi
+    except Exception as e:  # noqa: BLE001 -- any import failure means "cannot run here"
+        return skip(f"cannot import numpy, torch and megatron.core.datasets.indexed_dataset from "
+                    f"{megatron_dir} with {sys.executable}: {type(e).__name__}: {e}")
+    if not os.access(binary, os.X_OK):
+        print(f"FAIL: megatrain binary {binary} is not an executable file")
+        return 1
+
+    work = os.path.join(scratch, "work")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    print(f"Megatron-LM: {mi.__file__}; numpy {numpy.__version__}, torch {torch.__version__}")
+    try:
+        lines = direction_a(numpy, torch, mi, Megatrain(binary), work)
+        lines += direction_b(numpy, mi, Megatrain(binary), work)
+    except Mismatch as e:
+        print(f"FAIL: {e}\n(work files kept in {work})")
+        return 1
+    for line in lines:
+        print(line)
+    print("OK: megatrain and Megatron-LM indexed datasets agree in both directions")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
