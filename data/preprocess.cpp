@@ -23,6 +23,7 @@
 #include <thread>
 #include <utility>
 
+#include "data/byte_unicode.h"
 #include "data/indexed_dataset.h"
 #include "data/jsonl_field.h"
 #include "data/tokenizer.h"
@@ -34,37 +35,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kSkippedShown = 5;  // FILE:LINE of the first skipped lines kept for the summary
 
-// Index of the first byte of `s` that is not part of well-formed UTF-8 (no overlong forms, no
-// surrogates, nothing above U+10FFFF), or npos when all of it is valid.
+// Index of the first byte of `s` that is not part of well-formed UTF-8 (utf8_next's rules: no
+// overlong forms, no surrogates, nothing above U+10FFFF), or npos when all of it is valid.
 size_t invalid_utf8_at(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k)
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
-    i += len;
+  for (size_t pos = 0; pos < s.size();) {
+    const size_t at = pos;
+    if (utf8_next(s, pos) < 0) return at;
   }
   return std::string_view::npos;
 }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <string>
 
 #include "kernels/check.h"
 
@@ -25,29 +26,6 @@ struct Table {
 
 constinit Table g_table;  // zero-initialised storage: no guard on the lookup path
 
-size_t encode_utf8(char32_t cp, unsigned char* out) {
-  if (cp < 0x80) {
-    out[0] = static_cast<unsigned char>(cp);
-    return 1;
-  }
-  if (cp < 0x800) {
-    out[0] = static_cast<unsigned char>(0xC0 | (cp >> 6));
-    out[1] = static_cast<unsigned char>(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    out[0] = static_cast<unsigned char>(0xE0 | (cp >> 12));
-    out[1] = static_cast<unsigned char>(0x80 | ((cp >> 6) & 0x3F));
-    out[2] = static_cast<unsigned char>(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  out[0] = static_cast<unsigned char>(0xF0 | (cp >> 18));
-  out[1] = static_cast<unsigned char>(0x80 | ((cp >> 12) & 0x3F));
-  out[2] = static_cast<unsigned char>(0x80 | ((cp >> 6) & 0x3F));
-  out[3] = static_cast<unsigned char>(0x80 | (cp & 0x3F));
-  return 4;
-}
-
 void fill_block(size_t block, std::array<CharClass, 256>& out) {
   constexpr std::string_view kPattern = R"((\p{L})|(\p{N})|(\s))";
   int error = 0;
@@ -63,9 +41,9 @@ void fill_block(size_t block, std::array<CharClass, 256>& out) {
       out[k] = CharClass::kInvalid;  // surrogates are not characters; UTF-8 cannot hold them
       continue;
     }
-    unsigned char bytes[4];
-    const size_t n = encode_utf8(cp, bytes);
-    const int rc = pcre2_match(code, bytes, n, 0, 0, data, nullptr);
+    std::string text;
+    utf8_append(text, cp);
+    const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, data, nullptr);
     if (rc < 0) {
       out[k] = CharClass::kOther;
       continue;
@@ -80,41 +58,6 @@ void fill_block(size_t block, std::array<CharClass, 256>& out) {
 }
 
 }  // namespace
-
-size_t decode_utf8(std::string_view s, size_t i, char32_t& cp) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + i;
-  const size_t left = s.size() - i;
-  const unsigned char c = p[0];
-  if (c < 0x80) {
-    cp = c;
-    return 1;
-  }
-  size_t len = 0;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-    cp = c & 0x1F;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    cp = c & 0x0F;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    cp = c & 0x07;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (left < len || p[1] < lo || p[1] > hi) return 0;
-  cp = (cp << 6) | (p[1] & 0x3F);
-  for (size_t k = 2; k < len; ++k) {
-    if (p[k] < 0x80 || p[k] > 0xBF) return 0;
-    cp = (cp << 6) | (p[k] & 0x3F);
-  }
-  return len;
-}
 
 CharClass char_class(char32_t cp) {
   Table& t = g_table;

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "data/byte_unicode.h"
+
 namespace megatrain {
 
 enum class CharClass : uint8_t {
@@ -17,10 +19,6 @@ enum class CharClass : uint8_t {
   kOther,   // [^\s\p{L}\p{N}]
   kInvalid  // not well-formed UTF-8: matches no pattern item (PCRE2_MATCH_INVALID_UTF)
 };
-
-// The length (1-4) of the well-formed UTF-8 character at s[i] (no overlong form, no surrogate,
-// nothing above U+10FFFF) and its code point in `cp`, or 0 if none starts there. i < s.size().
-size_t decode_utf8(std::string_view s, size_t i, char32_t& cp);
 
 // The class of code point `cp` (a Unicode scalar value, < 0x110000, not a surrogate), from PCRE2.
 CharClass char_class(char32_t cp);
@@ -38,20 +36,18 @@ inline constexpr auto kAsciiClass = [] {
   return c;
 }();
 
-// The class of the character at s[i] and its length (1 for an invalid byte). i < s.size().
+// The class of the character at s[i] and its length (1 for an invalid byte: utf8_next's rules).
+// i < s.size().
 inline CharClass class_at(std::string_view s, size_t i, size_t& len) {
   const auto b = static_cast<unsigned char>(s[i]);
   if (b < 0x80) {
     len = 1;
     return kAsciiClass[b];
   }
-  char32_t cp = 0;
-  len = decode_utf8(s, i, cp);
-  if (len == 0) {
-    len = 1;
-    return CharClass::kInvalid;
-  }
-  return char_class(cp);
+  size_t end = i;
+  const int32_t cp = utf8_next(s, end);
+  len = end - i;
+  return cp < 0 ? CharClass::kInvalid : char_class(static_cast<char32_t>(cp));
 }
 
 }  // namespace megatrain
