@@ -41,7 +41,8 @@ Command add_export_command(CLI::App& root) {
                          hf_family(cfg.model, file) == HfFamily::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",
                          opts->out);
             return 0;
-          }};
+          },
+          /*uses_mpi=*/true};
 }
 
 }  // namespace megatrain

@@ -108,7 +108,7 @@ Command add_generate_command(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--top-p", opts->sampling.top_p, "Nucleus sampling mass in (0, 1]; 1 = off")->capture_default_str();
   app->add_option("--seed", opts->sampling.seed, "Seed of the sampling draws")->capture_default_str();
-  return {app, [opts] { return Comm::world().rank() == 0 ? run_generate(*opts) : 0; }};
+  return {app, [opts] { return Comm::world().rank() == 0 ? run_generate(*opts) : 0; }, /*uses_mpi=*/true};
 }
 
 }  // namespace megatrain

@@ -86,7 +86,8 @@ Command add_import_command(CLI::App& root) {
                            opts->config_out);
             }
             return 0;
-          }};
+          },
+          /*uses_mpi=*/true};
 }
 
 }  // namespace megatrain

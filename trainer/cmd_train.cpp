@@ -35,7 +35,8 @@ Command add_train_command(CLI::App& root) {
             if (world.rank() == 0) fmt::print("# resolved config\n{}\n", config_to_toml(cfg));
             run_training(cfg, world, opts->train);
             return 0;
-          }};
+          },
+          /*uses_mpi=*/true};
 }
 
 }  // namespace megatrain

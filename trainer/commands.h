@@ -10,6 +10,9 @@ namespace megatrain {
 struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;  // returns the process exit code
+  // Runs on the MPI world (train, generate, export, import). The others are single-process tools
+  // and start without MPI (main.cpp, [Note: MPI start]).
+  bool uses_mpi = false;
 };
 
 Command add_train_command(CLI::App& root);

@@ -1,11 +1,17 @@
-// megatrain: one binary, several subcommands. MPI is initialised first (a world of one is still a
-// world); any exception ends here: the message is printed as "[rank r host h] error: …" and the
-// whole job is aborted so no peer waits forever in a collective.
+// megatrain: one binary, several subcommands. [Note: MPI start] The commands that run on the MPI
+// world (Command::uses_mpi: train, generate, export, import) initialise MPI before parsing their
+// options (a world of one is still a world); the single-process tools (tokenize, tokenizer,
+// preprocess, data, config) never start it, so they do not pay its start-up (a few tenths of a
+// second per call) and run where MPI cannot start. Any exception ends here: the message is
+// printed as "[rank r host h] error: …" and an MPI job is aborted so no peer waits forever in a
+// collective.
 // Exit codes: 0 success, 1 internal error, 2 bad input (config, data file, flag, damaged
 // checkpoint), 3 checkpoint.load found no valid checkpoint.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "kernels/check.h"
@@ -15,20 +21,24 @@
 
 int main(int argc, char** argv) {
   using namespace megatrain;
-  MpiRuntime mpi(&argc, &argv);
-  const Comm world = Comm::world();
-  spdlog::set_pattern("[%H:%M:%S] %v");
-  if (world.rank() != 0) spdlog::set_level(spdlog::level::warn);
-
   CLI::App app{"megatrain: trains GPT and Mixture-of-Experts language models"};
   app.require_subcommand(1);
   std::vector<Command> commands = {add_train_command(app), add_config_command(app), add_preprocess_command(app),
                                    add_generate_command(app), add_export_command(app), add_import_command(app),
                                    add_tokenize_command(app), add_data_command(app), add_tokenizer_command(app)};
+  const bool uses_mpi = argc > 1 && std::ranges::any_of(commands, [&](const Command& c) {
+    return c.uses_mpi && c.app->get_name() == argv[1];
+  });
+  std::optional<MpiRuntime> mpi;
+  if (uses_mpi) mpi.emplace(&argc, &argv);
+  const int rank = uses_mpi ? Comm::world().rank() : 0;
+  const int world_size = uses_mpi ? Comm::world().size() : 1;
+  spdlog::set_pattern("[%H:%M:%S] %v");
+  if (rank != 0) spdlog::set_level(spdlog::level::warn);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = world.rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
+    const int rc = rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
     return rc == 0 ? 0 : 2;
   }
 
@@ -47,8 +57,8 @@ int main(int argc, char** argv) {
     code = 1;
     message = e.what();
   }
-  fmt::print(stderr, "[rank {} host {}] error: {}\n", world.rank(), host_name(), message);
+  fmt::print(stderr, "[rank {} host {}] error: {}\n", rank, host_name(), message);
   std::fflush(stderr);
-  if (world.size() > 1) world.abort(code);
+  if (world_size > 1) Comm::world().abort(code);
   return code;
 }

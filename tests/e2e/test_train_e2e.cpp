@@ -96,6 +96,22 @@ TEST_F(TrainE2E, TokenizeAndInspectShowWhatTheDataHolds) {
   EXPECT_EQ(r.code, 2) << r.output;
 }
 
+// [Note: MPI start] An Open MPI component that does not exist stops MPI from starting: the
+// single-process tools still run, and train (which starts MPI) fails, so the setting does bite.
+TEST_F(TrainE2E, SingleProcessToolsRunWithoutStartingMpi) {
+  const std::string no_mpi = "env OMPI_MCA_pml=no_such_component " + test::megatrain_bin();
+  auto r = test::run_shell("printf 'hi' | " + no_mpi + " tokenize --tokenizer bytes");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output, "104 105\n");
+  r = test::run_shell(no_mpi + " data inspect " + (dir_ / "train").string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dtype u16"), std::string::npos) << r.output;
+  r = test::run_shell(no_mpi + " config --config " + config_.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  r = test::run_shell(no_mpi + " train --config " + config_.string() + " --set train.steps=1", 60);
+  EXPECT_NE(r.code, 0) << "train ran although MPI could not start:\n" << r.output;
+}
+
 struct BadInput {
   const char* name;
   std::string set;            // overrides, or a replacement config line
