@@ -10,11 +10,16 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   libopenblas-openmp-dev libblis-dev libdnnl-dev
+  # dnnl-config.cmake requires OpenCL's headers and libOpenCL.so, because Debian builds oneDNN with
+  # its OpenCL GPU runtime; libdnnl-dev only recommends them, and we install without recommends.
+  ocl-icd-opencl-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libpcre2-dev
   libsimdjson-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min python3 python3-matplotlib python3-numpy
   time
+  # scripts/check_fresh_setup.sh bootstraps a clean Debian root with it.
+  debootstrap
 )
 
 if [ "${SKIP_APT:-0}" != 1 ]; then
