@@ -15,6 +15,7 @@
 
 #include "trainer/checkpoint_shard.h"
 #include "trainer/debug_env.h"
+#include "trainer/model_compat.h"
 
 namespace megatrain {
 namespace fs = std::filesystem;
@@ -54,40 +55,26 @@ std::vector<int64_t> complete_steps(const fs::path& dir) {
   return steps;
 }
 
-// The lines of one [section] of a resolved config, for comparing architectures.
-std::vector<std::string> section_lines(const std::string& toml, const std::string& section) {
-  std::vector<std::string> lines;
-  std::istringstream in(toml);
-  bool inside = false;
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("[")) inside = line == "[" + section + "]";
-    else if (inside && !line.empty()) lines.push_back(line);
-  }
-  return lines;
+// Refuses a checkpoint whose architecture differs from the config's (trainer/model_compat.h); logs
+// the settings that may change and do.
+void check_same_model(const std::string& path, const std::string& saved, const Config& current, bool verbose) {
+  const ModelChanges changes = model_changes(saved, current);
+  MT_INPUT_CHECK(changes.refused.empty(),
+                 "checkpoint {}: its [model] differs from the config's and cannot be reconciled:\n  {}\n"
+                 "fix: use the checkpoint's [model] settings, or start fresh (checkpoint.load = \"\"); README "
+                 "\"What a checkpoint fixes\" lists the settings that may change",
+                 path, fmt::join(changes.refused, "\n  "));
+  if (!verbose) return;
+  for (const auto& c : changes.noted) spdlog::info("checkpoint {}: {} (a training-only setting)", path, c);
+  for (const auto& c : changes.warned)
+    spdlog::warn("checkpoint {}: {}: the loaded weights now compute a different function", path, c);
 }
 
-void check_same_model(const std::string& path, const std::string& saved, const std::string& current) {
-  const auto a = section_lines(saved, "model"), b = section_lines(current, "model");
-  std::string diff;
-  for (const auto& line : b)
-    if (std::find(a.begin(), a.end(), line) == a.end()) {
-      const std::string key = line.substr(0, line.find(" ="));
-      std::string was = "(absent)";
-      for (const auto& l : a)
-        if (l.starts_with(key + " =")) was = l;
-      diff += fmt::format("\n  model.{}: checkpoint has '{}', config has '{}'", key, was, line);
-    }
-  MT_INPUT_CHECK(diff.empty(),
-                 "checkpoint {}: its [model] differs from the config's and cannot be reconciled:{}\n"
-                 "fix: use the checkpoint's [model] settings, or start fresh (checkpoint.load = \"\")",
-                 path, diff);
-}
-
-CheckpointMeta load_one(const fs::path& dir, const CheckpointTensors& t, const Comm& comm,
-                        const std::string& current_toml) {
+CheckpointMeta load_one(const fs::path& dir, const CheckpointTensors& t, const Comm& comm, const Config& current,
+                        bool verbose) {
   const std::string file = (dir / kModelFile).string();
   return checkpoint_file_read(file, t, comm, [&](const CheckpointMeta& meta) {
-    check_same_model(file, meta.config_toml, current_toml);
+    check_same_model(file, meta.config_toml, current, verbose);
   });
 }
 
@@ -222,13 +209,12 @@ std::optional<CheckpointMeta> checkpoint_load(const Config& cfg, const Checkpoin
                                               bool allow_fresh_start, bool verbose) {
   const std::string& load = cfg.checkpoint.load;
   if (load.empty()) return std::nullopt;
-  const std::string current = config_to_toml(cfg);
-  if (load != "latest") return load_one(load, t, comm, current);
+  if (load != "latest") return load_one(load, t, comm, cfg, verbose);
   const fs::path dir = cfg.checkpoint.dir;
   std::string reasons;
   for (const auto& c : load_candidates(dir, comm)) {
     try {
-      CheckpointMeta meta = load_one(c, t, comm, current);
+      CheckpointMeta meta = load_one(c, t, comm, cfg, verbose);
       if (verbose && !reasons.empty())
         spdlog::warn("checkpoint: fell back to {} because newer ones are invalid:{}", c.string(), reasons);
       if (verbose) spdlog::info("checkpoint: resumed from {} (step {})", c.string(), meta.state.step);

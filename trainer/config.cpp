@@ -169,6 +169,7 @@ std::string to_toml_value(float v) { return float_text(v); }
 std::string to_toml_value(double v) { return float_text(v); }
 std::string to_toml_value(bool v) { return v ? "true" : "false"; }
 std::string to_toml_value(const std::string& v) { return quote(v); }
+std::string to_toml_value(const PeakTflops& v) { return v.automatic ? quote("auto") : float_text(v.value); }
 // data.train / data.valid: "" when empty, the bare prefix for one entry of weight 1, else the pairs.
 std::string to_toml_value(const std::vector<WeightedPrefix>& v) {
   if (v.empty()) return quote("");
@@ -257,6 +258,14 @@ struct Reader {
     double d = number(n, key);
     if (std::abs(d) > std::numeric_limits<float>::max()) fail(key, "a number in float32 range", n);
     out = static_cast<float>(d);
+  }
+  void read(PeakTflops& out, const toml::node& n, const std::string& key) const {
+    if (n.is_string() && n.as_string()->get() == "auto") {
+      out = PeakTflops{};
+      return;
+    }
+    if (!n.is_integer() && !n.is_floating_point()) fail(key, "\"auto\" or a number (TFLOP/s per rank)", n);
+    out = PeakTflops{false, number(n, key)};
   }
   void read(bool& out, const toml::node& n, const std::string& key) const {
     if (!n.is_boolean()) fail(key, "a boolean (true or false)", n);

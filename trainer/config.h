@@ -73,10 +73,18 @@ struct CheckpointConfig {
   friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
 
+// log.peak_tflops: "auto" = measured at start-up (trainer/peak_flops.h), or a number: the per-rank
+// peak in TFLOP/s (a GPU's datasheet dense peak); 0 = MFU not reported.
+struct PeakTflops {
+  bool automatic = true;
+  double value = 0.0;  // when not automatic
+  friend bool operator==(const PeakTflops&, const PeakTflops&) = default;
+};
+
 struct LogConfig {
   int interval = 10;
   std::string metrics_file;  // "" = none
-  double peak_tflops = 0.0;  // 0 = MFU not reported
+  PeakTflops peak_tflops;
   friend bool operator==(const LogConfig&, const LogConfig&) = default;
 };
 

@@ -86,7 +86,8 @@ void validate_config_fields(const Config& c) {
   r.at_least("checkpoint.keep_last", c.checkpoint.keep_last, 0, "(0 = keep all)");
 
   r.at_least("log.interval", c.log.interval, 1);
-  r.at_least("log.peak_tflops", c.log.peak_tflops, 0.0, "(0 = MFU not reported)");
+  if (!c.log.peak_tflops.automatic)
+    r.at_least("log.peak_tflops", c.log.peak_tflops.value, 0.0, "(0 = MFU not reported; \"auto\" = measure it)");
 }
 
 void resolve_config(Config& c, int world_size) {

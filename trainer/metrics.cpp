@@ -2,16 +2,60 @@
 
 #include <fmt/format.h>
 
+#include <spdlog/spdlog.h>
+
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "kernels/check.h"
 
 namespace megatrain {
 
-MetricsLog::MetricsLog(const std::string& path, bool enabled) : enabled_(enabled) {
+void metrics_file_keep_through(const std::string& path, int64_t step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  std::ostringstream all;
+  all << in.rdbuf();
+  const std::string text = all.str();
+  std::string kept;
+  int64_t line_no = 0, dropped = 0;
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = text.find('\n', begin);
+    ++line_no;
+    if (end == std::string::npos) {
+      spdlog::warn("{}:{}: dropped an unfinished last line (the previous run stopped while writing it)", path,
+                   line_no);
+      break;
+    }
+    const std::string_view line(text.data() + begin, end - begin);
+    const auto row = nlohmann::json::parse(line, nullptr, false);
+    MT_INPUT_CHECK(row.is_object() && row.contains("step") && row["step"].is_number_integer(),
+                   "{}:{}: not a metrics row (a JSON object with an integer \"step\"); log.metrics_file must be "
+                   "written only by megatrain: move the file away or set log.metrics_file to a new path",
+                   path, line_no);
+    if (row["step"].get<int64_t>() <= step)
+      kept.append(line).push_back('\n');
+    else
+      ++dropped;
+    begin = end + 1;
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << kept;
+    MT_INPUT_CHECK(out.good(), "log.metrics_file = \"{}\": cannot write {}; check the folder's permissions", path,
+                   tmp);
+  }
+  std::filesystem::rename(tmp, path);
+  if (dropped > 0) spdlog::info("{}: dropped {} rows after step {} (they are redone now)", path, dropped, step);
+}
+
+MetricsLog::MetricsLog(const std::string& path, bool enabled, int64_t resumed_step) : enabled_(enabled) {
   if (!enabled_ || path.empty()) return;
-  file_.open(path, std::ios::out | std::ios::trunc);
+  if (resumed_step > 0) metrics_file_keep_through(path, resumed_step);
+  file_.open(path, std::ios::out | (resumed_step > 0 ? std::ios::app : std::ios::trunc));
   MT_INPUT_CHECK(file_.good(), "log.metrics_file = \"{}\": cannot open for writing; check that the folder exists",
                  path);
 }

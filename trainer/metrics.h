@@ -1,5 +1,7 @@
 // Training metrics: one console line and one JSON line (in log.metrics_file) per logged step,
 // plus a JSON line with val_loss after each evaluation. Only rank 0 writes.
+// Invariant: a run resumed from step k leaves the file with each step's rows once, in order: the
+// rows of steps ≤ k are kept, those after k (about to be redone) are dropped, and the run appends.
 #pragma once
 #include <cstdint>
 #include <fstream>
@@ -28,7 +30,9 @@ struct StepMetrics {
 
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, bool enabled);  // path "" = console only
+  // path "" = console only. resumed_step 0 = a fresh run (the file starts empty); k > 0 = resumed
+  // from a checkpoint at step k (metrics_file_keep_through, then append).
+  MetricsLog(const std::string& path, bool enabled, int64_t resumed_step);
   void step(const StepMetrics& m);
   void validation(int64_t step, double val_loss);
   // One console line (the JSON step lines carry the same numbers).
@@ -38,6 +42,11 @@ class MetricsLog {
   std::ofstream file_;
   bool enabled_;
 };
+
+// Rewrites PATH (atomically) keeping its rows of steps ≤ STEP. A last line without its newline (a
+// run killed while writing it) is dropped; any other line that is not a JSON object with an integer
+// "step" is an InputError naming PATH:LINE. A missing file is left missing.
+void metrics_file_keep_through(const std::string& path, int64_t step);
 
 std::string format_duration(double seconds);
 

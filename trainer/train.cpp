@@ -13,6 +13,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
+#include "trainer/peak_flops.h"
 #include "trainer/train_data.h"
 
 namespace megatrain {
@@ -116,6 +117,17 @@ struct Run {
   }
 };
 
+// log.peak_tflops as a number, or measured now ("auto") and logged.
+double peak_tflops_per_rank(const Config& cfg, const Comm& world) {
+  if (!cfg.log.peak_tflops.automatic) return cfg.log.peak_tflops.value;
+  const PeakMeasurement p = measure_peak_tflops(world);
+  if (world.rank() == 0)
+    spdlog::info("MFU peak: measured {:.1f} GFLOP/s per rank (fp32 GEMM {}x{}x{} on {} threads, best of {}, mean "
+                 "over {} ranks); log.peak_tflops = a number overrides it",
+                 p.tflops_per_rank * 1e3, p.n, p.n, p.n, p.threads, p.repetitions, world.size());
+  return p.tflops_per_rank;
+}
+
 }  // namespace
 
 TrainResult run_training(const Config& cfg, const Comm& world, const TrainOptions& options) {
@@ -151,7 +163,8 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
                       cfg.optimizer.decay_steps, cfg.optimizer.decay};
   const double flops_per_step =
       GptModel::flops_per_token(cfg.model, cfg.train.seq_len) * static_cast<double>(run.tokens_per_step());
-  MetricsLog log(cfg.log.metrics_file, rank0);
+  const double peak_tflops = peak_tflops_per_rank(cfg, world);
+  MetricsLog log(cfg.log.metrics_file, rank0, start_step);
   TrainResult result;
   double logged_time = 0.0, logged_comm_ms = 0.0, logged_exposed_ms = 0.0, logged_bytes = 0.0;
   int64_t logged_steps = 0;
@@ -191,7 +204,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       m.comm_bytes = logged_bytes / n;
       m.compute_ms = m.step_time_ms - m.exposed_comm_ms;
       m.memory = run.memory();
-      if (cfg.log.peak_tflops > 0.0) m.mfu = flops_per_step / avg / world.size() / (cfg.log.peak_tflops * 1e12);
+      if (peak_tflops > 0.0) m.mfu = flops_per_step / avg / world.size() / (peak_tflops * 1e12);
       m.eta_s = std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(step + 1 - start_step) *
                 static_cast<double>(cfg.train.steps - step - 1);
       log.step(m);

@@ -133,6 +133,41 @@ TEST_F(CheckpointE2E, DamagedCheckpointsAreRefusedAndLatestFallsBack) {
   EXPECT_NE(r.output.find("model.d_model"), std::string::npos) << r.output;
 }
 
+// Run 1 trains two steps past its last checkpoint; run 2 resumes from it into the same metrics file.
+// The file must hold each step's rows once, in order: run 1's rows up to the checkpoint verbatim,
+// then run 2's (whose losses equal run 1's redone steps: bitwise resume). A fresh start restarts it.
+TEST_F(CheckpointE2E, ResumedRunsMetricsFileHoldsEveryStepOnceInOrder) {
+  const fs::path d = dir_ / "m";
+  const std::string eval = "--set train.eval_interval=2 --set train.eval_steps=1 ";
+  const auto first = train("--set train.steps=6 --set checkpoint.save_interval=4 " + eval + ckpt(d, ""), "m.jsonl");
+  const auto all = train("--set train.steps=8 " + eval + ckpt(d, "--set checkpoint.load=latest"), "m.jsonl");
+  std::vector<std::pair<int64_t, bool>> rows, expected;  // (step, is validation)
+  for (const auto& j : all) rows.emplace_back(j["step"].get<int64_t>(), j.contains("val_loss"));
+  for (int64_t s = 1; s <= 8; ++s) {
+    expected.emplace_back(s, false);
+    if (s % 2 == 0) expected.emplace_back(s, true);
+  }
+  ASSERT_EQ(rows, expected);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(all[i], first[i]) << "row " << i << " of run 1 (steps <= 4) changed";
+  const auto redone = field(all, "loss", 4), original = field(first, "loss", 4);
+  ASSERT_EQ(original.size(), 2u);
+  EXPECT_EQ(std::vector<double>(redone.begin(), redone.begin() + 2), original) << "run 2 redid steps 5-6 differently";
+  EXPECT_EQ(train("--set train.steps=2 --set train.eval_interval=0 --set optimizer.decay_steps=60", "m.jsonl").size(), 2u) << "a fresh start appended";
+}
+
+// Settings that are not architecture may change when a checkpoint loads (trainer/model_compat.h):
+// dropout 0.1 -> 0 trains and is logged; d_model is refused (DamagedCheckpoints…).
+TEST_F(CheckpointE2E, LoadThatChangesDropoutTrains) {
+  const fs::path d = dir_ / "drop";
+  ASSERT_EQ(train_raw("--set train.steps=2 --set checkpoint.save_interval=2 " + ckpt(d, "")).code, 0);
+  const auto r = train_raw("--set train.steps=4 --set model.dropout=0.0 " + ckpt(d, "--set checkpoint.load=latest"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("model.dropout: checkpoint has 'dropout = 0.1', config has 'dropout = 0.0'"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("step      4/4"), std::string::npos) << r.output;
+}
+
 // Two data-parallel ranks save asynchronously (collective MPI-IO from the writer threads); the
 // checkpoint then loads in a single process (global tensors) and training continues with the same
 // losses, to fp32 reduction-order tolerance.

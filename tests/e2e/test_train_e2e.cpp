@@ -30,6 +30,31 @@ TEST_F(TrainE2E, ValidationLossFallsOnRealTextAndMetricsHaveEveryField) {
   EXPECT_LT(val[2], 0.7 * std::log(257.0));  // well below the uniform-guess loss
 }
 
+// log.peak_tflops = "auto" (the default) measures the GEMM peak at start-up and logs it; the tiny
+// model's attention, norms and small GEMMs run well below a large GEMM's rate, so MFU lies in (0, 1).
+// A number overrides the measurement and 0 turns MFU off.
+TEST_F(TrainE2E, MfuIsMeasuredAgainstThisMachinesPeak) {
+  const std::string cmd = test::megatrain_bin() + " train --config " + config_.string() +
+                          " --set train.steps=6 --set train.eval_interval=0 --set log.metrics_file=" +
+                          (dir_ / "p.jsonl").string();
+  auto r = test::run_shell(cmd);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("MFU peak: measured"), std::string::npos) << r.output;
+  std::ifstream in(dir_ / "p.jsonl");
+  int rows = 0;
+  for (std::string line; std::getline(in, line); ++rows) {
+    const double mfu = nlohmann::json::parse(line)["mfu"].get<double>();
+    EXPECT_GT(mfu, 0.0);
+    EXPECT_LT(mfu, 1.0);
+  }
+  EXPECT_EQ(rows, 6);
+  r = test::run_shell(cmd + " --set log.peak_tflops=0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("MFU peak: measured"), std::string::npos) << r.output;
+  in = std::ifstream(dir_ / "p.jsonl");
+  for (std::string line; std::getline(in, line);) EXPECT_TRUE(nlohmann::json::parse(line)["mfu"].is_null());
+}
+
 TEST_F(TrainE2E, SameConfigAndSeedGiveBitwiseIdenticalLosses) {
   auto a = train("--set train.steps=8 --set train.eval_interval=4", "a.jsonl");
   auto b = train("--set train.steps=8 --set train.eval_interval=4", "b.jsonl");

@@ -108,7 +108,16 @@ peak_tflops = 312
   EXPECT_FALSE(c.data.shuffle);
   EXPECT_EQ(c.checkpoint.dir, "ckpt");
   EXPECT_TRUE(c.checkpoint.async);
-  EXPECT_EQ(c.log.peak_tflops, 312.0);
+  EXPECT_EQ(c.log.peak_tflops, (PeakTflops{false, 312.0}));
+}
+
+TEST_F(ConfigTest, PeakTflopsIsAutoByDefaultOrANumber) {
+  EXPECT_EQ(load_config(write(""), {}).log.peak_tflops, PeakTflops{});
+  EXPECT_TRUE(load_config(write("[log]\npeak_tflops = \"auto\"\n"), {}).log.peak_tflops.automatic);
+  EXPECT_EQ(load_config(write("[log]\npeak_tflops = 0\n"), {}).log.peak_tflops, (PeakTflops{false, 0.0}));
+  EXPECT_CONTAINS(load_error("[log]\npeak_tflops = \"fast\"\n", "'log.peak_tflops'"), "\"auto\" or a number");
+  load_error("[log]\npeak_tflops = -1\n", "log.peak_tflops");
+  EXPECT_CONTAINS(config_to_toml(Config{}), "peak_tflops = \"auto\"");
 }
 
 TEST_F(ConfigTest, OverridesApplyInOrder) {
