@@ -2,7 +2,7 @@
 # Installs every Debian package megatrain's build, tests and demo need, then
 # configures and builds it in ./build (Release). Safe to run again.
 #   scripts/setup.sh            install + build
-#   SKIP_APT=1 scripts/setup.sh build only
+#   SKIP_APT=1 scripts/setup.sh no Debian packages (SKIP_PIP=1: no test-reference venv either)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +16,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libpcre2-dev
   libsimdjson-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  fortunes fortunes-min python3 python3-matplotlib python3-numpy
+  fortunes fortunes-min python3 python3-matplotlib python3-numpy python3-venv
   time
   # scripts/check_fresh_setup.sh bootstraps a clean Debian root with it.
   debootstrap
@@ -33,6 +33,18 @@ if [ "${SKIP_APT:-0}" != 1 ]; then
     echo "setup: installing ${missing[*]}"
     $sudo_cmd apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+# The test references this project did not write (tests/reference/README.md), pinned in
+# scripts/requirements-ref.txt, in a venv over Debian's python3 that also sees its numpy. Reinstalled
+# only when that file changes.
+venv=build/pyref
+if [ "${SKIP_PIP:-0}" != 1 ]; then
+  [ -x "$venv/bin/python3" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
+  if ! cmp -s scripts/requirements-ref.txt "$venv/requirements-ref.txt"; then
+    "$venv/bin/python3" -m pip install -q --disable-pip-version-check -r scripts/requirements-ref.txt
+    cp scripts/requirements-ref.txt "$venv/requirements-ref.txt"
   fi
 fi
 
