@@ -1,9 +1,10 @@
-// Weighted blending of datasets (contract in blended_dataset.h). Invariant: the greedy choice
-// keeps every dataset's count within one sample of its share for every prefix of the sequence.
+// Weighted blending of datasets (contract in blended_dataset.h): Megatron-Core's greedy rule,
+// evaluated with the same float64 products and comparisons, so the choices are Megatron's.
 #include "data/blended_dataset.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -33,13 +34,12 @@ BlendIndex build_blend_index(std::span<const double> weights, int64_t num_sample
   x.sample.resize(static_cast<size_t>(num_samples));
   std::vector<int64_t> count(weights.size(), 0);
   for (int64_t i = 0; i < num_samples; ++i) {
-    const auto target = static_cast<double>(i + 1);
-    const double tie = 1e-12 * target;  // errors this close are equal (rounding of w·(i+1))
+    const auto target = static_cast<double>(std::max<int64_t>(i, 1));
     size_t best = 0;
     double best_error = weights[0] * target - static_cast<double>(count[0]);
     for (size_t d = 1; d < weights.size(); ++d) {
       const double error = weights[d] * target - static_cast<double>(count[d]);
-      if (error > best_error + tie) best = d, best_error = error;
+      if (error > best_error) best = d, best_error = error;
     }
     x.dataset[static_cast<size_t>(i)] = static_cast<uint16_t>(best);
     x.sample[static_cast<size_t>(i)] = count[best]++;

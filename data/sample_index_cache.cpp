@@ -19,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'M', 'T', 'S', 'M', 'P', 'I', 'D', 'X'};
-constexpr uint64_t kVersion = 1;
+constexpr uint64_t kVersion = 2;  // 2: blend index by Megatron's max(i, 1) rule (data/blended_dataset.h)
 
 uint64_t fnv1a(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -102,7 +102,7 @@ bool read_set(Reader& r, const std::string& key, SampleIndexSet& out, std::strin
   char magic[8];
   uint64_t version = 0, key_len = 0, num = 0;
   if (!r.bytes(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 || !r.u64(version) || version != kVersion) {
-    problem = "not a megatrain sample-index file of version 1";
+    problem = fmt::format("not a megatrain sample-index file of version {} (made by another megatrain version?)", kVersion);
     return false;
   }
   std::string stored(key.size(), '\0');

@@ -3,7 +3,7 @@
 //
 // File `DIR/sample-index-<16 hex digits>.bin`, the digits a 64-bit FNV-1a hash of the key text
 // (everything the indices depend on; see dataset_builder.h). Layout, native little-endian:
-//   char   magic[8] = "MTSMPIDX", uint64 version = 1,
+//   char   magic[8] = "MTSMPIDX", uint64 version = 2,
 //   uint64 key length, key bytes (must equal the expected key exactly),
 //   uint64 number of datasets D, the blend index (uint64 n, uint16 dataset[n], uint64 n,
 //   int64 sample[n]), then per dataset: int64 docs_per_epoch, samples_per_epoch, epochs, and

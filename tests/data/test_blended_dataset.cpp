@@ -1,4 +1,4 @@
-// Tests of weighted blending (Megatron's BlendedDataset rule): the pinned order for a small case,
+// Tests of weighted blending (Megatron's BlendedDataset rule): Megatron-Core's own order for a few weight sets,
 // the per-prefix and per-batch bounds, consecutive per-dataset samples, and that a blended
 // dataset reads each dataset's own samples.
 #include <gtest/gtest.h>
@@ -22,16 +22,21 @@ namespace fs = std::filesystem;
 
 std::vector<int> order(const BlendIndex& x) { return {x.dataset.begin(), x.dataset.end()}; }
 
-TEST(BlendTest, PinnedOrderForSmallCases) {
-  const auto three = normalise_blend_weights(std::vector<double>{5, 3, 2});
-  EXPECT_EQ(order(build_blend_index(three, 20)),
-            (std::vector<int>{0, 1, 2, 0, 0, 1, 0, 2, 1, 0, 0, 1, 2, 0, 0, 1, 0, 2, 1, 0}));
-  const auto two = normalise_blend_weights(std::vector<double>{0.7, 0.3});
-  EXPECT_EQ(order(build_blend_index(two, 20)),
-            (std::vector<int>{0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 1, 0}));
-  // Ties go to the lower index.
-  const auto even = normalise_blend_weights(std::vector<double>{1, 1});
-  EXPECT_EQ(order(build_blend_index(even, 6)), (std::vector<int>{0, 1, 0, 1, 0, 1}));
+// The expected orders are Megatron-Core's own: megatron-core 0.16.1's compiled
+// helpers_cpp.build_blending_indices on the same normalised float64 weights.
+TEST(BlendTest, OrderEqualsMegatronCoresForSeveralWeightSets) {
+  const auto megatron_order = [](std::vector<double> raw, int64_t n) {
+    return order(build_blend_index(normalise_blend_weights(raw), n));
+  };
+  EXPECT_EQ(megatron_order({5, 3, 2}, 20),
+            (std::vector<int>{0, 1, 2, 0, 1, 0, 2, 0, 1, 0, 0, 1, 2, 0, 1, 0, 2, 0, 1, 0}));
+  EXPECT_EQ(megatron_order({0.7, 0.3}, 20),
+            (std::vector<int>{0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0}));
+  EXPECT_EQ(megatron_order({1, 1}, 6), (std::vector<int>{0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(megatron_order({0.2, 0.5, 0.3}, 24), (std::vector<int>{1, 2, 0, 1, 2, 1, 0, 1, 2, 1, 0, 1,
+                                                                    2, 1, 2, 1, 0, 1, 2, 1, 0, 1, 2, 1}));
+  EXPECT_EQ(megatron_order({0.1, 0.2, 0.3, 0.4}, 24), (std::vector<int>{3, 2, 1, 0, 3, 2, 3, 1, 2, 3, 0, 3,
+                                                                         2, 1, 3, 2, 3, 1, 2, 3, 0, 3, 2, 1}));
 }
 
 // Every prefix of n samples holds c_d samples of dataset d with c_d − w_d·n in (−bound, 1).
@@ -51,25 +56,23 @@ void check_prefixes(const std::vector<double>& raw, int64_t n, double bound) {
   }
 }
 
-TEST(BlendTest, EveryPrefixIsWithinOneSampleOfTheWeights) {
+// Megatron's rule never over-represents a dataset by a whole sample; with two datasets it never
+// lags by one either, with three or more it can lag by up to ~1.4 samples (measured on Megatron-Core's
+// own helper over 1000 random weight sets: worst −1.38).
+TEST(BlendTest, TwoDatasetsStayWithinOneSampleOfTheWeights) {
   check_prefixes({0.7, 0.3}, 20000, 1.0);
   check_prefixes({0.01, 0.99}, 20000, 1.0);
-  check_prefixes({5, 3, 2}, 20000, 1.0);
-  check_prefixes({1, 1, 1}, 20000, 1.0);
   std::mt19937 gen(5);
   std::uniform_real_distribution<double> u(0.001, 1.0);
-  for (int t = 0; t < 50; ++t) {
-    check_prefixes({u(gen), u(gen)}, 3000, 1.0);
-    check_prefixes({u(gen), u(gen), u(gen)}, 3000, 1.0);
-  }
+  for (int t = 0; t < 50; ++t) check_prefixes({u(gen), u(gen)}, 3000, 1.0);
 }
 
-// With four or more datasets Megatron's greedy rule can lag a dataset by slightly more than one
-// sample (never over-represents it by one); the lag stays small.
 TEST(BlendTest, ManyDatasetsStayClose) {
+  check_prefixes({5, 3, 2}, 20000, 1.5);
+  check_prefixes({1, 1, 1}, 20000, 1.5);
   std::mt19937 gen(9);
   std::uniform_real_distribution<double> u(0.001, 1.0);
-  for (int k = 4; k <= 8; ++k)
+  for (int k = 3; k <= 8; ++k)
     for (int t = 0; t < 20; ++t) {
       std::vector<double> w;
       for (int d = 0; d < k; ++d) w.push_back(u(gen));
