@@ -1,5 +1,6 @@
-// gelu, swiglu, rope, embedding, cross-entropy, dropout, AdamW, sum of squares: naive references
-// and finite differences.
+// gelu, swiglu, rope, embedding, residual add, cross-entropy, dropout, AdamW, scaling, sum of
+// squares: naive double references, and central differences of those references on every
+// coordinate for the backward ops (tolerances: tests/kernels/op_harness.h).
 #include <cmath>
 
 #include "kernels/ops.h"
@@ -7,49 +8,53 @@
 
 namespace megatrain {
 namespace {
-using test::check_grad;
-using test::dot;
+using test::expect_grad;
+using test::fd_grad;
 using test::randn;
+using test::to_double;
 
 const Stream S = Stream::cpu();
 
-TEST(Gelu, MatchesTanhFormulaAndFiniteDifferences) {
+double gelu(double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }
+
+TEST(Gelu, MatchesTanhFormulaAndCentralDifferences) {
   const int n = 300;
   auto x = randn(n, 20, 3.0f), r = randn(n, 21);
   std::vector<float> out(n), dx(n);
-  auto fwd = [&] {
-    gelu_forward(S, Tensor(out.data(), {n}), Tensor(x.data(), {n}));
-    return dot(out, r);
-  };
-  fwd();
+  gelu_forward(S, Tensor(out.data(), {n}), Tensor(x.data(), {n}));
   std::vector<double> want(n);
-  for (int i = 0; i < n; ++i) {
-    const double v = x[i];
-    want[i] = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-  }
+  for (int i = 0; i < n; ++i) want[i] = gelu(x[i]);
   test::expect_near_all(out, want, 1e-6, 1e-5, "gelu");
   gelu_backward(S, Tensor(dx.data(), {n}), Tensor(r.data(), {n}), Tensor(x.data(), {n}));
-  check_grad(x, dx, fwd, "gelu dinp", 1e-3f);
+  expect_grad(dx, fd_grad(to_double(x), [&](const std::vector<double>& v) {
+                double l = 0;
+                for (int i = 0; i < n; ++i) l += gelu(v[i]) * r[i];
+                return l;
+              }),
+              "gelu dinp");
 }
 
-TEST(SwiGlu, MatchesFormulaAndFiniteDifferences) {
+TEST(SwiGlu, MatchesFormulaAndCentralDifferences) {
   const int N = 3, F = 17;
   auto x = randn(N * 2 * F, 22, 2.0f), r = randn(N * F, 23);
   std::vector<float> out(N * F), dx(N * 2 * F);
-  auto fwd = [&] {
-    swiglu_forward(S, Tensor(out.data(), {N, F}), Tensor(x.data(), {N, 2 * F}));
-    return dot(out, r);
+  swiglu_forward(S, Tensor(out.data(), {N, F}), Tensor(x.data(), {N, 2 * F}));
+  const auto swiglu = [&](const std::vector<double>& v, int i, int j) {
+    const double g = v[i * 2 * F + j], u = v[i * 2 * F + F + j];
+    return g / (1 + std::exp(-g)) * u;
   };
-  fwd();
   std::vector<double> want(N * F);
   for (int i = 0; i < N; ++i)
-    for (int j = 0; j < F; ++j) {
-      const double g = x[i * 2 * F + j], u = x[i * 2 * F + F + j];
-      want[i * F + j] = g / (1 + std::exp(-g)) * u;
-    }
+    for (int j = 0; j < F; ++j) want[i * F + j] = swiglu(to_double(x), i, j);
   test::expect_near_all(out, want, 1e-6, 1e-5, "swiglu");
   swiglu_backward(S, Tensor(dx.data(), {N, 2 * F}), Tensor(r.data(), {N, F}), Tensor(x.data(), {N, 2 * F}));
-  check_grad(x, dx, fwd, "swiglu dinp", 1e-3f);
+  expect_grad(dx, fd_grad(to_double(x), [&](const std::vector<double>& v) {
+                double l = 0;
+                for (int i = 0; i < N; ++i)
+                  for (int j = 0; j < F; ++j) l += swiglu(v, i, j) * r[i * F + j];
+                return l;
+              }),
+              "swiglu dinp");
 }
 
 TEST(Rope, RotateHalfConventionAndInverse) {
@@ -96,14 +101,14 @@ TEST(Embedding, ForwardAndBackwardScatter) {
   const int B = 2, T = 3, C = 4, V = 5;
   std::vector<int32_t> tok = {1, 4, 1, 0, 2, 1};
   auto wte = randn(V * C, 25), wpe = randn(T * C, 26), dout = randn(B * T * C, 27);
-  std::vector<float> out(B * T * C), dwte(V * C), dwpe(T * C);
+  std::vector<float> out(B * T * C), dwte(V * C, 0.5f), dwpe(T * C, 0.25f);  // `+=` into both
   embedding_forward(S, Tensor(out.data(), {B, T, C}), Tensor(tok.data(), {B, T}), Tensor(wte.data(), {V, C}),
                     Tensor(wpe.data(), {T, C}));
   for (int i = 0; i < B * T; ++i)
     for (int c = 0; c < C; ++c) ASSERT_FLOAT_EQ(out[i * C + c], wte[tok[i] * C + c] + wpe[(i % T) * C + c]);
   embedding_backward(S, Tensor(dwte.data(), {V, C}), Tensor(dwpe.data(), {T, C}), Tensor(dout.data(), {B, T, C}),
                      Tensor(tok.data(), {B, T}));
-  std::vector<double> want_wte(V * C, 0.0), want_wpe(T * C, 0.0);
+  std::vector<double> want_wte(V * C, 0.5), want_wpe(T * C, 0.25);
   for (int i = 0; i < B * T; ++i)
     for (int c = 0; c < C; ++c) {
       want_wte[tok[i] * C + c] += dout[i * C + c];
@@ -129,18 +134,48 @@ TEST(CrossEntropy, LossExcludesPaddedVocabAndGradientMatches) {
     return s;
   };
   loss();
+  // Σ of the token losses in double, over the real vocabulary only.
+  const auto ref_loss = [&](const std::vector<double>& z) {
+    double total = 0;
+    for (int i = 0; i < N; ++i) {
+      double mx = -1e300, sum = 0;
+      for (int j = 0; j < V; ++j) mx = std::max(mx, z[i * Vp + j]);
+      for (int j = 0; j < V; ++j) sum += std::exp(z[i * Vp + j] - mx);
+      total += std::log(sum) + mx - z[i * Vp + tgt[i]];
+    }
+    return total;
+  };
   for (int i = 0; i < N; ++i) {
-    double mx = -1e30, sum = 0;
-    for (int j = 0; j < V; ++j) mx = std::max(mx, static_cast<double>(logits[i * Vp + j]));
-    for (int j = 0; j < V; ++j) sum += std::exp(logits[i * Vp + j] - mx);
-    EXPECT_NEAR(losses[i], std::log(sum) + mx - logits[i * Vp + tgt[i]], 1e-5);
+    std::vector<double> one(to_double(logits));
+    double mx = -1e300, sum = 0;
+    for (int j = 0; j < V; ++j) mx = std::max(mx, one[i * Vp + j]);
+    for (int j = 0; j < V; ++j) sum += std::exp(one[i * Vp + j] - mx);
+    EXPECT_NEAR(losses[i], std::log(sum) + mx - one[i * Vp + tgt[i]], 1e-5);
   }
   auto grad = logits;
   cross_entropy_forward(S, Tensor(losses.data(), {N}), Tensor(grad.data(), {N, Vp}), Tensor(tgt.data(), {N}), V,
                         LossGrad::in_place, 1.0f);
   for (int i = 0; i < N; ++i)
     for (int j = V; j < Vp; ++j) EXPECT_EQ(grad[i * Vp + j], 0.0f);
-  check_grad(logits, grad, loss, "dlogits", 1e-3f);
+  expect_grad(grad, fd_grad(to_double(logits), ref_loss), "dlogits");
+}
+
+TEST(Add, ResidualAddIsElementwiseAndMayWriteInPlace) {
+  const int n = 1037;  // not a multiple of any vector width
+  auto a = randn(n, 34), b = randn(n, 35);
+  std::vector<float> out(n);
+  add_forward(S, Tensor(out.data(), {n}), Tensor(a.data(), {n}), Tensor(b.data(), {n}));
+  for (int i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] + b[i]) << i;
+  add_forward(S, Tensor(a.data(), {n}), Tensor(a.data(), {n}), Tensor(b.data(), {n}));
+  EXPECT_EQ(a, out);
+}
+
+TEST(Scale, ScalesEveryElementIncludingTheTail) {
+  const int n = 1037;
+  auto x = randn(n, 36);
+  const auto orig = x;
+  scale_inplace(S, Tensor(x.data(), {n}), 0.375f);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(x[i], orig[i] * 0.375f) << i;
 }
 
 TEST(Dropout, ReproducibleUnbiasedAndKeyed) {
