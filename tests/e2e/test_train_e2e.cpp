@@ -175,5 +175,19 @@ TEST_F(TrainE2E, BadConfigAndDataExitCleanlyNamingFileFieldAndFix) {
   EXPECT_NE(r.output.find("--bogus"), std::string::npos) << r.output;
 }
 
+// One rank fails (a bad --set on rank 1 only, through mpirun's MPMD syntax) while rank 0 goes on into
+// the collectives of training: main must abort the world so rank 0 does not wait forever. The job
+// ends well inside the time limit, with rank 1's message and the bad-input exit code.
+TEST_F(TrainE2E, OneFailingRankAbortsTheWholeJobWithoutAHang) {
+  const std::string run = test::megatrain_bin() + " train --config " + config_.string() + " --set train.steps=1000";
+  const auto r = test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
+                                 "-x OMP_NUM_THREADS=1 -np 1 " + run + " : -np 1 " + run + " --set train.seq_len=oops",
+                                 90);
+  EXPECT_NE(r.code, 124) << "the job hung until the time limit:\n" << r.output;
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("[rank 1 host"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("train.seq_len"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace megatrain
