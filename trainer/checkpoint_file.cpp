@@ -4,6 +4,7 @@
 #include "trainer/checkpoint_file.h"
 
 #include <hdf5.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <utility>
@@ -113,6 +114,12 @@ struct Reader {
     if (H5Aread(a, H5T_NATIVE_INT64, &v) < 0) fail(fmt::format("attribute '{}' is unreadable", name));
     return v;
   }
+  uint32_t u32(hid_t obj, const char* name) const {
+    H5 a = attr(obj, name, "root");
+    uint32_t v = 0;
+    if (H5Aread(a, H5T_NATIVE_UINT32, &v) < 0) fail(fmt::format("attribute '{}' is unreadable", name));
+    return v;
+  }
   std::string str(hid_t obj, const char* name) const {
     H5 a = attr(obj, name, "root");
     H5 type(H5Aget_type(a), H5Tclose);
@@ -128,9 +135,9 @@ CheckpointMeta read_meta(const Reader& r) {
   const std::string format = r.str(r.file, "format");
   if (format != kCheckpointFormat) r.fail(fmt::format("format is '{}', expected '{}'", format, kCheckpointFormat));
   const int64_t version = r.i64(r.file, "format_version");
-  if (version != kCheckpointVersion)
-    r.fail(fmt::format("format version {} is not supported (this megatrain reads version {}); use the megatrain "
-                       "release that wrote it",
+  if (version != 1 && version != kCheckpointVersion)
+    r.fail(fmt::format("format version {} is not supported (this megatrain reads versions 1 and {}); use the "
+                       "megatrain release that wrote it",
                        version, kCheckpointVersion));
   CheckpointMeta m;
   m.state.step = r.i64(r.file, "step");
@@ -138,6 +145,10 @@ CheckpointMeta read_meta(const Reader& r) {
   m.state.seed = static_cast<uint64_t>(r.i64(r.file, "seed"));
   m.config_toml = r.str(r.file, "config");
   m.layout_json = r.str(r.file, "parallel_layout");
+  // Version 1 files carry no checksum of these; version 2 files must match theirs.
+  if (version >= 2 && r.u32(r.file, "meta_crc32") != checkpoint_meta_crc32(m))
+    r.fail("its root attributes (step, consumed_samples, seed, config, parallel_layout) do not match meta_crc32: "
+           "the file is damaged; load another checkpoint");
   return m;
 }
 
@@ -240,6 +251,14 @@ CheckpointTensors checkpoint_tensors_full(const ParamLayout& layout, float* para
   return {&layout, {params, 0, n}, {exp_avg, 0, n}, {exp_avg_sq, 0, n}, part.begin, part.end};
 }
 
+uint32_t checkpoint_meta_crc32(const CheckpointMeta& meta) {
+  const std::string text = fmt::format("step={}\nconsumed_samples={}\nseed={}\nconfig={}\nparallel_layout={}\n",
+                                       meta.state.step, meta.state.consumed_samples, meta.state.seed,
+                                       meta.config_toml, meta.layout_json);
+  return static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
+}
+
 void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, const CheckpointMeta& meta,
                            const Comm& comm) {
   quiet_hdf5();
@@ -256,6 +275,7 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
   write_attr_i64(file, "seed", static_cast<int64_t>(meta.state.seed));
   write_attr_str(file, "config", meta.config_toml);
   write_attr_str(file, "parallel_layout", meta.layout_json);
+  write_attr_u32(file, "meta_crc32", checkpoint_meta_crc32(meta));
   write_attr_str(file, "rng", "philox4x32-10 counter-based; state = seed (all streams keyed by global indices)");
   write_attr_str(file, "lr_schedule", "stateless; position = step");
   write_attr_str(file, "loss_scaler", "none (fp32 training)");

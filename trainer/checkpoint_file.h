@@ -19,7 +19,7 @@
 namespace megatrain {
 
 inline constexpr const char* kCheckpointFormat = "megatrain-checkpoint";
-inline constexpr int64_t kCheckpointVersion = 1;
+inline constexpr int64_t kCheckpointVersion = 2;  // 2 adds meta_crc32; version 1 files still load
 
 struct TrainState {
   int64_t step = 0;              // optimizer steps completed
@@ -53,6 +53,10 @@ struct CheckpointMeta {
   std::string config_toml;  // the resolved config it was written with
   std::string layout_json;  // {"tp":…, "pp":…, "dp":…, "cp":…, "ep":…, "world":…}
 };
+
+// The root attribute meta_crc32: zlib's CRC-32 of the bytes
+// "step=S\nconsumed_samples=C\nseed=D\nconfig=TOML\nparallel_layout=JSON\n" (decimal integers).
+uint32_t checkpoint_meta_crc32(const CheckpointMeta& meta);
 
 // Collective over `comm`: every rank writes its partition of every tensor.
 void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, const CheckpointMeta& meta,
