@@ -3,10 +3,54 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
+#include <string>
+
+#include "data/unicode_class.h"
 #include "kernels/check.h"
 
 namespace megatrain {
 namespace {
+
+// `pattern` with each \s replaced by the White_Space class and each \S outside [...] by its
+// complement ([Note: White_Space]); \Q...\E quotes and [:posix:] items are copied as they are.
+// A \S inside [...] keeps PCRE2's meaning (it differs from White_Space's complement in U+180E).
+std::string with_white_space(std::string_view pattern) {
+  std::string out;
+  bool in_class = false;
+  size_t class_body = 0;  // where the current class's items start: a ']' there is literal
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    const char next = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
+    if (c == '\\' && next == 'Q') {
+      const size_t end = std::min(pattern.find("\\E", i + 2), pattern.size());
+      out.append(pattern.substr(i, end + 2 - i));
+      i = end + 1;
+    } else if (c == '\\' && next == 's') {
+      out += in_class ? std::string(kWhiteSpaceSet) : fmt::format("[{}]", kWhiteSpaceSet);
+      ++i;
+    } else if (c == '\\' && next == 'S' && !in_class) {
+      out += fmt::format("[^{}]", kWhiteSpaceSet);
+      ++i;
+    } else if (c == '\\') {
+      out.append(pattern.substr(i, 2));
+      ++i;
+    } else if (in_class && c == '[' && next == ':') {
+      const size_t end = std::min(pattern.find(":]", i + 2), pattern.size());
+      out.append(pattern.substr(i, end + 2 - i));
+      i = end + 1;
+    } else {
+      if (!in_class && c == '[') {
+        in_class = true;
+        class_body = i + (next == '^' ? 2 : 1);
+      } else if (in_class && c == ']' && i != class_body) {
+        in_class = false;
+      }
+      out += c;
+    }
+  }
+  return out;
+}
 
 // Per-thread PCRE2 match state: match data and a JIT stack big enough for long whitespace runs.
 struct MatchScratch {
@@ -34,13 +78,17 @@ Regex::Regex(std::string_view pattern, Syntax syntax, std::string_view where) {
                            (syntax == Syntax::kLiteral ? PCRE2_LITERAL : PCRE2_UCP);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
-                        &error, &offset, nullptr);
+  const std::string text =
+      syntax == Syntax::kLiteral ? std::string(pattern) : with_white_space(pattern);
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), options, &error,
+                        &offset, nullptr);
   if (code_ == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    throw InputError(fmt::format("{} '{}' does not compile at offset {}: {}; fix the pattern",
-                                 where, pattern, offset, reinterpret_cast<const char*>(message)));
+    const std::string form = text == pattern ? "" : fmt::format(" of its PCRE2 form '{}'", text);
+    throw InputError(fmt::format("{} '{}' does not compile at offset {}{}: {}; fix the pattern",
+                                 where, pattern, offset, form,
+                                 reinterpret_cast<const char*>(message)));
   }
   jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;  // else pcre2_match interprets
 }

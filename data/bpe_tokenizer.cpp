@@ -17,6 +17,7 @@
 #include "data/bpe_merges.h"
 #include "data/gpt2_split.h"
 #include "data/byte_unicode.h"
+#include "data/unicode_class.h"
 #include "kernels/check.h"
 
 namespace megatrain {
@@ -63,7 +64,21 @@ struct Segment {
   int32_t id = -1;  // >= 0: an added token
 };
 
-bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+// Length of the white-space character at s[i] / ending at s[end], or 0. lstrip and rstrip take
+// Unicode's White_Space, as HF does ([Note: White_Space]).
+size_t space_at(std::string_view s, size_t i) {
+  size_t len = 0;
+  return class_at(s, i, len) == CharClass::kSpace ? len : 0;
+}
+size_t space_before(std::string_view s, size_t end) {
+  size_t i = end;
+  const auto continuation = [&](size_t k) {
+    return (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80;
+  };
+  while (i > 0 && end - i < 4 && (i == end || continuation(i))) --i;
+  const size_t len = i < end ? space_at(s, i) : 0;
+  return i + len == end ? len : 0;
+}
 
 bool get_bool(const json& obj, const char* key, bool fallback, const std::string& path,
               const std::string& field) {
@@ -134,8 +149,9 @@ void BpeTokenizer::Impl::split_added(std::vector<Segment>& segments,
       }
       const AddedToken& tok = added[found];
       size_t begin = pos, end = pos + tok.content.size();
-      while (tok.lstrip && begin > last && is_space(s[begin - 1])) --begin;
-      while (tok.rstrip && end < s.size() && is_space(s[end])) ++end;
+      for (size_t k = 0; tok.lstrip && (k = space_before(s, begin)) > 0 && begin - k >= last;)
+        begin -= k;
+      for (size_t k = 0; tok.rstrip && end < s.size() && (k = space_at(s, end)) > 0;) end += k;
       if (begin > last) out.push_back({s.substr(last, begin - last)});
       out.push_back({s.substr(begin, end - begin), tok.id});
       last = pos = end;

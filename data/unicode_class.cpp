@@ -27,10 +27,10 @@ struct Table {
 constinit Table g_table;  // zero-initialised storage: no guard on the lookup path
 
 void fill_block(size_t block, std::array<CharClass, 256>& out) {
-  constexpr std::string_view kPattern = R"((\p{L})|(\p{N})|(\s))";
+  const std::string pattern = fmt::format(R"((\p{{L}})|(\p{{N}})|([{}]))", kWhiteSpaceSet);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern.data()), kPattern.size(),
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &error, &offset, nullptr);
   MT_CHECK(code != nullptr, "PCRE2 cannot compile the character-class pattern (error {})", error);
   pcre2_match_data* data = pcre2_match_data_create_from_pattern(code, nullptr);

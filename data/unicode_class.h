@@ -1,7 +1,7 @@
 // UTF-8 decoding and the character classes of the GPT-2 pre-tokenizer regex, as PCRE2 sees them
-// in UTF + UCP mode: \p{L}, \p{N}, \s, or none of these. The classes are asked of PCRE2 itself, one
-// block of 256 code points at a time on first use, so they follow the Unicode tables of the PCRE2
-// that the regex path uses. Thread-safe.
+// in UTF + UCP mode: \p{L}, \p{N}, \s (as kWhiteSpaceSet: [Note: White_Space]), or none of these.
+// The classes are asked of PCRE2 itself, one block of 256 code points at a time on first use, so
+// they follow the Unicode tables of the PCRE2 that the regex path uses. Thread-safe.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -12,10 +12,18 @@
 
 namespace megatrain {
 
+// [Note: White_Space] What \s means in Hugging Face's Oniguruma, tiktoken's Rust regex and HF's
+// lstrip/rstrip of added tokens: Unicode's White_Space property (unchanged since Unicode 6.3), as
+// the body of a PCRE2 character class. PCRE2's own \s (and \p{Xps}) also matches U+180E MONGOLIAN
+// VOWEL SEPARATOR, White_Space until Unicode 6.3, so patterns use this set instead of it.
+inline constexpr std::string_view kWhiteSpaceSet =
+    R"(\x{9}-\x{d}\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f})"
+    R"(\x{3000})";
+
 enum class CharClass : uint8_t {
   kLetter,  // \p{L}
   kNumber,  // \p{N}
-  kSpace,   // \s
+  kSpace,   // \s: kWhiteSpaceSet
   kOther,   // [^\s\p{L}\p{N}]
   kInvalid  // not well-formed UTF-8: matches no pattern item (PCRE2_MATCH_INVALID_UTF)
 };

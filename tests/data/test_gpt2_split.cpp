@@ -57,6 +57,7 @@ TEST(Gpt2SplitTest, CharacterClassesAreThoseOfPcre2) {
   EXPECT_EQ(char_class(0x00B2), CharClass::kNumber);   // ² (No)
   EXPECT_EQ(char_class(0x2029), CharClass::kSpace);    // paragraph separator (Zp)
   EXPECT_EQ(char_class(0x1F600), CharClass::kOther);   // emoji
+  EXPECT_EQ(char_class(0x180E), CharClass::kOther);    // not White_Space, though PCRE2's \s has it
   for (uint32_t b = 0; b < 128; ++b) EXPECT_EQ(kAsciiClass[b], char_class(b)) << "byte " << b;
 }
 
@@ -93,6 +94,19 @@ TEST(Gpt2SplitTest, FuzzedTextSplitsAsPcre2Does) {
     for (size_t k = length(rng); k > 0; --k) text += static_cast<char>(byte(rng));
     ASSERT_EQ(split(g, text), split(pcre(), text)) << "random bytes, iteration " << iter;
   }
+}
+
+// [Note: White_Space] \s and \S of any pattern mean Unicode's White_Space, as in Hugging Face and
+// tiktoken: U+180E (MONGOLIAN VOWEL SEPARATOR, "\xE1\xA0\x8E") is not a space, U+3000 is; escapes,
+// \Q...\E and a ']' that opens a class keep their meaning.
+TEST(Gpt2SplitTest, BackslashSIsUnicodeWhiteSpace) {
+  const std::string mvs = "\xE1\xA0\x8E", ideographic = "\xE3\x80\x80";
+  const std::string a = "a" + mvs, spaces = ideographic + " ", others = "," + mvs + "!";
+  EXPECT_EQ(split(Regex(R"(\s+)", Regex::Syntax::kRegex, "t"), a + spaces + "b"), (Pieces{a, spaces, "b"}));
+  EXPECT_EQ(split(Regex(R"(\S+)", Regex::Syntax::kRegex, "t"), a + " b"), (Pieces{a, " ", "b"}));
+  EXPECT_EQ(split(Regex(R"([^\s\p{L}]+)", Regex::Syntax::kRegex, "t"), others + "\ta"), (Pieces{others, "\ta"}));
+  EXPECT_EQ(split(Regex(R"(\Q\s\E|\\s|[]\s]+)", Regex::Syntax::kRegex, "t"), "x\\s]] " + mvs),
+            (Pieces{"x", "\\s", "]] ", mvs}));
 }
 
 TEST(Gpt2SplitTest, MakeSplitterPicksTheMatcherOnlyForTheGpt2Pattern) {
