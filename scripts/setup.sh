@@ -17,6 +17,9 @@ packages=(
   libsimdjson-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min python3 python3-matplotlib python3-numpy python3-venv
+  # PyTorch for the test references in build/pyref: transformers and megatron-core run on it.
+  # Debian's CPU-only 1.13 is a 130 MB download; PyPI's torch wheel would pull gigabytes of CUDA libraries.
+  python3-torch
   time
   # scripts/check_fresh_setup.sh bootstraps a clean Debian root with it.
   debootstrap
@@ -37,14 +40,18 @@ if [ "${SKIP_APT:-0}" != 1 ]; then
 fi
 
 # The test references this project did not write (tests/reference/README.md), pinned in
-# scripts/requirements-ref.txt, in a venv over Debian's python3 that also sees its numpy. Reinstalled
-# only when that file changes.
+# scripts/requirements-ref.txt, in a venv over Debian's python3 that also sees its numpy and torch.
+# scripts/requirements-ref-nodeps.txt is installed without dependencies: those packages declare a
+# newer torch than Debian's, which pip would fetch from PyPI, and the parts we use run on Debian's.
+# Reinstalled only when one of the two files changes.
 venv=build/pyref
 if [ "${SKIP_PIP:-0}" != 1 ]; then
   [ -x "$venv/bin/python3" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
-  if ! cmp -s scripts/requirements-ref.txt "$venv/requirements-ref.txt"; then
+  if ! cmp -s scripts/requirements-ref.txt "$venv/requirements-ref.txt" ||
+     ! cmp -s scripts/requirements-ref-nodeps.txt "$venv/requirements-ref-nodeps.txt"; then
     "$venv/bin/python3" -m pip install -q --disable-pip-version-check -r scripts/requirements-ref.txt
-    cp scripts/requirements-ref.txt "$venv/requirements-ref.txt"
+    "$venv/bin/python3" -m pip install -q --disable-pip-version-check --no-deps -r scripts/requirements-ref-nodeps.txt
+    cp scripts/requirements-ref.txt scripts/requirements-ref-nodeps.txt "$venv/"
   fi
 fi
 

@@ -1,40 +1,42 @@
 #!/usr/bin/python3
 """Checks that megatrain's Megatron indexed datasets (PREFIX.bin + PREFIX.idx) interoperate with
-Megatron-LM's own megatron/core/datasets/indexed_dataset.py, both ways:
+Megatron-Core's own megatron/core/datasets/indexed_dataset.py, both ways:
 
-  (a) Megatron-LM writes (IndexedDatasetBuilder: add_item + end_document and add_document, dtype
+  (a) Megatron-Core writes (IndexedDatasetBuilder: add_item + end_document and add_document, dtype
       numpy.uint16 and numpy.int32) -> `megatrain data inspect` reads: dtype, document, sequence
       and token counts, and every token of every document;
   (b) `megatrain preprocess` writes (the bytes tokenizer -> uint16; a byte-level tokenizer.json
-      with ids >= 65536 -> int32) -> Megatron-LM's IndexedDataset reads: dtype, document_indices,
+      with ids >= 65536 -> int32) -> Megatron-Core's IndexedDataset reads: dtype, document_indices,
       sequence_lengths, sequence_pointers and every token, against ids computed here from the
-      input text and against `megatrain data inspect`; and Megatron-LM's builder, given the same
+      input text and against `megatrain data inspect`; and Megatron-Core's builder, given the same
       ids, writes byte-identical .bin and .idx files.
 
+Independent: the reader and writer on the other side are NVIDIA's, from the megatron-core package
+pinned in scripts/requirements-ref-nodeps.txt (or a Megatron-LM checkout, see below).
+
 Usage:
-  MEGATRON_LM_DIR=/path/to/Megatron-LM python3 megatron_indexed_interop.py MEGATRAIN_BIN SCRATCH_DIR
-(ctest runs it as `megatron_interop`.) Needs numpy and torch in the interpreter that runs it;
-MEGATRON_PYTHON=/path/to/python re-runs it under that interpreter instead. Exit status: 0 all
-equal; 1 a mismatch or a failing command (the message says what differs); 77 skipped
-(MEGATRON_LM_DIR unset, or megatron.core.datasets.indexed_dataset / numpy / torch not importable).
+  python3 megatron_indexed_interop.py MEGATRAIN_BIN SCRATCH_DIR
+(ctest runs it as `megatron_interop` with MEGATRAIN_REF_PYTHON, the venv scripts/setup.sh makes.)
+Needs numpy, torch (Debian's python3-torch) and megatron-core in that interpreter;
+MEGATRON_LM_DIR=/path/to/Megatron-LM takes megatron/core from that checkout instead. Only the
+dataset modules are imported: the package's megatron/core/__init__.py loads its distributed training
+stack, which needs a newer torch than Debian's. Exit status: 0 all equal; 1 a mismatch, a failing
+command or a missing reference (the message says what differs, or what to install).
 Work files go to SCRATCH_DIR/work, which is removed first and kept after a failure.
 """
+import importlib
+import importlib.metadata
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
-
-SKIP = 77
+import types
 
 
 class Mismatch(Exception):
     pass
-
-
-def skip(why):
-    print(f"SKIPPED: {why}")
-    return SKIP
 
 
 def check(cond, what):
@@ -93,7 +95,7 @@ class Megatrain:
 
 
 # ------------------------------------------------------------------------------------------------
-# (a) Megatron-LM writes, megatrain reads
+# (a) Megatron-Core writes, megatrain reads
 
 MEGATRAIN_DTYPE_NAME = {"uint16": "u16", "int32": "i32"}
 
@@ -140,29 +142,29 @@ def direction_a(numpy, torch, mi, mt, work):
         n_seq = sum(len(seqs) for _, seqs in docs)
         n_tok = sum(len(d) for d in want_docs)
 
-        # Megatron-LM reads its own file as expected (guards the test's own expectations).
+        # Megatron-Core reads its own file as expected (guards the test's own expectations).
         ds = mi.IndexedDataset(prefix)
-        check(ds.index.dtype == dtype, f"{prefix}: Megatron-LM reads dtype {ds.index.dtype}")
-        check(len(ds) == n_seq, f"{prefix}: Megatron-LM reads {len(ds)} sequences, wrote {n_seq}")
+        check(ds.index.dtype == dtype, f"{prefix}: Megatron-Core reads dtype {ds.index.dtype}")
+        check(len(ds) == n_seq, f"{prefix}: Megatron-Core reads {len(ds)} sequences, wrote {n_seq}")
 
         name = MEGATRAIN_DTYPE_NAME[dtype.__name__]
         got = mt.inspect(prefix)
         check(
             got == (len(docs), n_seq, n_tok, name),
             f"(a) {prefix}: megatrain reads (documents, sequences, tokens, dtype) = {got}, "
-            f"Megatron-LM wrote {(len(docs), n_seq, n_tok, name)}",
+            f"Megatron-Core wrote {(len(docs), n_seq, n_tok, name)}",
         )
         for d, want in enumerate(want_docs):
             check_ids(mt.document(prefix, d), want, f"(a) {prefix} document {d} read by megatrain")
         summary.append(
-            f"(a) Megatron-LM {dtype.__name__} -> megatrain: {len(docs)} documents, {n_seq} "
+            f"(a) Megatron-Core {dtype.__name__} -> megatrain: {len(docs)} documents, {n_seq} "
             f"sequences, {n_tok} tokens equal (dtype {name})"
         )
     return summary
 
 
 # ------------------------------------------------------------------------------------------------
-# (b) megatrain writes, Megatron-LM reads
+# (b) megatrain writes, Megatron-Core reads
 
 def byte_symbols():
     """GPT-2's byte -> printable character map (the byte-level BPE alphabet)."""
@@ -249,7 +251,7 @@ def direction_b(numpy, mi, mt, work):
         itemsize = numpy.dtype(dtype).itemsize
 
         ds = mi.IndexedDataset(prefix)
-        what = f"(b) {prefix} ({label}) read by Megatron-LM"
+        what = f"(b) {prefix} ({label}) read by Megatron-Core"
         check(ds.index.dtype == dtype, f"{what}: dtype {ds.index.dtype.__name__}, expected "
                                        f"{dtype.__name__}")
         check(len(ds) == len(texts), f"{what}: {len(ds)} sequences, expected {len(texts)}")
@@ -266,7 +268,7 @@ def direction_b(numpy, mi, mt, work):
             check_ids(megatron_ids, w, f"{what}: document {d} vs the ids of its text")
             check_ids(megatron_ids, mt.document(prefix, d),
                       f"{what}: document {d} vs `megatrain data inspect --doc {d}`")
-        # Byte identity: Megatron-LM's builder, given the same ids, writes the same two files.
+        # Byte identity: Megatron-Core's builder, given the same ids, writes the same two files.
         ref = os.path.join(work, f"reference_{dtype.__name__}")
         builder = mi.IndexedDatasetBuilder(ref + ".bin", dtype=dtype)
         for w in want:
@@ -280,16 +282,46 @@ def direction_b(numpy, mi, mt, work):
             if ours != theirs:
                 i = first_diff(ours, theirs)
                 raise Mismatch(
-                    f"(b) {prefix}{ext} ({len(ours)} bytes) differs from Megatron-LM's writer "
+                    f"(b) {prefix}{ext} ({len(ours)} bytes) differs from Megatron-Core's writer "
                     f"({len(theirs)} bytes) at byte {i}: megatrain {ours[i:i + 16].hex()}, "
-                    f"Megatron-LM {theirs[i:i + 16].hex()}"
+                    f"Megatron-Core {theirs[i:i + 16].hex()}"
                 )
         summary.append(
-            f"(b) megatrain preprocess ({label}) -> Megatron-LM: {len(texts)} documents, "
+            f"(b) megatrain preprocess ({label}) -> Megatron-Core: {len(texts)} documents, "
             f"{sum(lengths)} tokens equal (dtype {dtype.__name__}), .bin/.idx byte-identical to "
-            f"Megatron-LM's writer"
+            f"Megatron-Core's writer"
         )
     return summary
+
+
+def import_indexed_dataset():
+    """megatron.core.datasets.indexed_dataset and where it came from: MEGATRON_LM_DIR's megatron/core
+    when set, else the installed megatron-core package's. The packages `megatron` and `megatron.core`
+    are registered as their folders without running megatron/core/__init__.py (it imports the
+    distributed training stack, e.g. torch.distributed._coalescing_manager, absent from Debian's
+    torch 1.13); parallel_state is imported first, as that __init__ does, because it and
+    megatron.core.utils import each other."""
+    override = os.environ.get("MEGATRON_LM_DIR")
+    if override:
+        roots = [os.path.join(os.path.abspath(override), "megatron")]
+    else:
+        spec = importlib.util.find_spec("megatron")
+        roots = list(spec.submodule_search_locations) if spec else []
+    found = [r for r in roots
+             if os.path.isfile(os.path.join(r, "core", "datasets", "indexed_dataset.py"))]
+    if not found:
+        where = f"MEGATRON_LM_DIR={override}" if override else "sys.path (is megatron-core installed?)"
+        raise ImportError(f"no megatron/core/datasets/indexed_dataset.py in {where}")
+    if override:
+        origin = f"MEGATRON_LM_DIR={override}"
+    else:
+        origin = f"megatron-core {importlib.metadata.version('megatron-core')}"
+    for name, path in (("megatron", found[0]), ("megatron.core", os.path.join(found[0], "core"))):
+        package = types.ModuleType(name)
+        package.__path__ = [path]
+        sys.modules[name] = package
+    importlib.import_module("megatron.core.parallel_state")
+    return importlib.import_module("megatron.core.datasets.indexed_dataset"), origin
 
 
 def main(argv):
@@ -298,22 +330,16 @@ def main(argv):
         return 1
     binary, scratch = os.path.abspath(argv[1]), os.path.abspath(argv[2])
 
-    python = os.environ.get("MEGATRON_PYTHON")
-    if python and not os.environ.get("MEGATRON_INTEROP_REEXEC"):
-        os.environ["MEGATRON_INTEROP_REEXEC"] = "1"
-        os.execv(python, [python, os.path.abspath(__file__), binary, scratch])
-
-    megatron_dir = os.environ.get("MEGATRON_LM_DIR")
-    if not megatron_dir:
-        return skip("MEGATRON_LM_DIR is not set (point it at a Megatron-LM checkout)")
-    sys.path.insert(0, os.path.abspath(megatron_dir))
     try:
         import numpy
         import torch
-        import megatron.core.datasets.indexed_dataset as mi
-    except Exception as e:  # noqa: BLE001 -- any import failure means "cannot run here"
-        return skip(f"cannot import numpy, torch and megatron.core.datasets.indexed_dataset from "
-                    f"{megatron_dir} with {sys.executable}: {type(e).__name__}: {e}")
+        mi, origin = import_indexed_dataset()
+    except Exception as e:  # noqa: BLE001 -- any import failure means the reference is missing
+        print(f"FAIL: the reference is missing: cannot import numpy, torch and "
+              f"megatron.core.datasets.indexed_dataset with {sys.executable}: "
+              f"{type(e).__name__}: {e}\nRun scripts/setup.sh (Debian's python3-torch; megatron-core "
+              f"into build/pyref), or set MEGATRON_LM_DIR to a Megatron-LM checkout.")
+        return 1
     if not os.access(binary, os.X_OK):
         print(f"FAIL: megatrain binary {binary} is not an executable file")
         return 1
@@ -321,7 +347,8 @@ def main(argv):
     work = os.path.join(scratch, "work")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    print(f"Megatron-LM: {mi.__file__}; numpy {numpy.__version__}, torch {torch.__version__}")
+    print(f"Megatron-Core: {origin} ({mi.__file__}); numpy {numpy.__version__}, "
+          f"torch {torch.__version__}")
     try:
         lines = direction_a(numpy, torch, mi, Megatrain(binary), work)
         lines += direction_b(numpy, mi, Megatrain(binary), work)
@@ -330,7 +357,7 @@ def main(argv):
         return 1
     for line in lines:
         print(line)
-    print("OK: megatrain and Megatron-LM indexed datasets agree in both directions")
+    print("OK: megatrain and Megatron-Core indexed datasets agree in both directions")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
