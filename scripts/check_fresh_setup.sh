@@ -30,7 +30,12 @@ mkdir -p "$root" "$logs"
 # Unmounts everything under the root (deepest first) and removes the folder only when nothing is
 # mounted there any more: removing it with /dev still bound inside would delete the host's /dev.
 cleanup() {
-  local m
+  local m p
+  # Processes still running inside the root (an interrupted command) hold its mounts.
+  for p in /proc/[0-9]*; do
+    [[ "$(readlink "$p/root" 2>/dev/null)" == "$root"* ]] && kill -9 "${p#/proc/}" 2>/dev/null
+  done
+  sleep 1
   for m in $(findmnt -rn -o TARGET | grep -F "$root" | sort -r); do umount -l "$m" 2>/dev/null; done
   if findmnt -rn -o TARGET | grep -qF "$root"; then
     echo "check_fresh_setup: could not unmount everything under $root; left it in place" >&2
@@ -39,6 +44,7 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 step_start=0
 step() { step_start=$(date +%s); printf '== %s\n' "$1"; }
