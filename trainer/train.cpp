@@ -122,7 +122,7 @@ double peak_tflops_per_rank(const Config& cfg, const Comm& world) {
   if (!cfg.log.peak_tflops.automatic) return cfg.log.peak_tflops.value;
   const PeakMeasurement p = measure_peak_tflops(world);
   if (world.rank() == 0)
-    spdlog::info("MFU peak: measured {:.1f} GFLOP/s per rank (fp32 GEMM {}x{}x{} on {} threads, best of {}, mean "
+    spdlog::info("MFU peak: measured {:.4g} GFLOP/s per rank (fp32 GEMM {}x{}x{} on {} threads, best of {}, mean "
                  "over {} ranks); log.peak_tflops = a number overrides it",
                  p.tflops_per_rank * 1e3, p.n, p.n, p.n, p.threads, p.repetitions, world.size());
   return p.tflops_per_rank;

@@ -2,11 +2,8 @@
 // the per-prefix and per-batch bounds, consecutive per-dataset samples, and that a blended
 // dataset reads each dataset's own samples.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cmath>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,11 +11,10 @@
 #include "data/blended_dataset.h"
 #include "data/dataset_builder.h"
 #include "kernels/check.h"
+#include "tests/temp_dir.h"
 
 namespace megatrain {
 namespace {
-
-namespace fs = std::filesystem;
 
 std::vector<int> order(const BlendIndex& x) { return {x.dataset.begin(), x.dataset.end()}; }
 
@@ -110,10 +106,7 @@ TEST(BlendTest, WeightsMustBePositive) {
 
 // Two datasets whose tokens say which dataset they came from: 1xx and 2xx.
 TEST(BlendTest, BlendedDatasetReadsEachDatasetsOwnSamples) {
-  static std::atomic<int> counter{0};
-  const fs::path dir = fs::temp_directory_path() /
-                       ("megatrain_test_blend_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-  fs::create_directories(dir);
+  const test::TempDir dir("blend");
   std::vector<IndexedDataset> ds;
   for (int k : {1, 2}) {
     IndexedDatasetWriter w((dir / std::to_string(k)).string(), TokenDtype::u16);
@@ -134,7 +127,6 @@ TEST(BlendTest, BlendedDatasetReadsEachDatasetsOwnSamples) {
     ASSERT_EQ(got, want);
     for (int32_t t : got) ASSERT_EQ(t / 100, src.dataset + 1) << "sample " << i;
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

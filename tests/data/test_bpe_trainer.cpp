@@ -3,7 +3,6 @@
 // random byte strings, and compresses the corpus; and the InputErrors (vocab too small, missing
 // input file).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -15,6 +14,9 @@
 #include "data/bpe_tokenizer.h"
 #include "data/bpe_trainer.h"
 #include "kernels/check.h"
+#include "tests/expect_contains.h"
+#include "tests/input_error.h"
+#include "tests/temp_dir.h"
 
 namespace megatrain {
 namespace {
@@ -23,19 +25,12 @@ namespace fs = std::filesystem;
 
 class BpeTrainerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("mt_bpe_trainer_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& text) {
     const std::string path = (dir_ / name).string();
     std::ofstream(path, std::ios::binary) << text;
     return path;
   }
-  fs::path dir_;
+  test::TempDir dir_{"bpe_trainer"};
 };
 
 // A corpus of English-like sentences over a small word list, with digits and punctuation.
@@ -125,23 +120,13 @@ TEST_F(BpeTrainerTest, BadOptionsAreInputErrors) {
   BpeTrainOptions opts;
   opts.inputs = {write("c.txt", "hello world\n")};
   opts.vocab_size = 257;  // 256 bytes + 1 special leaves no room for a merge
-  try {
-    train_bpe(opts);
-    FAIL() << "expected InputError";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("--vocab-size 257"), std::string::npos) << e.what();
-  }
+  EXPECT_CONTAINS(test::input_error_of([&] { train_bpe(opts); }), "--vocab-size 257");
   opts.vocab_size = 258;
   EXPECT_NO_THROW(train_bpe(opts));
 
   const std::string missing = (dir_ / "no_such_file.txt").string();
   opts.inputs.push_back(missing);
-  try {
-    train_bpe(opts);
-    FAIL() << "expected InputError";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
-  }
+  EXPECT_CONTAINS(test::input_error_of([&] { train_bpe(opts); }), missing);
 }
 
 }  // namespace

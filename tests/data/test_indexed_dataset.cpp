@@ -1,9 +1,7 @@
 // Tests of the Megatron .bin/.idx format (byte-exact reader and writer, every rejected corruption),
 // the byte tokenizer, and preprocess (text -> dataset, with and without --doc-separator).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +12,9 @@
 #include "data/preprocess.h"
 #include "data/tokenizer.h"
 #include "kernels/check.h"
+#include "tests/expect_contains.h"
+#include "tests/input_error.h"
+#include "tests/temp_dir.h"
 
 namespace megatrain {
 namespace {
@@ -21,18 +22,11 @@ namespace {
 namespace fs = std::filesystem;
 using Bytes = std::vector<unsigned char>;
 
-// A fresh directory per test, removed afterwards.
-class TempDir : public ::testing::Test {
+// Tests that write dataset files: a fresh folder per test, removed afterwards.
+class DatasetFiles : public ::testing::Test {
  public:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() /
-           ("megatrain_test_data_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  test::TempDir dir_{"data"};
 };
 
 void write_bytes(const std::string& path, const Bytes& b) {
@@ -79,7 +73,7 @@ Bytes hand_bin() {
 
 constexpr size_t kPointersAt = 34 + 12, kDocIndicesAt = 34 + 36;
 
-TEST_F(TempDir, ReadsHandWrittenMegatronFiles) {
+TEST_F(DatasetFiles, ReadsHandWrittenMegatronFiles) {
   write_bytes(path("hand.idx"), hand_idx());
   write_bytes(path("hand.bin"), hand_bin());
   auto ds = IndexedDataset::open(path("hand"));
@@ -99,7 +93,7 @@ TEST_F(TempDir, ReadsHandWrittenMegatronFiles) {
   EXPECT_EQ(mid, (std::vector<int32_t>{256, 65535, 0}));
 }
 
-TEST_F(TempDir, WriterMatchesHandWrittenBytes) {
+TEST_F(DatasetFiles, WriterMatchesHandWrittenBytes) {
   IndexedDatasetWriter w(path("out"), TokenDtype::u16);
   for (const auto& d : kDocs) w.add_document(d);
   EXPECT_TRUE(fs::exists(path("out.bin.tmp")));
@@ -111,7 +105,7 @@ TEST_F(TempDir, WriterMatchesHandWrittenBytes) {
   EXPECT_FALSE(fs::exists(path("out.idx.tmp")));
 }
 
-TEST_F(TempDir, UnfinalizedWriterLeavesNothing) {
+TEST_F(DatasetFiles, UnfinalizedWriterLeavesNothing) {
   {
     IndexedDatasetWriter w(path("gone"), TokenDtype::u16);
     w.add_document(kDocs[0]);
@@ -119,7 +113,7 @@ TEST_F(TempDir, UnfinalizedWriterLeavesNothing) {
   EXPECT_TRUE(fs::is_empty(dir_));
 }
 
-TEST_F(TempDir, EveryIntegerDtypeRoundTrips) {
+TEST_F(DatasetFiles, EveryIntegerDtypeRoundTrips) {
   const std::vector<int32_t> toks = {0, 1, 7, 100, 127};
   for (TokenDtype dt : {TokenDtype::u8, TokenDtype::i8, TokenDtype::i16, TokenDtype::u16,
                         TokenDtype::i32, TokenDtype::i64}) {
@@ -145,17 +139,12 @@ TEST(TokenDtype, SmallestForVocab) {
 
 // Opens `prefix` expecting InputError whose message names `file` and contains `what`.
 void expect_rejected(const std::string& prefix, const std::string& file, const std::string& what) {
-  try {
-    IndexedDataset::open(prefix);
-    ADD_FAILURE() << "opened a bad dataset; expected: " << what;
-  } catch (const InputError& e) {
-    std::string msg = e.what();
-    EXPECT_NE(msg.find(file), std::string::npos) << msg;
-    EXPECT_NE(msg.find(what), std::string::npos) << msg;
-  }
+  const std::string msg = test::input_error_of([&] { IndexedDataset::open(prefix); });
+  EXPECT_CONTAINS(msg, file);
+  EXPECT_CONTAINS(msg, what);
 }
 
-TEST_F(TempDir, RejectsMissingFiles) {
+TEST_F(DatasetFiles, RejectsMissingFiles) {
   write_bytes(path("a.bin"), hand_bin());
   expect_rejected(path("a"), path("a.idx"), "megatrain preprocess");
   write_bytes(path("b.idx"), hand_idx());
@@ -165,7 +154,7 @@ TEST_F(TempDir, RejectsMissingFiles) {
 // Writes hand_idx()/hand_bin() edited by `edit` under `name`, then expects InputError naming
 // PREFIX + `file` (".idx" or ".bin") and containing `what`.
 template <class Edit>
-void check_bad(const TempDir& t, const std::string& name, Edit edit, const std::string& what,
+void check_bad(const DatasetFiles& t, const std::string& name, Edit edit, const std::string& what,
                const std::string& file = ".idx") {
   Bytes idx = hand_idx(), bin = hand_bin();
   edit(idx, bin);
@@ -176,7 +165,7 @@ void check_bad(const TempDir& t, const std::string& name, Edit edit, const std::
   expect_rejected(prefix, prefix + file, what);
 }
 
-TEST_F(TempDir, RejectsEveryCorruption) {
+TEST_F(DatasetFiles, RejectsEveryCorruption) {
   check_bad(*this, "magic", [](Bytes& i, Bytes&) { i[0] = 'X'; }, "bad magic");
   check_bad(*this, "version", [](Bytes& i, Bytes&) { i[9] = 2; }, "unknown version 2");
   check_bad(*this, "dtype0", [](Bytes& i, Bytes&) { i[17] = 0; }, "unknown dtype code 0");
@@ -199,7 +188,7 @@ TEST_F(TempDir, RejectsEveryCorruption) {
   check_bad(*this, "bin_long", [](Bytes&, Bytes& b) { b.push_back(0); }, "13 bytes", ".bin");
 }
 
-TEST_F(TempDir, WriterRejectsTokenOutsideDtype) {
+TEST_F(DatasetFiles, WriterRejectsTokenOutsideDtype) {
   IndexedDatasetWriter w(path("narrow"), TokenDtype::u16);
   std::vector<int32_t> big = {65536};
   EXPECT_THROW(w.add_document(big), Error);
@@ -236,7 +225,7 @@ std::vector<int32_t> read_all(const IndexedDataset& ds) {
   return out;
 }
 
-TEST_F(TempDir, PreprocessWholeFilesAreDocuments) {
+TEST_F(DatasetFiles, PreprocessWholeFilesAreDocuments) {
   write_text(path("one.txt"), "first file\nline two\n");
   write_text(path("empty.txt"), "");
   write_text(path("two.txt"), "no final newline");
@@ -255,7 +244,7 @@ TEST_F(TempDir, PreprocessWholeFilesAreDocuments) {
   EXPECT_EQ(read_all(ds), expected_stream(docs));
 }
 
-TEST_F(TempDir, PreprocessFortuneSeparator) {
+TEST_F(DatasetFiles, PreprocessFortuneSeparator) {
   // Debian fortune layout: fortunes separated by a line "%"; an empty fortune; a "%" inside a
   // line is text; the last fortune has no final newline.
   write_text(path("fortunes"), "A fortune.\n  -- Someone\n%\n%\n100% sure\n%\n\nlast");
@@ -272,16 +261,11 @@ TEST_F(TempDir, PreprocessFortuneSeparator) {
   EXPECT_EQ(read_all(ds), expected_stream(docs));
 }
 
-TEST_F(TempDir, PreprocessMissingInputNamesIt) {
+TEST_F(DatasetFiles, PreprocessMissingInputNamesIt) {
   PreprocessOptions o;
   o.inputs = {path("nope.txt")};
   o.output_prefix = path("x");
-  try {
-    preprocess(o);
-    ADD_FAILURE() << "expected InputError";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(path("nope.txt")), std::string::npos) << e.what();
-  }
+  EXPECT_CONTAINS(test::input_error_of([&] { preprocess(o); }), path("nope.txt"));
   EXPECT_TRUE(fs::is_empty(dir_));
 }
 

@@ -3,9 +3,7 @@
 // workers really reorder), every bad-input case naming FILE:LINE with nothing left behind,
 // --skip-bad-lines counting, and a small hand-built BPE tokenizer.json.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -19,6 +17,9 @@
 #include "data/preprocess.h"
 #include "data/tokenizer.h"
 #include "kernels/check.h"
+#include "tests/expect_contains.h"
+#include "tests/input_error.h"
+#include "tests/temp_dir.h"
 
 namespace megatrain {
 namespace {
@@ -28,13 +29,6 @@ using nlohmann::json;
 
 class PreprocessTest : public ::testing::Test {
  public:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() /
-           ("megatrain_test_pre_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string write(const std::string& name, const std::string& text) const {
     std::ofstream(path(name), std::ios::binary) << text;
@@ -49,16 +43,12 @@ class PreprocessTest : public ::testing::Test {
   // preprocess must throw InputError whose message holds every one of `parts`, and leave no file
   // of the output prefix behind.
   void expect_error(const PreprocessOptions& o, const std::vector<std::string>& parts) const {
-    try {
-      preprocess(o);
-      ADD_FAILURE() << "expected InputError";
-    } catch (const InputError& e) {
-      for (const auto& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    }
-    for (const auto& entry : fs::directory_iterator(dir_))
+    const std::string msg = test::input_error_of([&] { preprocess(o); });
+    for (const auto& part : parts) EXPECT_CONTAINS(msg, part);
+    for (const auto& entry : fs::directory_iterator(dir_.path()))
       EXPECT_EQ(entry.path().string().rfind(o.output_prefix, 0), std::string::npos) << entry.path();
   }
-  fs::path dir_;
+  test::TempDir dir_{"preprocess"};
 };
 
 std::string read_file(const std::string& p) {

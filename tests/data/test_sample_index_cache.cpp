@@ -2,9 +2,7 @@
 // damaged or truncated file is rebuilt with a warning, other settings use another file, only the
 // writing rank writes, and an unwritable cache folder is only a warning.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,6 +10,7 @@
 
 #include "data/dataset_builder.h"
 #include "data/sample_index_cache.h"
+#include "tests/temp_dir.h"
 
 namespace megatrain {
 namespace {
@@ -21,10 +20,6 @@ namespace fs = std::filesystem;
 class CacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() /
-           ("megatrain_test_cache_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(dir_);
     for (int k : {0, 1}) {
       const std::string prefix = (dir_ / ("ds" + std::to_string(k))).string();
       IndexedDatasetWriter w(prefix, TokenDtype::u16);
@@ -39,7 +34,6 @@ class CacheTest : public ::testing::Test {
     parts_ = {{0.6, &ds_[0], DocRange{0, 36}}, {0.4, &ds_[1], DocRange{0, 36}}};
     options_ = SampleIndexOptions{6, true, 17, 500, (dir_ / "cache").string(), true, true};
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::unique_ptr<BlendedDataset> build(BuildReport& report, const SampleIndexOptions& o) {
     return build_blended_dataset(parts_, o, report);
@@ -58,7 +52,7 @@ class CacheTest : public ::testing::Test {
     return all_samples(*build(r, o));
   }
 
-  fs::path dir_;
+  test::TempDir dir_{"cache"};
   std::vector<IndexedDataset> ds_;
   std::vector<BlendPart> parts_;
   SampleIndexOptions options_;

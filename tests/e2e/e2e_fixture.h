@@ -1,13 +1,15 @@
 // Fixture for end-to-end tests: a temp folder with a byte-level dataset made from two of Debian's
 // fortune files (train: science, valid: wisdom) and a tiny config, and a helper that trains and
-// returns the metrics file's JSON lines.
+// returns the metrics file's JSON lines (tests/e2e/metrics_reader.h).
 #pragma once
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "tests/e2e/metrics_reader.h"
 #include "tests/e2e/run_binary.h"
+#include "tests/temp_dir.h"
 
 namespace megatrain::test {
 namespace fs = std::filesystem;
@@ -17,7 +19,6 @@ inline constexpr const char* kFortunes = "/usr/share/games/fortunes";
 class TrainE2E : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = test::temp_dir("e2e");
     ASSERT_TRUE(fs::exists(fs::path(kFortunes) / "science")) << "Debian package fortunes missing: run scripts/setup.sh";
     for (const auto& [name, file] : {std::pair{"train", "science"}, std::pair{"valid", "wisdom"}}) {
       auto r = test::run_megatrain("preprocess --tokenizer bytes --doc-separator % --input " +
@@ -50,19 +51,16 @@ valid = ")" + (dir_ / "valid").string() + R"("
 interval = 1
 )");
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::vector<nlohmann::json> train(const std::string& extra, const std::string& metrics) {
     auto r = test::run_megatrain("train --config " + config_.string() + " --set log.metrics_file='\"" +
                            (dir_ / metrics).string() + "\"' " + extra);
     EXPECT_EQ(r.code, 0) << r.output;
-    std::vector<nlohmann::json> lines;
-    std::ifstream in(dir_ / metrics);
-    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-    return lines;
+    return test::metrics_lines(dir_ / metrics);
   }
 
-  fs::path dir_, config_;
+  test::TempDir dir_{"e2e"};
+  fs::path config_;
 };
 
 }  // namespace megatrain::test

@@ -39,13 +39,6 @@ inline Result run_megatrain(const std::string& args, int timeout_s = 300) {
   return run_shell(megatrain_bin() + " " + args, timeout_s);
 }
 
-inline std::filesystem::path temp_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("megatrain_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
-
 inline void write_file(const std::filesystem::path& p, const std::string& text) {
   std::ofstream(p) << text;
 }

@@ -9,6 +9,7 @@
 
 namespace megatrain {
 namespace {
+using test::metrics_field;
 using test::run_megatrain;
 using test::TrainE2E;
 namespace fs = std::filesystem;
@@ -42,13 +43,6 @@ class CheckpointE2E : public TrainE2E {
   ParamLayout layout_;
 };
 
-std::vector<double> field(const std::vector<nlohmann::json>& lines, const char* key, int64_t from_step) {
-  std::vector<double> v;
-  for (const auto& j : lines)
-    if (j.contains(key) && j["step"].get<int64_t>() > from_step) v.push_back(j[key].get<double>());
-  return v;
-}
-
 TEST_F(CheckpointE2E, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
   const std::string base = "--set train.steps=8 --set train.eval_interval=0 --set checkpoint.save_interval=4 ";
   const auto full = train(base + ckpt(dir_ / "a", ""), "a.jsonl");
@@ -59,9 +53,9 @@ TEST_F(CheckpointE2E, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
           "b1.jsonl");
     const auto resumed = train(base + ckpt(d, std::string("--set checkpoint.load=latest --set checkpoint.async=") + async),
                                "b2.jsonl");
-    EXPECT_EQ(field(resumed, "loss", 0), field(full, "loss", 4)) << "async=" << async;
-    EXPECT_EQ(field(resumed, "grad_norm", 0), field(full, "grad_norm", 4)) << "async=" << async;
-    ASSERT_EQ(field(resumed, "loss", 0).size(), 4u);
+    EXPECT_EQ(metrics_field(resumed, "loss", 0), metrics_field(full, "loss", 4)) << "async=" << async;
+    EXPECT_EQ(metrics_field(resumed, "grad_norm", 0), metrics_field(full, "grad_norm", 4)) << "async=" << async;
+    ASSERT_EQ(metrics_field(resumed, "loss", 0).size(), 4u);
     const auto a = state_of(dir_ / "a" / "step_0000008"), b = state_of(d / "step_0000008");
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "final parameters/optimizer differ";
   }
@@ -149,7 +143,7 @@ TEST_F(CheckpointE2E, ResumedRunsMetricsFileHoldsEveryStepOnceInOrder) {
   }
   ASSERT_EQ(rows, expected);
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(all[i], first[i]) << "row " << i << " of run 1 (steps <= 4) changed";
-  const auto redone = field(all, "loss", 4), original = field(first, "loss", 4);
+  const auto redone = metrics_field(all, "loss", 4), original = metrics_field(first, "loss", 4);
   ASSERT_EQ(original.size(), 2u);
   EXPECT_EQ(std::vector<double>(redone.begin(), redone.begin() + 2), original) << "run 2 redid steps 5-6 differently";
   EXPECT_EQ(train("--set train.steps=2 --set train.eval_interval=0 --set optimizer.decay_steps=60", "m.jsonl").size(), 2u) << "a fresh start appended";
@@ -182,13 +176,7 @@ TEST_F(CheckpointE2E, TwoRankAsyncCheckpointResumesInOneProcess) {
   r = train_raw(run + (dir_ / "one.jsonl").string() + " --set checkpoint.load='\"" + (d / "step_0000004").string() + "\"'",
                 "env OMP_NUM_THREADS=1 ");
   ASSERT_EQ(r.code, 0) << r.output;
-  auto read = [](const fs::path& p) {
-    std::vector<nlohmann::json> lines;
-    std::ifstream in(p);
-    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-    return lines;
-  };
-  const auto two = field(read(dir_ / "two.jsonl"), "loss", 4), one = field(read(dir_ / "one.jsonl"), "loss", 4);
+  const auto two = metrics_field(dir_ / "two.jsonl", "loss", 4), one = metrics_field(dir_ / "one.jsonl", "loss", 4);
   ASSERT_EQ(two.size(), 4u);
   ASSERT_EQ(one.size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(one[i], two[i], 1e-5 * std::fabs(two[i])) << "step " << 5 + i;

@@ -2,12 +2,11 @@
 // data.shuffle; a run resumed from the step-4 checkpoint gives bitwise the losses (and validation
 // losses) of an uninterrupted 8-step run; the sample-index cache is built and saved once, then
 // loaded; validation comes from the split's valid part.
-#include <fstream>
-
 #include "tests/e2e/e2e_fixture.h"
 
 namespace megatrain {
 namespace {
+using test::metrics_field;
 using test::TrainE2E;
 namespace fs = std::filesystem;
 
@@ -20,16 +19,6 @@ class DataE2E : public TrainE2E {
     return test::run_megatrain("train --config " + config_.string() + " " + data +
                                "--set optimizer.decay_steps=60 --set train.eval_interval=4 --set log.metrics_file='\"" +
                                (dir_ / metrics).string() + "\"' " + extra);
-  }
-  // KEY of every metrics line after step FROM.
-  std::vector<double> field(const std::string& metrics, const char* key, int64_t from) {
-    std::vector<double> v;
-    std::ifstream in(dir_ / metrics);
-    for (std::string line; std::getline(in, line);) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains(key) && j["step"].get<int64_t>() > from) v.push_back(j[key].get<double>());
-    }
-    return v;
   }
   std::string ckpt(const std::string& name) {
     return "--set checkpoint.save_interval=4 --set checkpoint.dir='\"" + (dir_ / name).string() + "\"' ";
@@ -50,17 +39,18 @@ TEST_F(DataE2E, BlendedShuffledSplitResumeIsBitwiseIdentical) {
   // The resumed run needs the same samples as the full run: its index comes from the cache.
   EXPECT_NE(resumed.output.find("data.train: sample index loaded from cache"), std::string::npos) << resumed.output;
 
-  const auto want = field("full.jsonl", "loss", 4), got = field("resumed.jsonl", "loss", 0);
+  const auto want = metrics_field(dir_ / "full.jsonl", "loss", 4);
+  const auto got = metrics_field(dir_ / "resumed.jsonl", "loss", 0);
   ASSERT_EQ(want.size(), 4u);
   EXPECT_EQ(got, want);
-  EXPECT_EQ(field("resumed.jsonl", "grad_norm", 0), field("full.jsonl", "grad_norm", 4));
-  const auto val = field("full.jsonl", "val_loss", 4);
+  EXPECT_EQ(metrics_field(dir_ / "resumed.jsonl", "grad_norm", 0), metrics_field(dir_ / "full.jsonl", "grad_norm", 4));
+  const auto val = metrics_field(dir_ / "full.jsonl", "val_loss", 4);
   ASSERT_EQ(val.size(), 1u);
-  EXPECT_EQ(field("resumed.jsonl", "val_loss", 0), val);
+  EXPECT_EQ(metrics_field(dir_ / "resumed.jsonl", "val_loss", 0), val);
   // An index built for 4 steps agrees with one built for 8 on the steps both cover.
-  const auto head = field("full.jsonl", "loss", 0);
+  const auto head = metrics_field(dir_ / "full.jsonl", "loss", 0);
   ASSERT_EQ(head.size(), 8u);
-  EXPECT_EQ(field("first.jsonl", "loss", 0), std::vector<double>(head.begin(), head.begin() + 4));
+  EXPECT_EQ(metrics_field(dir_ / "first.jsonl", "loss", 0), std::vector<double>(head.begin(), head.begin() + 4));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Multi-rank tests (np 1, 2, 3, 4, 8) of Comm's collectives against results computed from rank
-// numbers: rank r contributes r·1000 + i at index i (exact in every element type used). Sizes
+// numbers: rank r contributes r·1000 + i at index i (exact in every element type used; all_reduce's
+// max uses values whose maximum moves from rank to rank with i). Sizes
 // include 0, sizes not divisible by p and zero counts for some ranks; each test runs on the world
 // and on a communicator whose max_count of 3 forces the chunked large-count path. Each call's
 // bytes_moved is checked against the formula of comm.h.
@@ -31,13 +32,16 @@ void check_all_reduce(const Comm& c) {
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{2 * p + 1}, int64_t{1000 + p}}) {
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
       std::vector<T> data(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) data[i] = static_cast<T>(r * 1000 + i);
+      // For max, element i's largest value sits on rank (p − 1 − i) mod p, so every rank holds the
+      // maximum of some elements; the values are negative for many (all of them at p = 1).
+      for (int64_t i = 0; i < n; ++i)
+        data[i] = static_cast<T>(op == ReduceOp::sum ? r * 1000 + i : (r + i) % p * 1000 - 500 * p - i);
       const CommStats before = c.stats();
       c.all_reduce(data.data(), n, op).wait();
       expect_recorded(c, before, comm_test::all_reduce_bytes(p, n, sizeof(T)), 1);
       for (int64_t i = 0; i < n; ++i) {
         const T want = op == ReduceOp::sum ? static_cast<T>(1000 * p * (p - 1) / 2 + p * i)
-                                           : static_cast<T>((p - 1) * 1000 + i);
+                                           : static_cast<T>((p - 1) * 1000 - 500 * p - i);
         ASSERT_EQ(data[i], want) << c.name() << " n " << n << " i " << i;
       }
     }

@@ -1,6 +1,9 @@
 // GradBuckets: the buckets tile the flat range in whole units, close at the first unit that
-// brings them to the requested size (walking down from the last unit), and map units back.
+// brings them to the requested size (walking down from the last unit), and map units back; and
+// flat_partition's shards are ceil(n / p) floats, tiling [0, n) in rank order.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "parallel/grad_buckets.h"
 
@@ -48,17 +51,27 @@ TEST(GradBuckets, RejectsGapsBetweenUnits) {
 }
 
 TEST(FlatPartition, PadsToCeilAndTilesInRankOrder) {
-  for (int64_t total : {0, 1, 7, 64, 1000}) {
-    for (int ranks : {1, 2, 3, 4, 8}) {
-      int64_t at = 0;
-      for (int r = 0; r < ranks; ++r) {
-        const FlatRange p = flat_partition(total, r, ranks);
-        EXPECT_EQ(p.begin, at);
-        EXPECT_LE(p.size(), flat_shard_size(total, ranks));
-        at = p.end;
-      }
-      EXPECT_EQ(at, total);
+  // {total, ranks, ceil(total / ranks), padding: ranks · ceil − total}, written out by hand: fewer
+  // floats than ranks, exact division, a remainder of one and of ranks − 1, and nothing at all.
+  struct Case {
+    int64_t total;
+    int ranks;
+    int64_t shard, padding;
+  };
+  for (const Case c : {Case{0, 1, 0, 0}, Case{0, 4, 0, 0}, Case{1, 1, 1, 0}, Case{1, 4, 1, 3}, Case{3, 8, 1, 5},
+                       Case{7, 2, 4, 1}, Case{7, 3, 3, 2}, Case{64, 4, 16, 0}, Case{64, 8, 8, 0}, Case{65, 4, 17, 3},
+                       Case{1000, 3, 334, 2}, Case{1000, 8, 125, 0}, Case{1001, 8, 126, 7}}) {
+    EXPECT_EQ(flat_shard_size(c.total, c.ranks), c.shard) << c.total << " over " << c.ranks;
+    int64_t at = 0, padding = 0;
+    for (int r = 0; r < c.ranks; ++r) {
+      const FlatRange p = flat_partition(c.total, r, c.ranks);
+      EXPECT_EQ(p.begin, at) << c.total << " over " << c.ranks << ", rank " << r;
+      EXPECT_EQ(p.size(), std::min(c.shard, c.total - std::min(at, c.total))) << c.total << " over " << c.ranks;
+      padding += c.shard - p.size();
+      at = p.end;
     }
+    EXPECT_EQ(at, c.total) << c.total << " over " << c.ranks;
+    EXPECT_EQ(padding, c.padding) << c.total << " over " << c.ranks;
   }
 }
 

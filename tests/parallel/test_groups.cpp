@@ -11,6 +11,8 @@
 
 #include "kernels/check.h"
 #include "parallel/groups.h"
+#include "tests/expect_contains.h"
+#include "tests/input_error.h"
 
 namespace megatrain {
 namespace {
@@ -186,12 +188,8 @@ TEST(Groups, ResolveDims) {
 }
 
 void expect_input_error(int world, int tp, int cp, int ep, int pp, int dp, const std::string& needle) {
-  try {
-    resolve_dims(world, tp, cp, ep, pp, dp);
-    ADD_FAILURE() << "no error for world " << world;
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+  SCOPED_TRACE("world " + std::to_string(world));
+  EXPECT_CONTAINS(test::input_error_of([&] { resolve_dims(world, tp, cp, ep, pp, dp); }), needle);
 }
 
 TEST(Groups, ResolveDimsErrors) {

@@ -1,4 +1,5 @@
-// Damaged or mismatched checkpoint files are refused with the file, the tensor and the reason:
+// A checkpoint file reads back every parameter and both Adam moments bit for bit, and the training
+// state. Damaged or mismatched checkpoint files are refused with the file, the tensor and the reason:
 // a tensor the model needs is missing, a shape differs, the format version is unknown. The geometry
 // of sharded I/O: a flat range is exactly its hyperslab boxes.
 // (Truncation, checksums, fallback and resume are covered end to end in tests/e2e; many ranks in
@@ -6,18 +7,17 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
-#include <unistd.h>
-
-#include <cstring>
-#include <filesystem>
+#include <bit>
+#include <cstdint>
 #include <numeric>
 
 #include "trainer/checkpoint_file.h"
 #include "trainer/checkpoint_shard.h"
+#include "tests/input_error.h"
+#include "tests/temp_dir.h"
 
 namespace megatrain {
 namespace {
-namespace fs = std::filesystem;
 
 ModelConfig tiny() {
   ModelConfig m;
@@ -33,8 +33,16 @@ struct Saved {
   ParamLayout layout;
   FlatBuffer p, m, v;
   explicit Saved(const ModelConfig& cfg)
-      : layout(gpt_param_layout(cfg)), p(layout.total()), m(layout.total()), v(layout.total()) {
-    init_params(layout, p.data(), cfg, 3);
+      : layout(gpt_param_layout(cfg)), p(layout.total()), m(layout.total()), v(layout.total()) {}
+  // Every element of the three buffers different and non-zero: element i of parameters, exp_avg and
+  // exp_avg_sq has the float bits base + 3i + k (k = 0, 1, 2), with the bases in disjoint ranges
+  // (positive parameters near 0.1, negative first moments, tiny positive second moments).
+  void fill() {
+    const uint32_t base[3] = {0x3dcccccdu, 0xba000000u, 0x33000000u};
+    float* buffers[3] = {p.data(), m.data(), v.data()};
+    for (uint32_t k = 0; k < 3; ++k)
+      for (int64_t i = 0; i < layout.total(); ++i)
+        buffers[k][i] = std::bit_cast<float>(base[k] + 3 * static_cast<uint32_t>(i) + k);
   }
   CheckpointTensors tensors() { return checkpoint_tensors_full(layout, p.data(), m.data(), v.data(), 0, 1); }
 };
@@ -42,35 +50,36 @@ struct Saved {
 class CheckpointFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("megatrain_ckfile_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-    path_ = (dir_ / "model.h5").string();
     Saved s(tiny());
-    checkpoint_file_write(path_, s.tensors(), CheckpointMeta{{7, 70, 1}, "[model]\n", "{}"}, Comm::world());
+    s.fill();
+    checkpoint_file_write(path_, s.tensors(), CheckpointMeta{{7, 70, 11}, "[model]\n", "{}"}, Comm::world());
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string read_error(const ModelConfig& cfg) {
     Saved s(cfg);
-    try {
-      checkpoint_file_read(path_, s.tensors());
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    return "";
+    return test::input_error_of([&] { checkpoint_file_read(path_, s.tensors()); });
   }
 
-  fs::path dir_;
-  std::string path_;
+  test::TempDir dir_{"ckfile"};
+  std::string path_ = (dir_ / "model.h5").string();
 };
 
 TEST_F(CheckpointFile, RoundTripsEveryTensorAndTheState) {
   Saved want(tiny()), got(tiny());
-  got.p = FlatBuffer(got.layout.total());
+  want.fill();
   const CheckpointMeta meta = checkpoint_file_read(path_, got.tensors());
   EXPECT_EQ(meta.state.step, 7);
   EXPECT_EQ(meta.state.consumed_samples, 70);
-  EXPECT_EQ(0, std::memcmp(want.p.data(), got.p.data(), sizeof(float) * static_cast<size_t>(want.layout.total())));
+  EXPECT_EQ(meta.state.seed, 11u);
+  EXPECT_EQ(meta.config_toml, "[model]\n");
+  const struct {
+    const char* name;
+    const FlatBuffer &got, &want;
+  } buffers[] = {{"params", got.p, want.p}, {"exp_avg", got.m, want.m}, {"exp_avg_sq", got.v, want.v}};
+  for (const auto& b : buffers)
+    for (int64_t i = 0; i < want.layout.total(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(b.got.data()[i]), std::bit_cast<uint32_t>(b.want.data()[i]))
+          << b.name << " flat element " << i;
 }
 
 TEST_F(CheckpointFile, MissingTensorIsNamed) {

@@ -6,17 +6,19 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "trainer/checkpoint_file.h"
 #include "trainer/checkpoint_shard.h"
+#include "tests/input_error.h"
+#include "tests/temp_dir.h"
 
 namespace megatrain {
 namespace {
@@ -97,16 +99,19 @@ FlatRange partition(int64_t total, int rank, int ranks, Scheme scheme) {
 
 class ShardedCheckpoint : public ::testing::Test {
  protected:
+  // Rank 0 makes the folder; every rank uses its path.
   void SetUp() override {
-    int pid = world_rank() == 0 ? static_cast<int>(::getpid()) : 0;
-    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    dir_ = fs::temp_directory_path() / ("megatrain_ckshard_" + std::to_string(pid));
-    if (world_rank() == 0) fs::create_directories(dir_);
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) owned_.emplace("ckshard");
+    std::string dir = owned_ ? owned_->string() : "";
+    int n = static_cast<int>(dir.size());
+    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    dir.resize(static_cast<size_t>(n));
+    MPI_Bcast(dir.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+    dir_ = dir;
   }
   void TearDown() override {
     MPI_Barrier(MPI_COMM_WORLD);
-    if (world_rank() == 0) fs::remove_all(dir_);
+    owned_.reset();
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
@@ -133,16 +138,11 @@ class ShardedCheckpoint : public ::testing::Test {
     EXPECT_EQ(meta.state.step, 5);
     h.check(what);
   }
-  // The message every rank got (empty: none), checked to be the same on all ranks.
+  // The message every rank got (a test failure where one got none), checked to be the same on all ranks.
   std::string read_error(const std::string& file, const ParamLayout& layout, const CheckpointMetaCheck& check = {}) {
     const Comm world = Comm::world();
     Holding h = holding(layout, flat_partition(layout.total(), world.rank(), world.size()), Zero::three);
-    std::string error;
-    try {
-      checkpoint_file_read(file, h.tensors(), world, check);
-    } catch (const InputError& e) {
-      error = e.what();
-    }
+    const std::string error = test::input_error_of([&] { checkpoint_file_read(file, h.tensors(), world, check); });
     const int n = static_cast<int>(error.size());
     int bounds[2] = {n, -n};  // min and −max of the lengths
     MPI_Allreduce(MPI_IN_PLACE, bounds, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -157,6 +157,7 @@ class ShardedCheckpoint : public ::testing::Test {
 
   ParamLayout layout_ = test_layout();
   CheckpointMeta meta_{{5, 50, 9}, "[model]\n", "{}"};
+  std::optional<test::TempDir> owned_;
   fs::path dir_;
 };
 
@@ -227,7 +228,7 @@ TEST_F(ShardedCheckpoint, DamageIsTheSameErrorOnEveryRank) {
   const Comm world = Comm::world();
   const std::string file = path("damaged.h5");
   write_zero3(file, world, Scheme::standard);
-  EXPECT_EQ(read_error(file, layout_), "");
+  read_and_check(file, world, Scheme::standard, Zero::three, "undamaged");
   // A rank-local refusal (here only the last rank's) reaches every rank.
   const std::string refused = read_error(file, layout_, [&](const CheckpointMeta&) {
     if (world.rank() == world.size() - 1) throw InputError("rank-local refusal");

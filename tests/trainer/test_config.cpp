@@ -2,7 +2,6 @@
 // Every error test checks that the message names the file and the key.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,6 +11,7 @@
 #include "kernels/check.h"
 #include "trainer/config.h"
 #include "tests/input_error.h"
+#include "tests/temp_dir.h"
 
 namespace megatrain {
 namespace {
@@ -20,13 +20,6 @@ namespace fs = std::filesystem;
 
 class ConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "mt_config_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& text, const std::string& name = "x.toml") {
     std::string path = (dir_ / name).string();
     std::ofstream(path) << text;
@@ -45,7 +38,7 @@ class ConfigTest : public ::testing::Test {
     return msg;
   }
 
-  fs::path dir_;
+  test::TempDir dir_{"config"};
 };
 
 TEST_F(ConfigTest, EmptyFileGivesDefaults) {

@@ -21,6 +21,7 @@
 #include "trainer/half.h"
 #include "trainer/hf_interop.h"
 #include "tests/input_error.h"
+#include "tests/temp_dir.h"
 
 namespace megatrain {
 namespace {
@@ -145,13 +146,6 @@ std::map<std::string, std::vector<int64_t>> expected_llama(const ModelConfig& m)
 
 class HfInterop : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("megatrain_hf_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Exports random parameters of `m` to dir_/NAME; returns them.
   FlatBuffer export_random(const ModelConfig& m, const std::string& name) {
     const ParamLayout layout = gpt_param_layout(m);
@@ -176,7 +170,7 @@ class HfInterop : public ::testing::Test {
     safetensors_write((dir_ / name / "model.safetensors").string(), refs);
   }
 
-  fs::path dir_;
+  test::TempDir dir_{"hf"};
 };
 
 TEST(HfFamily, GptAndLlamaShapedConfigsMapAndOthersAreRefusedWithTheFailedConstraints) {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "tests/expect_contains.h"
+#include "tests/temp_dir.h"
 #include "trainer/model_compat.h"
 
 namespace megatrain {
@@ -12,7 +13,8 @@ namespace {
 
 // The config that --set SETS on an empty file gives.
 Config config_of(const std::vector<std::string>& sets, const std::string& base = "") {
-  const std::string path = ::testing::TempDir() + "model_compat.toml";
+  const test::TempDir dir("model_compat");
+  const std::string path = (dir / "model_compat.toml").string();
   std::ofstream(path) << base;
   return load_config(path, sets);
 }

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +20,8 @@
 #include "tests/expect_contains.h"
 #include "kernels/check.h"
 #include "trainer/safetensors.h"
+#include "tests/input_error.h"
+#include "tests/temp_dir.h"
 
 namespace megatrain {
 namespace {
@@ -73,12 +74,6 @@ std::map<std::string, std::string> independent_read(const std::string& path, nlo
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "mt_safetensors_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string write_raw(const std::string& name, const std::string& bytes) const {
     std::ofstream(path(name), std::ios::binary) << bytes;
@@ -93,16 +88,12 @@ class SafetensorsTest : public ::testing::Test {
   // The message of the InputError that opening (and then `use`) throws; fails when none is thrown.
   static std::string open_error(const std::string& p,
                                 const std::function<void(const SafetensorsFile&)>& use = nullptr) {
-    try {
+    return test::input_error_of([&] {
       SafetensorsFile f = SafetensorsFile::open(p);
       if (use) use(f);
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "expected an InputError for " << p;
-    return "";
+    });
   }
-  fs::path dir_;
+  test::TempDir dir_{"safetensors"};
 };
 
 std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
