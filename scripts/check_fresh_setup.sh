@@ -7,7 +7,8 @@
 # tarball (FRESH_ROOT_CACHE, default /var/cache/megatrain/bookworm-minbase.tar) and unpacked anew
 # for every run; the working copy is made from the checkout's files that git tracks or does not
 # ignore (so uncommitted changes are tested, build outputs are not). Prints each step's time and
-# PASS or FAIL; on failure, the step's last lines and any CMake error. Exit 0 only on PASS.
+# PASS or FAIL; on failure, the step's last lines and any CMake error. Each step's full output stays
+# in a /var/tmp/megatrain-fresh-logs.* folder, named at the end. Exit 0 only on PASS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 checkout=$(pwd)
@@ -24,8 +25,8 @@ cache=${FRESH_ROOT_CACHE:-/var/cache/megatrain/bookworm-minbase.tar}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 work=$(mktemp -d /var/tmp/megatrain-fresh.XXXXXX)
 root=$work/root
-logs=$work/logs
-mkdir -p "$root" "$logs"
+logs=$(mktemp -d /var/tmp/megatrain-fresh-logs.XXXXXX)  # kept: each step's full output
+mkdir -p "$root"
 
 # Unmounts everything under the root (deepest first) and removes the folder only when nothing is
 # mounted there any more: removing it with /dev still bound inside would delete the host's /dev.
@@ -58,7 +59,7 @@ step_fail() {
     echo "--- CMake error ---"
     grep -A6 'CMake Error' "$log" | head -n 20
   fi
-  echo "FAIL: $name"
+  echo "FAIL: $name (logs in $logs)"
   exit 1
 }
 
@@ -112,4 +113,4 @@ for i in "${!commands[@]}"; do
   tail -n 3 "$logs/command$((i + 1)).log" | sed 's/^/   | /'
   step_ok
 done
-echo "PASS: README's commands ran in a fresh Debian 12 root ($(($(date +%s) - total_start))s after bootstrap)"
+echo "PASS: README's commands ran in a fresh Debian 12 root ($(($(date +%s) - total_start))s after bootstrap; logs in $logs)"
