@@ -198,8 +198,12 @@ std::vector<double> adamw_first_step(const ParamLayout& layout, const float* par
 TEST_P(ZeroStages, StepEqualsAPlainModelAndAdamWInDouble) {
   const int stage = GetParam();
   const Comm world = Comm::world();
-  for (const ModelConfig& cfg : {test::gpt2_like(), test::llama_like()}) {
-    const std::string name = cfg.tie_embeddings ? "gpt2_like" : "llama_like";
+  // Six layers make eight buckets, more than ZeroState's four gradient working buffers, so stages
+  // 2/3 reuse freed buffers and recycle in-flight ones (parallel/zero.cpp, grad_buffer_take).
+  ModelConfig deep = test::gpt2_like();
+  deep.n_layers = 6;
+  for (const ModelConfig& cfg : {test::gpt2_like(), test::llama_like(), deep}) {
+    const std::string name = (cfg.tie_embeddings ? "gpt2_like x" : "llama_like x") + std::to_string(cfg.n_layers);
     const Serial serial(cfg, world.size());
     const ParamLayout& layout = serial.model.layout();
     const float* g = serial.model.grads();
@@ -208,6 +212,7 @@ TEST_P(ZeroStages, StepEqualsAPlainModelAndAdamWInDouble) {
     const double serial_norm = std::sqrt(squares);
 
     Replica dist(cfg, world, stage, 300, true);
+    if (cfg.n_layers == 6) ASSERT_GT(dist.zero.buckets().size(), 4u);
     dist.accumulate(world.rank());
     const FlatRange mine = dist.zero.optimizer_range();
     std::vector<float> reduced(static_cast<size_t>(layout.total()), 0.0f);
