@@ -34,6 +34,9 @@ import subprocess
 import sys
 import types
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+from gpt2_bytes import byte_to_unicode  # noqa: E402
+
 
 class Mismatch(Exception):
     pass
@@ -166,19 +169,6 @@ def direction_a(numpy, torch, mi, mt, work):
 # ------------------------------------------------------------------------------------------------
 # (b) megatrain writes, Megatron-Core reads
 
-def byte_symbols():
-    """GPT-2's byte -> printable character map (the byte-level BPE alphabet)."""
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    out, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return out
-
-
 BIG_BYTE_BASE = 66000  # byte b has id BIG_BYTE_BASE + b in the wide tokenizer
 BIG_EOD = 70000
 
@@ -188,7 +178,7 @@ def write_wide_tokenizer(path):
     must write int32 tokens: byte b -> 66000 + b, <|endoftext|> -> 70000 (vocab size 70001)."""
     import json
 
-    vocab = {sym: BIG_BYTE_BASE + b for b, sym in byte_symbols().items()}
+    vocab = {sym: BIG_BYTE_BASE + b for b, sym in byte_to_unicode().items()}
     tok = {
         "version": "1.0",
         "added_tokens": [{"id": BIG_EOD, "content": "<|endoftext|>", "single_word": False,

@@ -53,6 +53,8 @@ import subprocess
 import sys
 import time
 
+from gpt2_bytes import byte_to_unicode
+
 try:
     import numpy
     import tiktoken
@@ -169,20 +171,6 @@ def training_documents():
 # ---------------------------------------------------------------------------------------------
 # The tokenizers.
 
-def gpt2_byte_to_unicode():
-    """GPT-2's table: printable Latin-1 bytes stand for themselves, the other 188 bytes for
-    U+0100, U+0101, ... in byte order."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
 def train(pre_tokenizer, vocab_size, special, texts):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizer
@@ -230,7 +218,7 @@ def make_llama3(texts, path):
 
 def make_tiktoken(hf):
     """A tiktoken Encoding with the vocabulary of the llama3 tokenizer: token bytes -> id."""
-    to_byte = {u: b for b, u in gpt2_byte_to_unicode().items()}
+    to_byte = {u: b for b, u in byte_to_unicode().items()}
     added = {t.content for t in hf.get_added_tokens_decoder().values()}
     ranks = {bytes(to_byte[c] for c in t): i for t, i in hf.get_vocab(with_added_tokens=False).items()
              if t not in added}
