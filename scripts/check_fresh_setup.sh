@@ -90,13 +90,21 @@ git ls-files -z --cached --others --exclude-standard |
   tar --null -T - -cf - | tar -C "$root/root/megatrain" -xf - || step_fail "copy" /dev/null
 step_ok
 
-# 3. What a running Debian system has: /proc, /sys, /dev (with shared memory for Open MPI), DNS.
+# 3. What a running Debian system has: /proc, /sys, /dev (with shared memory for Open MPI), and
+# this network's settings, as every machine on it has them: DNS, the local CA certificates a proxy
+# may need (Debian's ca-certificates merges them when setup.sh's packages pull it in) and pip's
+# config. None of these is a package.
 mount -t proc proc "$root/proc"
 mount -t sysfs sys "$root/sys"
 mount --rbind /dev "$root/dev"
 mount --make-rslave "$root/dev"
 mount -t tmpfs tmpfs "$root/dev/shm"
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+if [ -d /usr/local/share/ca-certificates ]; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp -rL /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
+fi
+[ -f /etc/pip.conf ] && cp -L /etc/pip.conf "$root/etc/pip.conf"
 
 # 4. README's commands, word for word: the lines of its sh blocks that start with bash scripts/setup.sh.
 mapfile -t commands < <(awk '/^```sh$/{on=1; next} /^```$/{on=0} on && /^bash scripts\/setup\.sh/' README.md)
