@@ -73,7 +73,7 @@ double time_steps(const ModelConfig& cfg, int B, int T, int reps) {
 
 // The linear layers of one step, each timed forward + backward through the same ops the model uses.
 std::pair<double, double> time_gemms(const ModelConfig& cfg, int64_t N, int reps) {
-  const int64_t C = cfg.d_model, F = cfg.ffn_dim(), Vp = cfg.padded_vocab();
+  const int64_t C = cfg.d_model, F = cfg.ffn_dim(), Vp = cfg.padded_vocab(1);
   struct Shape2 {
     int64_t out, in, count;
   };

@@ -1,6 +1,8 @@
 // Dispatch: checks shapes, dtypes and devices once, then calls the backend with plain pointers.
 #include "kernels/ops.h"
 
+#include <initializer_list>
+
 #include "kernels/cpu/cpu.h"
 
 namespace megatrain {
@@ -43,10 +45,9 @@ void matmul_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dbias,
   on_cpu(s);
   const int64_t N = rows(inp);
   const int C = last(inp), OC = static_cast<int>(weight.shape[0]);
-  expect_f32(dweight, "dweight", static_cast<int64_t>(OC) * C);
   expect_f32(dout, "dout", N * OC);
-  cpu::matmul_backward(opt(dinp, "dinp", N * C), dweight.f32(), opt(dbias, "dbias", OC), dout.f32(), inp.f32(),
-                       weight.f32(), N, C, OC);
+  cpu::matmul_backward(opt(dinp, "dinp", N * C), opt(dweight, "dweight", static_cast<int64_t>(OC) * C),
+                       opt(dbias, "dbias", OC), dout.f32(), inp.f32(), weight.f32(), N, C, OC);
 }
 
 void layernorm_forward(const Stream& s, Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
@@ -183,23 +184,36 @@ void attention_decode_forward(const Stream& s, Tensor out, Tensor q, Tensor k_ca
                                 cpu::AttnDims{1, T_cache, n_heads, n_kv_heads, D});
 }
 
-void embedding_forward(const Stream& s, Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
+void embedding_forward(const Stream& s, Tensor out, Tensor tokens, Tensor wte, int vocab_begin) {
   on_cpu(s);
-  const int C = static_cast<int>(wte.shape[1]);
-  const int T = static_cast<int>(tokens.shape[tokens.shape.ndim - 1]);
+  const int V = static_cast<int>(wte.shape[0]), C = static_cast<int>(wte.shape[1]);
   expect_f32(out, "out", tokens.numel() * C);
-  if (present(wpe)) MT_CHECK(wpe.shape[0] >= T, "sequence length {} exceeds wpe rows {}", T, wpe.shape[0]);
-  cpu::embedding_forward(out.f32(), tokens.i32(), wte.f32(), present(wpe) ? wpe.f32() : nullptr, tokens.numel(), T,
-                         C);
+  cpu::embedding_forward(out.f32(), tokens.i32(), wte.f32(), tokens.numel(), V, C, vocab_begin);
 }
 
-void embedding_backward(const Stream& s, Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
+void embedding_backward(const Stream& s, Tensor dwte, Tensor dout, Tensor tokens, int vocab_begin) {
   on_cpu(s);
-  const int C = static_cast<int>(dwte.shape[1]);
-  const int T = static_cast<int>(tokens.shape[tokens.shape.ndim - 1]);
+  const int V = static_cast<int>(dwte.shape[0]), C = static_cast<int>(dwte.shape[1]);
   expect_f32(dout, "dout", tokens.numel() * C);
-  cpu::embedding_backward(dwte.f32(), present(dwpe) ? dwpe.f32() : nullptr, dout.f32(), tokens.i32(),
-                          tokens.numel(), T, C);
+  cpu::embedding_backward(dwte.f32(), dout.f32(), tokens.i32(), tokens.numel(), V, C, vocab_begin);
+}
+
+void position_embedding_forward(const Stream& s, Tensor out, Tensor wpe, int T, int64_t first_row) {
+  on_cpu(s);
+  const int C = last(out);
+  MT_CHECK(T >= 1 && wpe.shape[0] >= T && last(wpe) == C && first_row >= 0,
+           "position embedding: T = {} and first_row = {} need T <= wpe rows ({}) and matching width", T, first_row,
+           wpe.shape[0]);
+  cpu::position_embedding_forward(out.f32(), wpe.f32(), rows(out), C, T, first_row);
+}
+
+void position_embedding_backward(const Stream& s, Tensor dwpe, Tensor dout, int T, int64_t first_row) {
+  on_cpu(s);
+  const int C = last(dout);
+  MT_CHECK(T >= 1 && dwpe.shape[0] >= T && last(dwpe) == C && first_row >= 0,
+           "position embedding: T = {} and first_row = {} need T <= dwpe rows ({}) and matching width", T, first_row,
+           dwpe.shape[0]);
+  cpu::position_embedding_backward(dwpe.f32(), dout.f32(), rows(dout), C, T, first_row);
 }
 
 void add_forward(const Stream& s, Tensor out, Tensor a, Tensor b) {
@@ -215,16 +229,38 @@ void dropout_apply(const Stream& s, Tensor x, float p, const RngKey& key) {
   if (p > 0.0f) cpu::dropout_apply(x.f32(), x.numel(), p, key);
 }
 
-void cross_entropy_forward(const Stream& s, Tensor losses, Tensor logits, Tensor targets, int vocab, LossGrad grad,
-                           float dlogits_scale) {
-  on_cpu(s);
-  const int Vp = last(logits);
+namespace {
+void check_loss_rows(Tensor logits, Tensor targets, int valid, std::initializer_list<Tensor> per_row) {
+  MT_CHECK(valid >= 0 && valid <= last(logits), "{} valid columns of {} logits", valid, last(logits));
   const int64_t N = rows(logits);
-  MT_CHECK(vocab <= Vp, "vocab {} exceeds padded vocab {}", vocab, Vp);
-  expect_f32(losses, "losses", N);
   MT_CHECK(targets.numel() == N, "targets has {} elements, expected {}", targets.numel(), N);
-  cpu::cross_entropy_forward(losses.f32(), logits.f32(), targets.i32(), N, Vp, vocab, grad == LossGrad::in_place,
-                             dlogits_scale);
+  for (const Tensor& t : per_row) expect_f32(t, "per-row loss statistic", N);
+}
+}  // namespace
+
+void cross_entropy_max(const Stream& s, Tensor row_max, Tensor logits, int valid) {
+  on_cpu(s);
+  MT_CHECK(valid >= 0 && valid <= last(logits), "{} valid columns of {} logits", valid, last(logits));
+  expect_f32(row_max, "row_max", rows(logits));
+  cpu::cross_entropy_max(row_max.f32(), logits.f32(), rows(logits), last(logits), valid);
+}
+
+void cross_entropy_sums(const Stream& s, Tensor sum_exp, Tensor target_logit, Tensor logits, Tensor row_max,
+                        Tensor targets, int vocab_begin, int valid, LossGrad grad) {
+  on_cpu(s);
+  check_loss_rows(logits, targets, valid, {sum_exp, target_logit, row_max});
+  cpu::cross_entropy_sums(sum_exp.f32(), target_logit.f32(), logits.f32(), row_max.f32(), targets.i32(),
+                          rows(logits), last(logits), valid, vocab_begin, grad == LossGrad::in_place);
+}
+
+void cross_entropy_finish(const Stream& s, Tensor losses, Tensor logits, Tensor row_max, Tensor sum_exp,
+                          Tensor target_logit, Tensor targets, int vocab_begin, int valid, LossGrad grad,
+                          float dlogits_scale) {
+  on_cpu(s);
+  check_loss_rows(logits, targets, valid, {losses, row_max, sum_exp, target_logit});
+  cpu::cross_entropy_finish(losses.f32(), grad == LossGrad::in_place ? logits.f32() : nullptr, row_max.f32(),
+                            sum_exp.f32(), target_logit.f32(), targets.i32(), rows(logits), last(logits), valid,
+                            vocab_begin, dlogits_scale);
 }
 
 double sum_squares(const Stream& s, Tensor x) {

@@ -15,8 +15,10 @@ void matmul_forward(const Stream& s, Tensor out,  // (N, OC)
                     Tensor inp,                   // (N, C)
                     Tensor weight,                // (OC, C)
                     Tensor bias);                 // (OC) or empty
-void matmul_backward(const Stream& s, Tensor dinp,  // (N, C)   =, may be empty
-                     Tensor dweight,                // (OC, C)  +=
+// Either gradient may be skipped (empty), so the input gradient can be computed and sent while the
+// weight gradient is computed in a second call (model/linear.h).
+void matmul_backward(const Stream& s, Tensor dinp,  // (N, C)   =, or empty
+                     Tensor dweight,                // (OC, C)  +=, or empty
                      Tensor dbias,                  // (OC)     +=, or empty
                      Tensor dout,                   // (N, OC)
                      Tensor inp,                    // (N, C)
@@ -80,30 +82,57 @@ void attention_decode_forward(const Stream& s, Tensor out,  // (n, H·D)
                               Tensor v_cache,               // (T_cache, Hkv·D)
                               int n_heads, int n_kv_heads, int pos0);
 
-// ---- embeddings: out[b,t] = wte[tok] (+ wpe[t]) ----
-void embedding_forward(const Stream& s, Tensor out,  // (B, T, C)
-                       Tensor tokens,                // (B, T) i32
+// ---- embeddings ----
+// Token embedding of a vocabulary shard: wte holds rows [vocab_begin, vocab_begin + V) of the
+// vocabulary; out[i] = that row of tokens[i], or zeros when another shard holds it.
+void embedding_forward(const Stream& s, Tensor out,  // (N, C) =
+                       Tensor tokens,                // (N) or (B, T) i32
                        Tensor wte,                   // (V, C)
-                       Tensor wpe);                  // (maxT, C) or empty
-void embedding_backward(const Stream& s, Tensor dwte,  // (V, C) +=
-                        Tensor dwpe,                   // (maxT, C) += or empty
-                        Tensor dout,                   // (B, T, C)
-                        Tensor tokens);                // (B, T) i32
+                       int vocab_begin);
+void embedding_backward(const Stream& s, Tensor dwte,  // (V, C) +=, rows of this shard only
+                        Tensor dout,                   // (N, C)
+                        Tensor tokens,                 // (N) or (B, T) i32
+                        int vocab_begin);
+// Learned positions: row i of out is at position (first_row + i) mod T (T = sequence length; rows
+// of a micro-batch are sequences back to back, first_row > 0 for a shard of them or a decoding step).
+void position_embedding_forward(const Stream& s, Tensor out,  // (n, C) +=
+                                Tensor wpe,                   // (P, C), P ≥ T
+                                int T, int64_t first_row);
+void position_embedding_backward(const Stream& s, Tensor dwpe,  // (P, C) +=
+                                 Tensor dout,                   // (n, C)
+                                 int T, int64_t first_row);
 
 // ---- elementwise ----
 void add_forward(const Stream& s, Tensor out, Tensor a, Tensor b);  // out = a + b, (N) each
 // Inverted dropout in place: keep with probability 1 − p, scale kept values by 1/(1 − p).
-// The mask is a pure function of (key, element index), so backward regenerates it.
+// The mask is a pure function of (key, key.offset + element index), so backward regenerates it and
+// a slice of a tensor given its first element's index as offset gets the slice of the whole mask.
 void dropout_apply(const Stream& s, Tensor x, float p, const RngKey& key);
 
-// ---- loss: fused softmax + cross-entropy over the first `vocab` of Vp logits ----
-// losses[i] = −log softmax(logits[i, :vocab])[target[i]]. When dlogits_scale != 0 the logits are
-// overwritten with their gradient × dlogits_scale (padded columns get 0), saving a (N, Vp) buffer.
+// ---- loss: softmax cross-entropy over a vocabulary split into column shards ----
+// logits (N, V) hold vocabulary columns [vocab_begin, vocab_begin + V); the first `valid` are real
+// words, the rest padding (excluded, zero gradient). losses[i] = −log softmax(all logits)[target[i]],
+// in three steps so that tensor-parallel ranks can combine their shards between them (model/loss.h):
+//   1. row_max = max over valid columns (−inf when valid = 0)          → max over shards
+//   2. sum_exp = Σ exp(logit − row_max), target_logit (0 off-shard)    → sums over shards
+//   3. losses = log(sum_exp) + row_max − target_logit
+// With LossGrad::in_place, step 2 keeps the exponentials in the logits and step 3 turns them into
+// (softmax − onehot) · dlogits_scale, saving a (N, V) gradient buffer.
 enum class LossGrad { none, in_place };
-void cross_entropy_forward(const Stream& s, Tensor losses,  // (N)
-                           Tensor logits,                   // (N, Vp) → dlogits if in_place
-                           Tensor targets,                  // (N) i32
-                           int vocab, LossGrad grad, float dlogits_scale);
+void cross_entropy_max(const Stream& s, Tensor row_max,  // (N)
+                       Tensor logits,                    // (N, V)
+                       int valid);
+void cross_entropy_sums(const Stream& s, Tensor sum_exp,  // (N)
+                        Tensor target_logit,              // (N)
+                        Tensor logits,                    // (N, V), exponentials if in_place
+                        Tensor row_max,                   // (N) the global maxima
+                        Tensor targets,                   // (N) i32
+                        int vocab_begin, int valid, LossGrad grad);
+void cross_entropy_finish(const Stream& s, Tensor losses,  // (N)
+                          Tensor logits,                   // (N, V) → dlogits if in_place
+                          Tensor row_max, Tensor sum_exp, Tensor target_logit,  // (N) each, global
+                          Tensor targets,                  // (N) i32
+                          int vocab_begin, int valid, LossGrad grad, float dlogits_scale);
 
 // ---- optimizer primitives over flat ranges ----
 double sum_squares(const Stream& s, Tensor x);  // Σ x² in double

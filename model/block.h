@@ -1,12 +1,16 @@
-// One pre-norm transformer block as a forward/backward pair:
+// One pre-norm transformer block as a forward/backward pair, tensor-parallel (Megatron-LM's layout):
 //   x_mid = x + Dropout(Attn(Norm₁(x)));   y = x_mid + Dropout(MLP(Norm₂(x_mid)))
-// Forward saves exactly what backward needs (BlockActivations); backward `+=` into the
-// parameter gradients and `=` into dinp.
+// Attention is column-parallel QKV (this rank's heads), attention over them, row-parallel output;
+// the MLP is column-parallel fc ([gate_r | up_r] for SwiGLU), row-parallel proj. Norms, dropout and
+// residuals run on the rows outside the tp regions: all N, or N/tp with sequence parallelism.
+// Forward saves exactly what backward needs (BlockActivations); backward `+=` into the parameter
+// gradients and `=` into dinp.
 #pragma once
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "model/norm.h"
 #include "model/params.h"
+#include "parallel/mappings.h"
 
 namespace megatrain {
 
@@ -14,36 +18,49 @@ struct BlockWeights {
   NormWeights attn_norm, mlp_norm;
   Tensor qkv_w, qkv_b, proj_w, proj_b, fc_w, fc_b, fc2_w, fc2_b;  // biases empty when bias = false
 };
-// Views of layer `layer`'s tensors in a buffer holding the flat range from `data_begin` on
-// (data[j] = flat element data_begin + j of the layout).
-BlockWeights block_weights(const ParamLayout& layout, float* data, int64_t data_begin, int layer);
+
+// Where block l's tensors are in a ParamLayout (looked up once; kAbsent for a missing bias).
+struct BlockParamIndex {
+  static constexpr size_t kAbsent = static_cast<size_t>(-1);
+  size_t attn_norm_w, attn_norm_b, qkv_w, qkv_b, proj_w, proj_b, mlp_norm_w, mlp_norm_b, fc_w, fc_b, fc2_w, fc2_b;
+};
+BlockParamIndex block_param_index(const ParamLayout& layout, int layer);
+// Views of a block's tensors in a buffer holding the flat range from `data_begin` on
+// (data[j] = flat element data_begin + j of the layout). Allocates nothing.
+BlockWeights block_weights(const ParamLayout& layout, const BlockParamIndex& index, float* data, int64_t data_begin);
 
 struct BlockActivations {
-  NormActivations attn_norm;  // (N, C)
-  Tensor qkv;                 // (B, T, (H + 2·Hkv)·D), after RoPE
-  Tensor att;                 // (N, H·D)
-  Tensor lse;                 // (B, H, T)
-  Tensor x_mid;               // (N, C)
-  NormActivations mlp_norm;   // (N, C)
-  Tensor fc;                  // (N, F) or (N, 2F) for SwiGLU
-  Tensor act;                 // (N, F)
+  NormActivations attn_norm;  // (Nl, C)
+  Tensor attn_in;             // (N, C) the norm output entered into the tp region (= attn_norm.out without SP)
+  Tensor qkv;                 // (B, T, (Hl + 2·Hkvl)·D), after RoPE
+  Tensor att;                 // (N, Hl·D)
+  Tensor lse;                 // (B, Hl, T)
+  Tensor x_mid;               // (Nl, C)
+  NormActivations mlp_norm;   // (Nl, C)
+  Tensor mlp_in;              // (N, C) (= mlp_norm.out without SP)
+  Tensor fc;                  // (N, Fl) or (N, 2·Fl) for SwiGLU
+  Tensor act;                 // (N, Fl)
 };
-BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, int B, int T);
+// Sizes: micro-batch B × T = N rows, this rank's share of heads and MLP units (local_dims).
+BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T);
 
 // Buffers reused by every block of a micro-batch step (not saved).
 struct BlockScratch {
-  Tensor proj;  // (N, C)    projection outputs / dropout-masked gradients
-  Tensor dnorm; // (N, C)    gradient at a norm output
-  Tensor dmid;  // (N, C)    gradient at x_mid
-  Tensor datt;  // (N, H·D)
-  Tensor dqkv;  // (B, T, (H + 2·Hkv)·D)
-  Tensor dfc;   // like fc
-  Tensor dact;  // (N, F)
+  Tensor proj;     // (Nl, C)  projection outputs / dropout-masked gradients
+  Tensor partial;  // (N, C)   row-parallel partial sums, gathered gradients (= proj without SP)
+  Tensor dfull;    // (N, C)   input gradient of a column-parallel layer before its reduction (SP only)
+  Tensor dnorm;    // (Nl, C)  gradient at a norm output
+  Tensor dmid;     // (Nl, C)  gradient at x_mid
+  Tensor datt;     // (N, Hl·D)
+  Tensor dqkv;     // like qkv
+  Tensor dfc;      // like fc
+  Tensor dact;     // (N, Fl)
 };
-BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, int B, int T);
+BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T);
 
-// Dropout randomness of one block application: element e of site k uses
-// RngKey{seed, dropout, stream_base + k, offset}. Probability 0 disables it.
+// Dropout randomness of one block application: element e of site k's (Nl, C) rows uses
+// RngKey{seed, dropout, stream_base + k, offset + e}; `offset` includes this rank's first row, so
+// the masks equal the single process's. Probability 0 disables it.
 struct DropoutSite {
   float p = 0.0f;
   uint64_t seed = 0;
@@ -51,10 +68,10 @@ struct DropoutSite {
   uint64_t offset = 0;
 };
 
-void block_forward(const Stream& s, const ModelConfig& cfg, Tensor out, BlockActivations& a, BlockScratch& sc,
-                   Tensor inp, const BlockWeights& w, const DropoutSite& drop);
-void block_backward(const Stream& s, const ModelConfig& cfg, Tensor dinp, const BlockWeights& grad, Tensor dout,
-                    const BlockActivations& a, BlockScratch& sc, Tensor inp, const BlockWeights& w,
-                    const DropoutSite& drop);
+void block_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,
+                   BlockActivations& a, BlockScratch& sc, Tensor inp, const BlockWeights& w, const DropoutSite& drop);
+void block_backward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor dinp,
+                    const BlockWeights& grad, Tensor dout, const BlockActivations& a, BlockScratch& sc, Tensor inp,
+                    const BlockWeights& w, const DropoutSite& drop);
 
 }  // namespace megatrain

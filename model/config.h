@@ -1,6 +1,6 @@
 // ModelConfig: the architecture of a decoder-only transformer (GPT-2 and Llama families).
 // Pure data; parsed and validated by trainer/config.cpp. Invariant after validation:
-// d_model % n_heads == 0, n_heads % n_kv_heads == 0, padded_vocab() % 128 == 0.
+// d_model % n_heads == 0, n_heads % n_kv_heads == 0, padded_vocab(tp) % (128·tp) == 0.
 #pragma once
 #include <cstdint>
 
@@ -36,8 +36,9 @@ struct ModelConfig {
     int f = 2 * (4 * d_model) / 3;
     return (f + 63) / 64 * 64;
   }
-  // Vocabulary rounded up to a multiple of 128; the extra logits are excluded from the loss.
-  int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
+  // Vocabulary rounded up to a multiple of 128·tp (Megatron's rule: every tensor-parallel rank holds
+  // an equal, 128-aligned share); the extra rows are zero and their logits excluded from the loss.
+  int padded_vocab(int tp) const { return (vocab_size + 128 * tp - 1) / (128 * tp) * (128 * tp); }
 };
 
 }  // namespace megatrain

@@ -1,5 +1,7 @@
 // GptModel: a decoder-only transformer stage — token (+ position) embedding, a range of blocks,
-// final norm, LM head and fused cross-entropy. At pp = 1 the one stage holds all of them.
+// final norm, LM head and cross-entropy. At pp = 1 the one stage holds all of them. Tensor-parallel
+// (model/block.h, model/loss.h): this rank holds its heads, MLP units and vocabulary rows, the
+// embedding is vocabulary-parallel and the loss is computed without gathering the logits.
 // Parameters and gradients are views into flat buffers laid out by gpt_param_layout: either the
 // model's own full buffers, or, per unit (gpt_param_units), whatever a UnitState provides while
 // the unit is in use (ZeRO gathers and reduces them across data-parallel ranks). All activation
@@ -17,6 +19,7 @@
 #include "model/block.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "parallel/mappings.h"
 
 namespace megatrain {
 
@@ -36,6 +39,10 @@ class GptModel {
   // model holds no parameter or gradient memory of its own, and params(), grads(), init(),
   // zero_grads() and the weight accessors below are not available.
   GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len, UnitState& state);
+  // The same, as rank tp.rank() of the tensor-parallel group `tp` (layout: gpt_param_layout with
+  // that rank and options.sequence_parallel).
+  GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len, UnitState& state, const Comm& tp,
+           const TpOptions& options);
 
   const ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
@@ -51,7 +58,7 @@ class GptModel {
   // Requires the preceding forward() to have used LossGrad::in_place.
   void backward();
 
-  // Logits (B·T, Vp) of the last forward(); the padded columns ≥ vocab_size are not meaningful.
+  // Logits (B·T, Vp) of the last forward() (tp = 1); the padded columns ≥ vocab_size are not meaningful.
   // Only after a forward() with LossGrad::none (in_place overwrites them with their gradient).
   Tensor logits() const {
     MT_CHECK(last_.grad == LossGrad::none, "logits() needs a preceding forward() with LossGrad::none");
@@ -71,17 +78,20 @@ class GptModel {
  private:
   struct Activations {
     Tensor tokens, targets;              // (B, T) i32
-    std::vector<Tensor> residual;        // n_layers + 1 of (N, C): block inputs, then the last output
+    std::vector<Tensor> residual;        // n_layers + 1 of (Nl, C): block inputs, then the last output
     std::vector<BlockActivations> blocks;
-    NormActivations final_norm;
-    Tensor logits;                       // (N, Vp), holds dlogits after a training forward
+    NormActivations final_norm;          // (Nl, C)
+    Tensor head_in;                      // (N, C) final norm output entered into the tp region
+    Tensor logits;                       // (N, Vl) this rank's vocabulary, dlogits after a training forward
     Tensor losses;                       // (N)
+    Tensor row_max;                      // (N)
+    Tensor sums;                         // (2, N): exp-sums, then target logits (one reduction)
   };
   struct Scratch {
     BlockScratch block;
-    Tensor dres_a, dres_b;               // (N, C) residual-stream gradients, ping-pong
+    Tensor dres_a, dres_b;               // (Nl, C) residual-stream gradients, ping-pong
   };
-  GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len, UnitState* state);
+  GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len, UnitState* state, TensorParallel tp);
   void plan(Arena& arena);
   DropoutSite dropout_site(int layer) const;
   const GptModel& owned() const {
@@ -101,7 +111,12 @@ class GptModel {
 
   ModelConfig cfg_;
   int B_, T_;
+  TensorParallel tp_;
+  LocalDims local_;
   ParamLayout layout_;
+  std::vector<BlockParamIndex> block_index_;
+  size_t wte_index_ = 0, wpe_index_ = BlockParamIndex::kAbsent, head_index_ = 0;
+  size_t final_w_index_ = 0, final_b_index_ = BlockParamIndex::kAbsent;
   std::vector<FlatRange> units_;
   std::vector<int> forward_order_, backward_order_;  // the unit_params order of each pass
   FlatBuffer params_, grads_;                        // empty with an external state

@@ -62,7 +62,7 @@ Tensor GptDecoder::forward(std::span<const int32_t> tokens, LogitRows rows) {
     MT_CHECK(tokens[static_cast<size_t>(i)] >= 0 && tokens[static_cast<size_t>(i)] < cfg_.vocab_size,
              "token id {} at chunk row {} is outside [0, {}): the tokenizer does not match model.vocab_size",
              tokens[static_cast<size_t>(i)], i, cfg_.vocab_size);
-  const int64_t C = cfg_.d_model, Vp = cfg_.padded_vocab();
+  const int64_t C = cfg_.d_model, Vp = cfg_.padded_vocab(1);
   const int out_rows = rows == LogitRows::all ? n : 1;
   if (logits_.size() < static_cast<size_t>(out_rows * Vp)) logits_.resize(static_cast<size_t>(out_rows * Vp));
   for (int c0 = 0; c0 < n; c0 += R_) {
@@ -83,9 +83,8 @@ void GptDecoder::run_chunk(const int32_t* tokens, int m) {
   const Stream& s = stream_;
   const int64_t C = cfg_.d_model;
   std::memcpy(sc_.tokens.data, tokens, sizeof(int32_t) * static_cast<size_t>(m));
-  const Tensor wpe = model_.wpe();
-  const Tensor wpe_here = wpe.data ? Tensor(wpe.f32() + pos_ * C, Shape{cfg_.max_seq_len - pos_, C}) : Tensor{};
-  embedding_forward(s, first_rows(sc_.x, m), Tensor(sc_.tokens.i32(), Shape{1, m}), model_.wte(), wpe_here);
+  embedding_forward(s, first_rows(sc_.x, m), Tensor(sc_.tokens.i32(), Shape{1, m}), model_.wte(), 0);
+  if (model_.wpe().data) position_embedding_forward(s, first_rows(sc_.x, m), model_.wpe(), cfg_.max_seq_len, pos_);
   for (int l = 0; l < cfg_.n_layers; ++l) block(l, m);
   NormActivations na = first_rows(sc_.norm, m);
   norm_forward(s, cfg_, na, first_rows(sc_.x, m), model_.final_norm());

@@ -25,7 +25,7 @@ class GptDecoder {
 
   int position() const { return pos_; }                // tokens in the cache
   int capacity() const { return cfg_.max_seq_len; }    // positions the model knows
-  int vocab_size() const { return cfg_.vocab_size; }   // real ids; logits rows have padded_vocab()
+  int vocab_size() const { return cfg_.vocab_size; }   // real ids; logits rows have padded_vocab(1)
   void reset() { pos_ = 0; }
 
   // Runs `tokens` (ids in [0, vocab_size)) and advances position(); throws when the cache would

@@ -46,7 +46,7 @@ void AdamW::step(float* params, const float* grads, float lr, double norm) {
     const ParamSpec& spec = layout_.spec(i);
     st.weight_decay = decays(spec) ? opt_.weight_decay : 0.0f;
     const int64_t off = layout_.offset(i);
-    const FlatRange mine = flat_intersect(range_, FlatRange{off, off + spec.shape.numel()});
+    const FlatRange mine = flat_intersect(range_, FlatRange{off, off + layout_.local_shape(i).numel()});
     if (mine.size() == 0) continue;
     const Shape flat{mine.size()};
     const int64_t j = mine.begin - range_.begin;

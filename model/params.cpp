@@ -1,17 +1,68 @@
 #include "model/params.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/rng.h"
 
 namespace megatrain {
+namespace {
 
-ParamLayout::ParamLayout(std::vector<ParamSpec> specs) : specs_(std::move(specs)) {
-  for (const auto& s : specs_) {
+int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// Elements per row: 1 for a 1-D tensor.
+int64_t row_size(const Shape& s) { return s.numel() / s[0]; }
+
+// The shard of a part with `shards` shards that rank tp.rank holds.
+int shard_of(const RowPart& p, TpCoord tp) { return tp.rank / (tp.size / p.shards); }
+
+std::vector<RowPart> parts_of(const ParamSpec& s, TpCoord tp) {
+  if (!s.parts.empty()) return s.parts;
+  return {RowPart{s.shape[0], tp.size}};
+}
+
+}  // namespace
+
+ParamLayout::ParamLayout(std::vector<ParamSpec> specs, TpCoord tp) : specs_(std::move(specs)), tp_(tp) {
+  MT_CHECK(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size, "tensor-parallel rank {} of {}", tp.rank, tp.size);
+  for (const ParamSpec& s : specs_) {
+    Shape local = s.shape;
+    const int64_t inner = row_size(s.shape);
+    if (s.split == TpSplit::cols) {
+      MT_CHECK(s.shape.ndim == 2 && s.shape[1] % tp.size == 0, "{}: {} columns do not split over tp = {}", s.name,
+               s.shape.ndim == 2 ? s.shape[1] : 0, tp.size);
+      local = Shape{s.shape[0], s.shape[1] / tp.size};
+    } else if (s.split == TpSplit::rows) {
+      int64_t rows = 0, global = 0;
+      for (const RowPart& p : parts_of(s, tp)) {
+        MT_CHECK(p.shards >= 1 && tp.size % p.shards == 0 && p.rows % p.shards == 0,
+                 "{}: a part of {} rows in {} shards does not split over tp = {}", s.name, p.rows, p.shards, tp.size);
+        const int64_t mine = p.rows / p.shards;
+        if (p.shards < tp.size)
+          shared_.push_back({FlatRange{total_ + rows * inner, total_ + (rows + mine) * inner}, tp.size / p.shards,
+                             s.partial_grad});
+        rows += mine;
+        global += p.rows;
+      }
+      MT_CHECK(global == s.shape[0], "{}: parts hold {} rows, the tensor {}", s.name, global, s.shape[0]);
+      local.dim[0] = rows;
+    } else if (tp.size > 1) {
+      shared_.push_back({FlatRange{total_, total_ + s.shape.numel()}, tp.size, s.partial_grad});
+    }
+    local_.push_back(local);
     offsets_.push_back(total_);
-    total_ += (s.shape.numel() + 15) / 16 * 16;
+    total_ += round_up16(local.numel());
   }
+  // Merge neighbours separated only by alignment padding (zeros on every rank): fewer reductions.
+  std::vector<SharedRange> merged;
+  for (const SharedRange& r : shared_) {
+    if (!merged.empty() && merged.back().sharers == r.sharers && merged.back().partial_grad == r.partial_grad &&
+        round_up16(merged.back().range.end) >= r.range.begin)
+      merged.back().range.end = r.range.end;
+    else
+      merged.push_back(r);
+  }
+  shared_ = std::move(merged);
 }
 
 int64_t ParamLayout::num_parameters() const {
@@ -32,36 +83,91 @@ bool ParamLayout::contains(const std::string& name) const {
   return false;
 }
 
-ParamLayout gpt_param_layout(const ModelConfig& cfg) {
+int64_t ParamLayout::global_index(size_t i, int64_t e) const {
+  const ParamSpec& s = specs_[i];
+  switch (s.split) {
+    case TpSplit::replicated: return e;
+    case TpSplit::cols: {
+      const int64_t cols = local_[i][1];
+      return (e / cols) * s.shape[1] + tp_.rank * cols + e % cols;
+    }
+    case TpSplit::rows: break;
+  }
+  const int64_t inner = row_size(s.shape);
+  int64_t row = e / inner, global_first = 0;
+  for (const RowPart& p : parts_of(s, tp_)) {
+    const int64_t mine = p.rows / p.shards;
+    if (row < mine) return (global_first + shard_of(p, tp_) * mine + row) * inner + e % inner;
+    row -= mine;
+    global_first += p.rows;
+  }
+  throw Error(fmt::format("{}: local element {} outside the tensor", s.name, e));
+}
+
+LocalDims local_dims(const ModelConfig& cfg, TpCoord tp) {
+  LocalDims d;
+  d.heads = cfg.n_heads / tp.size;
+  d.kv_heads = cfg.kv_heads() >= tp.size ? cfg.kv_heads() / tp.size : 1;
+  d.ffn = cfg.ffn_dim() / tp.size;
+  d.vocab = cfg.padded_vocab(tp.size) / tp.size;
+  d.vocab_begin = tp.rank * d.vocab;
+  d.vocab_valid = std::clamp(cfg.vocab_size - d.vocab_begin, 0, d.vocab);
+  return d;
+}
+
+ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel) {
   const int64_t C = cfg.d_model, D = cfg.head_dim(), H = cfg.n_heads, Hkv = cfg.kv_heads();
-  const int64_t F = cfg.ffn_dim(), Vp = cfg.padded_vocab();
-  const int64_t fc_out = cfg.activation == ActivationKind::swiglu ? 2 * F : F;
+  const int64_t F = cfg.ffn_dim(), Vp = cfg.padded_vocab(tp.size);
+  const int kv_shards = static_cast<int>(std::min<int64_t>(Hkv, tp.size));
+  const std::vector<RowPart> qkv_parts{{H * D, tp.size}, {Hkv * D, kv_shards}, {Hkv * D, kv_shards}};
+  const std::vector<RowPart> fc_parts = cfg.activation == ActivationKind::swiglu
+                                            ? std::vector<RowPart>{{F, tp.size}, {F, tp.size}}
+                                            : std::vector<RowPart>{{F, tp.size}};
   std::vector<ParamSpec> p;
   auto norm = [&](const std::string& prefix) {
-    p.push_back({prefix + ".weight", Shape{C}, -1, ParamGroup::norm, InitKind::ones});
-    if (cfg.bias && cfg.norm == NormKind::layernorm)
-      p.push_back({prefix + ".bias", Shape{C}, -1, ParamGroup::bias, InitKind::zeros});
+    ParamSpec w{prefix + ".weight", Shape{C}, TpSplit::replicated, {}, ParamGroup::norm, InitKind::ones};
+    w.partial_grad = sequence_parallel;
+    p.push_back(w);
+    if (cfg.bias && cfg.norm == NormKind::layernorm) {
+      w.name = prefix + ".bias";
+      w.group = ParamGroup::bias;
+      w.init = InitKind::zeros;
+      p.push_back(w);
+    }
   };
-  auto linear = [&](const std::string& prefix, int64_t out, int64_t in, int split, InitKind init) {
-    p.push_back({prefix + ".weight", Shape{out, in}, split, ParamGroup::matrix, init});
-    if (cfg.bias) p.push_back({prefix + ".bias", Shape{out}, split == 0 ? 0 : -1, ParamGroup::bias, InitKind::zeros});
+  // Column-parallel: output rows split (by parts); row-parallel: input columns split, bias replicated.
+  auto column = [&](const std::string& prefix, int64_t in, const std::vector<RowPart>& parts, bool partial) {
+    int64_t out = 0;
+    for (const RowPart& r : parts) out += r.rows;
+    ParamSpec w{prefix + ".weight", Shape{out, in}, TpSplit::rows, parts, ParamGroup::matrix, InitKind::normal};
+    w.partial_grad = partial;
+    p.push_back(w);
+    if (cfg.bias) p.push_back({prefix + ".bias", Shape{out}, TpSplit::rows, parts, ParamGroup::bias, InitKind::zeros,
+                               -1, partial});
   };
-  p.push_back({"embed.wte", Shape{Vp, C}, 0, ParamGroup::embedding, InitKind::normal, cfg.vocab_size});
+  auto row = [&](const std::string& prefix, int64_t out, int64_t in) {
+    p.push_back({prefix + ".weight", Shape{out, in}, TpSplit::cols, {}, ParamGroup::matrix, InitKind::normal_residual});
+    if (cfg.bias) p.push_back({prefix + ".bias", Shape{out}, TpSplit::replicated, {}, ParamGroup::bias, InitKind::zeros});
+  };
+  p.push_back({"embed.wte", Shape{Vp, C}, TpSplit::rows, {}, ParamGroup::embedding, InitKind::normal, cfg.vocab_size});
   if (cfg.position == PositionKind::learned)
-    p.push_back({"embed.wpe", Shape{cfg.max_seq_len, C}, -1, ParamGroup::embedding, InitKind::normal});
+    p.push_back({"embed.wpe", Shape{cfg.max_seq_len, C}, TpSplit::replicated, {}, ParamGroup::embedding,
+                 InitKind::normal, -1, sequence_parallel});
   for (int l = 0; l < cfg.n_layers; ++l) {
     const std::string L = "layers." + std::to_string(l);
     norm(L + ".attn_norm");
-    linear(L + ".attn.qkv", (H + 2 * Hkv) * D, C, 0, InitKind::normal);
-    linear(L + ".attn.proj", C, H * D, 1, InitKind::normal_residual);
+    // Key/value heads shared by several tp ranks (kv_shards < tp) get partial gradients on each.
+    column(L + ".attn.qkv", C, qkv_parts, kv_shards < tp.size);
+    row(L + ".attn.proj", C, H * D);
     norm(L + ".mlp_norm");
-    linear(L + ".mlp.fc", fc_out, C, 0, InitKind::normal);
-    linear(L + ".mlp.proj", C, F, 1, InitKind::normal_residual);
+    column(L + ".mlp.fc", C, fc_parts, false);
+    row(L + ".mlp.proj", C, F);
   }
   norm("final_norm");
   if (!cfg.tie_embeddings)
-    p.push_back({"lm_head.weight", Shape{Vp, C}, 0, ParamGroup::matrix, InitKind::normal, cfg.vocab_size});
-  return ParamLayout(std::move(p));
+    p.push_back({"lm_head.weight", Shape{Vp, C}, TpSplit::rows, {}, ParamGroup::matrix, InitKind::normal,
+                 cfg.vocab_size});
+  return ParamLayout(std::move(p), tp);
 }
 
 void init_params(const ParamLayout& layout, float* params, const ModelConfig& cfg, uint64_t seed) {
@@ -72,10 +178,10 @@ void init_params_range(const ParamLayout& layout, float* data, FlatRange range, 
   const float residual_std = cfg.init_std / std::sqrt(2.0f * static_cast<float>(cfg.n_layers));
   for (size_t i = 0; i < layout.size(); ++i) {
     const ParamSpec& s = layout.spec(i);
-    const int64_t off = layout.offset(i), n = s.shape.numel();
+    const int64_t off = layout.offset(i), n = layout.local_shape(i).numel();
     const FlatRange mine = flat_intersect(range, FlatRange{off, off + n});
     float* w = data + (mine.begin - range.begin);
-    const int64_t first = mine.begin - off;  // element index inside the tensor
+    const int64_t first = mine.begin - off;  // local element index inside the tensor
     if (s.init == InitKind::ones || s.init == InitKind::zeros) {
       const float v = s.init == InitKind::ones ? 1.0f : 0.0f;
       for (int64_t e = 0; e < mine.size(); ++e) w[e] = v;
@@ -83,11 +189,11 @@ void init_params_range(const ParamLayout& layout, float* data, FlatRange range, 
     }
     const float std = s.init == InitKind::normal_residual ? residual_std : cfg.init_std;
     const RngKey key{seed, static_cast<uint32_t>(RngPurpose::init), static_cast<uint32_t>(i), 0};
-    const int64_t valid = s.valid_rows < 0 ? n : s.valid_rows * (n / s.shape[0]);
+    const int64_t valid = s.valid_rows < 0 ? s.shape.numel() : s.valid_rows * row_size(s.shape);
 #pragma omp parallel for schedule(static)
     for (int64_t e = 0; e < mine.size(); ++e) {
-      const int64_t idx = first + e;
-      w[e] = idx < valid ? rng_normal(key, static_cast<uint64_t>(idx)) * std : 0.0f;
+      const int64_t g = layout.global_index(i, first + e);
+      w[e] = g < valid ? rng_normal(key, static_cast<uint64_t>(g)) * std : 0.0f;
     }
   }
 }

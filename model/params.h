@@ -1,7 +1,16 @@
-// The parameter table: one ParamSpec per tensor (name, global shape, split dim, decay, init),
-// laid out back to back in one flat buffer (offsets 64-byte aligned). Parameters, gradients and
-// optimizer state all share this layout, so a gradient bucket or a ZeRO shard is an
-// (offset, size) range and a tensor's view is derived from the spec alone.
+// The parameter table: one ParamSpec per tensor (name, global shape, how tensor parallelism splits
+// it, decay group, init), and ParamLayout, which derives a tensor-parallel rank's local view of
+// every tensor from the specs and lays the local tensors out back to back in one flat buffer
+// (offsets 64-byte aligned). Parameters, gradients and optimizer state all share this layout, so a
+// gradient bucket or a ZeRO shard is an (offset, size) range.
+//
+// [Note: tp slices] A tensor split by rows is a list of parts along dimension 0 — one for most
+// tensors, [Q | K | V] and [gate | up] for the fused ones — and each part is split over tp on its
+// own, so rank r's local tensor is [Q_r | K_r | V_r]: its own heads. A part may have fewer shards
+// than tp (key/value heads when n_kv_heads < tp): then rank r holds shard r / (tp / shards), the
+// same rows as its tp / shards neighbours. A tensor split by columns gives rank r columns
+// [r·c/tp, (r+1)·c/tp). Every element keeps its global index, so initial values — a pure function of
+// (seed, parameter, global index) — do not depend on the layout.
 #pragma once
 #include <string>
 #include <vector>
@@ -13,54 +22,102 @@
 
 namespace megatrain {
 
-enum class WeightDecay { apply, skip };
 enum class ParamGroup { embedding, norm, bias, matrix };
 enum class InitKind { normal, normal_residual, ones, zeros };
+enum class TpSplit { replicated, rows, cols };
+
+// A part of a row-split tensor: `rows` global rows split into `shards` equal shards (shards
+// divides tp).
+struct RowPart {
+  int64_t rows = 0;
+  int shards = 1;
+};
 
 struct ParamSpec {
   std::string name;     // e.g. "layers.3.attn.qkv.weight"
   Shape shape;          // global shape
-  int split_dim = -1;   // dimension tensor parallelism splits (−1 = replicated)
+  TpSplit split = TpSplit::replicated;
+  std::vector<RowPart> parts;  // TpSplit::rows: the parts, rows summing to shape[0]
   ParamGroup group = ParamGroup::matrix;
   InitKind init = InitKind::normal;
   int valid_rows = -1;  // rows beyond this are padding and initialised to zero (padded vocab); −1 = all
+  // The rows this rank shares with other tp ranks (a part with fewer shards than tp, or the whole
+  // of a replicated tensor) receive only a partial gradient on each of them, to be summed over the
+  // sharers: key/value heads replicated under GQA, norm weights under sequence parallelism.
+  bool partial_grad = false;
+};
+
+// A rank's place in its tensor-parallel group.
+struct TpCoord {
+  int rank = 0, size = 1;
+};
+
+// A flat range of the local layout whose values this rank shares with `sharers` tp ranks
+// (consecutive, starting at a multiple of `sharers`), and whether its gradient there is partial.
+struct SharedRange {
+  FlatRange range;
+  int sharers = 1;
+  bool partial_grad = false;
 };
 
 class ParamLayout {
  public:
   ParamLayout() = default;
-  explicit ParamLayout(std::vector<ParamSpec> specs);
+  ParamLayout(std::vector<ParamSpec> specs, TpCoord tp);
 
   size_t size() const { return specs_.size(); }
   const ParamSpec& spec(size_t i) const { return specs_[i]; }
+  const Shape& local_shape(size_t i) const { return local_[i]; }
+  TpCoord tp() const { return tp_; }
   int64_t offset(size_t i) const { return offsets_[i]; }
-  int64_t total() const { return total_; }  // floats, including alignment padding
-  int64_t num_parameters() const;           // sum of numel, no padding
+  int64_t total() const { return total_; }  // local floats, including alignment padding
+  int64_t num_parameters() const;           // global: sum of numel, no padding
   size_t index_of(const std::string& name) const;
   bool contains(const std::string& name) const;
-  Tensor view(float* base, size_t i) const { return Tensor(base + offsets_[i], specs_[i].shape); }
-  // Spec i's view in a buffer holding only the flat range starting at `data_begin` (data[j] is flat
-  // element data_begin + j); the spec must lie inside that buffer.
+  // Global element index (row-major in the global shape) of local element e of tensor i.
+  int64_t global_index(size_t i, int64_t e) const;
+  // The pieces of the local layout shared with other tp ranks, in flat order.
+  const std::vector<SharedRange>& shared() const { return shared_; }
+  Tensor view(float* base, size_t i) const { return Tensor(base + offsets_[i], local_[i]); }
+  // Tensor i's local view in a buffer holding only the flat range starting at `data_begin`
+  // (data[j] is flat element data_begin + j); the tensor must lie inside that buffer.
   Tensor view_in(float* data, int64_t data_begin, size_t i) const {
-    return Tensor(data + (offsets_[i] - data_begin), specs_[i].shape);
+    return Tensor(data + (offsets_[i] - data_begin), local_[i]);
   }
 
  private:
   std::vector<ParamSpec> specs_;
+  std::vector<Shape> local_;
   std::vector<int64_t> offsets_;
+  std::vector<SharedRange> shared_;
+  TpCoord tp_;
   int64_t total_ = 0;
 };
 
-// The parameters of the GPT decoder described by `cfg` (whole model: one stage at pp = 1).
-ParamLayout gpt_param_layout(const ModelConfig& cfg);
+// What rank `tp` holds of the model's tensor-parallel dimensions.
+struct LocalDims {
+  int heads = 0, kv_heads = 0;  // attention heads and key/value heads
+  int ffn = 0;                  // hidden units of the MLP
+  int vocab = 0;                // vocabulary rows (padded_vocab(tp) / tp)
+  int vocab_begin = 0;          // the first of them
+  int vocab_valid = 0;          // how many of them are real words (the rest padding)
+};
+LocalDims local_dims(const ModelConfig& cfg, TpCoord tp);
+
+// The parameters of the GPT decoder described by `cfg` (whole model: one stage at pp = 1), as
+// rank `tp` holds them; `sequence_parallel` marks norm weights as having partial gradients.
+ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel);
+// The whole, unsplit model (tp = 1): the global tensors checkpoints and Hugging Face files hold.
+inline ParamLayout gpt_param_layout(const ModelConfig& cfg) { return gpt_param_layout(cfg, TpCoord{}, false); }
 
 // The units of gpt_param_layout (parallel/unit_state.h), which cover [0, total()) back to back:
 // unit 0 = the embeddings, unit 1 + l = block l, unit n_layers + 1 = the final norm and the
 // untied head.
 std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const ModelConfig& cfg);
 
-// Deterministic initialisation: element e of parameter p is rng_normal(seed, init, p, e) · std
-// (std / √(2·n_layers) for residual projections, GPT-2), ones for norm weights, zeros for biases.
+// Deterministic initialisation: global element g of parameter p is rng_normal(seed, init, p, g) · std
+// (std / √(2·n_layers) for residual projections, GPT-2), ones for norm weights, zeros for biases
+// and vocabulary padding — the same values on every layout.
 void init_params(const ParamLayout& layout, float* params, const ModelConfig& cfg, uint64_t seed);
 // The same values for the flat range `range` only, into data (data[j] = flat element range.begin + j);
 // alignment padding inside the range is left untouched.

@@ -125,14 +125,18 @@ int ZeroState::grad_buffer_take(int64_t n) {
   return static_cast<int>(grad_pool_.size()) - 1;
 }
 
+double ZeroState::sum_over_partitions(double local) const {
+  if (opt_.stage >= 1) dp_.all_reduce(&local, 1).wait();
+  return local;
+}
+
 double ZeroState::grad_norm() {
   const float* g = optimizer_grads();
-  const int64_t n = opt_.stage == 0 ? total_ : part_.size();
+  const int64_t n = optimizer_range().size();
   double sum = 0.0;
 #pragma omp parallel for simd reduction(+ : sum) schedule(static)
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(g[i]) * g[i];
-  if (opt_.stage >= 1) dp_.all_reduce(&sum, 1).wait();
-  return std::sqrt(sum);
+  return std::sqrt(sum_over_partitions(sum));
 }
 
 void ZeroState::step_end() {

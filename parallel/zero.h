@@ -30,6 +30,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/flat_buffer.h"
@@ -72,6 +73,7 @@ class ZeroState final : public UnitState {
   // Parameters and reduced gradients of optimizer_range() (element 0 = its first flat element).
   float* optimizer_params();
   const float* optimizer_grads() const;
+  float* optimizer_grads() { return const_cast<float*>(std::as_const(*this).optimizer_grads()); }
   // The full parameter buffer (stages 0–2); nullptr at stage 3.
   float* full_params() { return opt_.stage == 3 ? nullptr : params_.data(); }
   // What this rank holds of the parameters: [0, T) at stages 0–2, the partition at stage 3
@@ -82,7 +84,10 @@ class ZeroState final : public UnitState {
   void step_begin();
   void micro_batch_begin(bool last);
   void micro_batch_end();
-  // Global L2 norm of the step's summed gradient (all-reduced over dp at stages ≥ 1).
+  // A statistic of optimizer_grads() (such as Σ g²) summed over the data-parallel ranks that
+  // partition them (stages ≥ 1); at stage 0 every rank holds it all and it is returned as is.
+  double sum_over_partitions(double local) const;
+  // Global L2 norm of the step's summed gradient (without tensor parallelism).
   double grad_norm();
   void step_end();
 

@@ -20,6 +20,8 @@ struct ParallelConfig {
   int zero_stage = 0;               // 0 | 1 | 2 | 3 (parallel/zero.h)
   double bucket_size_mb = 25.0;     // gradient bucket size for the data-parallel reduction
   bool overlap_grad_reduce = true;  // start each bucket's reduction during backward
+  bool sequence_parallel = false;   // norms, dropout and residuals on N/tp rows (parallel/mappings.h)
+  bool overlap_tp_comm = true;      // reduce column-parallel input gradients during the weight GEMM
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

@@ -113,8 +113,7 @@ void resolve_config(Config& c, int world_size) {
 
   // 2. Layout: world = tp·pp·cp·dp (ep subdivides dp).
   ParallelConfig& p = c.parallel;
-  for (auto [key, value] : {std::pair<const char*, int>{"parallel.tp", p.tp},
-                            {"parallel.pp", p.pp},
+  for (auto [key, value] : {std::pair<const char*, int>{"parallel.pp", p.pp},
                             {"parallel.cp", p.cp},
                             {"parallel.ep", p.ep}})
     MT_INPUT_CHECK(value == 1, "{}: {} = {} is not supported yet; set {} = 1", f, key, value, key);
@@ -132,6 +131,31 @@ void resolve_config(Config& c, int world_size) {
                  "{}: world size {} != parallel.tp·pp·cp·dp = {}·{}·{}·{} = {}; set parallel.dp = 0 to derive it from "
                  "the world size, or launch {} ranks",
                  f, world_size, p.tp, p.pp, p.cp, p.dp, model_ranks * p.dp, model_ranks * p.dp);
+
+  // Tensor parallelism splits heads, key/value heads (or replicates them), MLP units and the
+  // (padded) vocabulary; sequence parallelism splits the rows of a micro-batch.
+  if (p.tp > 1) {
+    MT_INPUT_CHECK(m.n_heads % p.tp == 0,
+                   "{}: parallel.tp = {} does not divide model.n_heads = {}: every tensor-parallel rank needs whole "
+                   "attention heads; pick tp from the divisors of n_heads",
+                   f, p.tp, m.n_heads);
+    MT_INPUT_CHECK(m.kv_heads() % p.tp == 0 || p.tp % m.kv_heads() == 0,
+                   "{}: parallel.tp = {} and model.n_kv_heads = {}: key/value heads are split when tp divides them "
+                   "and replicated when they divide tp; pick tp so that one divides the other",
+                   f, p.tp, m.kv_heads());
+    MT_INPUT_CHECK(m.ffn_dim() % p.tp == 0,
+                   "{}: parallel.tp = {} does not divide the MLP width {} (model.d_ff, or its default); set d_ff "
+                   "to a multiple of tp",
+                   f, p.tp, m.ffn_dim());
+    MT_INPUT_CHECK(!p.sequence_parallel || int64_t{c.train.micro_batch_size} * c.train.seq_len % p.tp == 0,
+                   "{}: parallel.sequence_parallel splits the micro_batch_size · seq_len = {} · {} rows of a "
+                   "micro-batch over tp = {}; pick sizes whose product is a multiple of tp",
+                   f, c.train.micro_batch_size, c.train.seq_len, p.tp);
+    MT_INPUT_CHECK(c.checkpoint.save_interval == 0 && c.checkpoint.load.empty(),
+                   "{}: checkpoints at parallel.tp = {} > 1 are not supported yet (checkpoint.save_interval = {}, "
+                   "checkpoint.load = \"{}\"); set save_interval = 0 and load = \"\", or tp = 1",
+                   f, p.tp, c.checkpoint.save_interval, c.checkpoint.load);
+  }
 
   // 3. Batch: global = micro · dp · accumulation steps.
   TrainConfig& t = c.train;

@@ -80,7 +80,8 @@ void MetricsLog::step(const StepMetrics& m) {
                       {"lr", m.lr},              {"grad_norm", m.grad_norm},
                       {"tokens_per_s", m.tokens_per_s}, {"step_time_ms", m.step_time_ms},
                       {"comm_ms", m.comm_ms},    {"exposed_comm_ms", m.exposed_comm_ms},
-                      {"comm_bytes", m.comm_bytes}, {"compute_ms", m.compute_ms}};
+                      {"comm_bytes", m.comm_bytes}, {"compute_ms", m.compute_ms},
+                      {"tp_comm_ms", m.tp_comm_ms}, {"tp_exposed_ms", m.tp_exposed_ms}};
   const MemoryMetrics& b = m.memory;
   j["memory_bytes"] = {{"params", b.params},           {"grads", b.grads},
                        {"optimizer", b.optimizer},     {"activations", b.activations},

@@ -24,7 +24,10 @@ struct StepMetrics {
   // Data-parallel communication per step (averages over the logged steps): time operations were in
   // flight, time the rank was blocked waiting for them, and bytes moved (parallel/comm.h formula);
   // compute_ms = step_time_ms − exposed_comm_ms.
+  // Tensor-parallel communication the same way (tp_comm_ms in flight, tp_exposed_ms blocked);
+  // compute_ms = step_time_ms − exposed_comm_ms − tp_exposed_ms.
   double comm_ms = 0, exposed_comm_ms = 0, comm_bytes = 0, compute_ms = 0;
+  double tp_comm_ms = 0, tp_exposed_ms = 0;
   MemoryMetrics memory;
 };
 

@@ -8,6 +8,7 @@
 
 #include "model/gpt.h"
 #include "model/optimizer.h"
+#include "model/tp_shared.h"
 #include "parallel/groups.h"
 #include "parallel/zero.h"
 #include "trainer/checkpoint.h"
@@ -26,19 +27,24 @@ struct Run {
   const Config& cfg;
   ProcessGroups groups;
   const Comm& dp_comm;
+  const Comm& tp_comm;
   int dp_rank, dp;
   TrainData data;
   ParamLayout layout;
   ZeroState zero;
   GptModel model;
+  TpSharedParams tp_shared;
   AdamW optimizer;
   std::vector<int32_t> inputs, targets;
 
   Run(const Config& c, const Comm& world)
-      : cfg(c), groups(world, parallel_dims(c)), dp_comm(groups.dp()), dp_rank(dp_comm.rank()), dp(dp_comm.size()),
-        data(c, dp_rank, dp), layout(gpt_param_layout(c.model)),
+      : cfg(c), groups(world, parallel_dims(c)), dp_comm(groups.dp()), tp_comm(groups.tp()),
+        dp_rank(dp_comm.rank()), dp(dp_comm.size()), data(c, dp_rank, dp),
+        layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel)),
         zero(gpt_param_units(layout, c.model), dp_comm, zero_options(c)),
-        model(c.model, c.train.micro_batch_size, c.train.seq_len, zero),
+        model(c.model, c.train.micro_batch_size, c.train.seq_len, zero, tp_comm,
+              TpOptions{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm}),
+        tp_shared(layout, tp_comm),
         optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded()),
         inputs(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
         targets(inputs.size()) {
@@ -103,6 +109,17 @@ struct Run {
     return loss_sum / (micro * dp);
   }
 
+  // Global L2 norm of the step's gradient, after summing the partial gradients of values several
+  // tensor-parallel ranks share: every global parameter counted once (model/tp_shared.h).
+  double grad_norm() {
+    float* g = zero.optimizer_grads();
+    const FlatRange range = zero.optimizer_range();
+    tp_shared.reduce_partial_grads(g, range);
+    double squares = zero.sum_over_partitions(tp_shared.sum_squares(g, range));
+    if (tp_comm.size() > 1) tp_comm.all_reduce(&squares, 1).wait();
+    return std::sqrt(squares);
+  }
+
   // Mean loss over the first eval_steps global batches of the validation set (same each time).
   double evaluate() {
     const int micro = data.valid()->micro_batches_per_step();
@@ -155,8 +172,10 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     spdlog::info("model: {} parameters, {:.1f} MiB activations per rank; data: {} tokens, {} samples per epoch",
                  run.model.layout().num_parameters(), static_cast<double>(run.model.activation_bytes()) / (1 << 20),
                  run.data.train_tokens(), run.data.train_samples_per_epoch());
-    spdlog::info("{} micro-batches of {} per step per rank, dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",
-                 run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.dp, cfg.parallel.zero_stage,
+    spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, dp = {}, ZeRO stage {}, {} gradient buckets, {} "
+                 "tokens per step",
+                 run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.tp_comm.size(),
+                 cfg.parallel.sequence_parallel ? " (sequence parallel)" : "", run.dp, cfg.parallel.zero_stage,
                  run.zero.buckets().size(), run.tokens_per_step());
   }
   const LrSchedule lr{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps,
@@ -167,24 +186,28 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   MetricsLog log(cfg.log.metrics_file, rank0, start_step);
   TrainResult result;
   double logged_time = 0.0, logged_comm_ms = 0.0, logged_exposed_ms = 0.0, logged_bytes = 0.0;
+  double logged_tp_ms = 0.0, logged_tp_exposed_ms = 0.0;
   int64_t logged_steps = 0;
   const auto start = Clock::now();
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     const auto t0 = Clock::now();
     run.dp_comm.reset_stats();
+    run.tp_comm.reset_stats();
     const double loss = run.train_step(step);
-    const double norm = run.zero.grad_norm();
+    const double norm = run.grad_norm();
     const double rate = lr.at(step + 1);
     run.optimizer.step(run.zero.optimizer_params(), run.zero.optimizer_grads(), static_cast<float>(rate), norm);
     run.zero.step_end();
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    const CommStats comm = run.dp_comm.stats();
+    const CommStats comm = run.dp_comm.stats(), tp_comm = run.tp_comm.stats();
     result.losses.push_back(loss);
     result.grad_norms.push_back(norm);
     logged_time += dt;
     logged_comm_ms += comm.busy_ms;
     logged_exposed_ms += comm.exposed_ms;
     logged_bytes += static_cast<double>(comm.bytes_moved);
+    logged_tp_ms += tp_comm.busy_ms;
+    logged_tp_exposed_ms += tp_comm.exposed_ms;
     ++logged_steps;
     if (step == start_step) log.memory(step + 1, run.memory());
     const bool last = step + 1 == cfg.train.steps;
@@ -202,13 +225,15 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       m.comm_ms = logged_comm_ms / n;
       m.exposed_comm_ms = logged_exposed_ms / n;
       m.comm_bytes = logged_bytes / n;
-      m.compute_ms = m.step_time_ms - m.exposed_comm_ms;
+      m.tp_comm_ms = logged_tp_ms / n;
+      m.tp_exposed_ms = logged_tp_exposed_ms / n;
+      m.compute_ms = m.step_time_ms - m.exposed_comm_ms - m.tp_exposed_ms;
       m.memory = run.memory();
       if (peak_tflops > 0.0) m.mfu = flops_per_step / avg / world.size() / (peak_tflops * 1e12);
       m.eta_s = std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(step + 1 - start_step) *
                 static_cast<double>(cfg.train.steps - step - 1);
       log.step(m);
-      logged_time = logged_comm_ms = logged_exposed_ms = logged_bytes = 0.0;
+      logged_time = logged_comm_ms = logged_exposed_ms = logged_bytes = logged_tp_ms = logged_tp_exposed_ms = 0.0;
       logged_steps = 0;
     }
     if (checkpointer && (step + 1) % cfg.checkpoint.save_interval == 0) {

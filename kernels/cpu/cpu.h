@@ -39,15 +39,21 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_decode_forward(float* out, const float* q, const float* k_cache, const float* v_cache, int n,
                               int pos0, const AttnDims& d);
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t N, int T,
-                       int C);
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t N, int T,
-                        int C);
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N, int V, int C,
+                       int vocab_begin);
+void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int V, int C,
+                        int vocab_begin);
+void position_embedding_forward(float* out, const float* wpe, int64_t n, int C, int T, int64_t first_row);
+void position_embedding_backward(float* dwpe, const float* dout, int64_t n, int C, int T, int64_t first_row);
 
 void add_forward(float* out, const float* a, const float* b, int64_t n);
 void dropout_apply(float* x, int64_t n, float p, const RngKey& key);
-void cross_entropy_forward(float* losses, float* logits, const int32_t* targets, int64_t N, int Vp, int V,
-                           bool grad, float scale);
+void cross_entropy_max(float* row_max, const float* logits, int64_t N, int V, int valid);
+void cross_entropy_sums(float* sum_exp, float* target_logit, float* logits, const float* row_max,
+                        const int32_t* targets, int64_t N, int V, int valid, int vocab_begin, bool store_exp);
+void cross_entropy_finish(float* losses, float* dlogits, const float* row_max, const float* sum_exp,
+                          const float* target_logit, const int32_t* targets, int64_t N, int V, int valid,
+                          int vocab_begin, float scale);
 
 double sum_squares(const float* x, int64_t n);
 void scale_inplace(float* x, int64_t n, float factor);

@@ -1,6 +1,7 @@
-// Fused softmax + cross-entropy on CPU over the first V of Vp logits per row (padded vocabulary
-// columns are excluded from the softmax and get zero gradient). With grad, the logits row is
-// overwritten by (softmax − onehot) · scale, so no separate (N, Vp) gradient buffer is needed.
+// Softmax cross-entropy on CPU over a vocabulary shard, in the three steps of ops.h: row maxima,
+// then exp-sums and target logits, then losses and (softmax − onehot) · scale in place of the
+// logits, so no separate (N, V) gradient buffer is needed. Columns ≥ valid (padded vocabulary) are
+// excluded from the softmax and get zero gradient.
 #include <algorithm>
 #include <cmath>
 
@@ -9,31 +10,53 @@
 
 namespace megatrain::cpu {
 
-void cross_entropy_forward(float* losses, float* logits, const int32_t* targets, int64_t N, int Vp, int V,
-                           bool grad, float scale) {
+void cross_entropy_max(float* row_max, const float* logits, int64_t N, int V, int valid) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
-    float* x = logits + i * Vp;
-    float mx = x[0];
-    for (int j = 1; j < V; ++j) mx = std::max(mx, x[j]);
-    const float xt = x[targets[i]];
+    const float* x = logits + i * V;
+    float mx = -INFINITY;
+    for (int j = 0; j < valid; ++j) mx = std::max(mx, x[j]);
+    row_max[i] = mx;
+  }
+}
+
+void cross_entropy_sums(float* sum_exp, float* target_logit, float* logits, const float* row_max,
+                        const int32_t* targets, int64_t N, int V, int valid, int vocab_begin, bool store_exp) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    float* x = logits + i * V;
+    const float mx = row_max[i];
+    const int64_t t = static_cast<int64_t>(targets[i]) - vocab_begin;
+    target_logit[i] = t >= 0 && t < valid ? x[t] : 0.0f;
     float sum = 0.0f;
-    if (grad) {
+    if (store_exp) {
 #pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) {
+      for (int j = 0; j < valid; ++j) {
         x[j] = fast_exp(x[j] - mx);
         sum += x[j];
       }
-      const float f = scale / sum;
-#pragma omp simd
-      for (int j = 0; j < V; ++j) x[j] *= f;
-      x[targets[i]] -= scale;
-      std::fill(x + V, x + Vp, 0.0f);
     } else {
 #pragma omp simd reduction(+ : sum)
-      for (int j = 0; j < V; ++j) sum += fast_exp(x[j] - mx);
+      for (int j = 0; j < valid; ++j) sum += fast_exp(x[j] - mx);
     }
-    losses[i] = std::log(sum) + mx - xt;
+    sum_exp[i] = sum;
+  }
+}
+
+void cross_entropy_finish(float* losses, float* dlogits, const float* row_max, const float* sum_exp,
+                          const float* target_logit, const int32_t* targets, int64_t N, int V, int valid,
+                          int vocab_begin, float scale) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    losses[i] = std::log(sum_exp[i]) + row_max[i] - target_logit[i];
+    if (!dlogits) continue;
+    float* x = dlogits + i * V;
+    const float f = scale / sum_exp[i];
+#pragma omp simd
+    for (int j = 0; j < valid; ++j) x[j] *= f;
+    std::fill(x + valid, x + V, 0.0f);
+    const int64_t t = static_cast<int64_t>(targets[i]) - vocab_begin;
+    if (t >= 0 && t < valid) x[t] -= scale;
   }
 }
 

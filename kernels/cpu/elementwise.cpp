@@ -13,13 +13,19 @@ void add_forward(float* out, const float* a, const float* b, int64_t n) {
 void dropout_apply(float* x, int64_t n, float p, const RngKey& key) {
   const float keep_scale = 1.0f / (1.0f - p);
   const uint32_t threshold = static_cast<uint32_t>(static_cast<double>(p) * 4294967296.0);
-  // Four mask bits' worth of randomness per Philox call: element i uses word i % 4 of counter i / 4.
+  // Four mask bits' worth of randomness per Philox call: element i is global element
+  // g = key.offset + i, which uses word g % 4 of counter g / 4 — so a buffer holding a slice of the
+  // elements (a sequence-parallel shard) draws exactly the slice's bits of the whole mask.
+  RngKey counters = key;
+  counters.offset = 0;
+  const auto first = static_cast<int64_t>(key.offset);
+  const int64_t c0 = first / 4, c1 = (first + n + 3) / 4;
 #pragma omp parallel for schedule(static)
-  for (int64_t i4 = 0; i4 < (n + 3) / 4; ++i4) {
-    const auto w = rng_words(key, static_cast<uint64_t>(i4));
+  for (int64_t c = c0; c < c1; ++c) {
+    const auto w = rng_words(counters, static_cast<uint64_t>(c));
     for (int k = 0; k < 4; ++k) {
-      const int64_t i = i4 * 4 + k;
-      if (i < n) x[i] = w[static_cast<size_t>(k)] < threshold ? 0.0f : x[i] * keep_scale;
+      const int64_t i = c * 4 + k - first;
+      if (i >= 0 && i < n) x[i] = w[static_cast<size_t>(k)] < threshold ? 0.0f : x[i] * keep_scale;
     }
   }
 }

@@ -20,7 +20,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int C, int OC) {
   if (dinp) gemm(Trans::no, Trans::no, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-  gemm(Trans::yes, Trans::no, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dweight) gemm(Trans::yes, Trans::no, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias) {
     // Columns split across threads; each column sums its rows in order (deterministic).
     constexpr int kChunk = 64;

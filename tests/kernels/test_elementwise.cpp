@@ -97,26 +97,57 @@ TEST(Rope, PositionOffsetMatchesTheRowsOfALongerSequence) {
   for (int i = 0; i < n * row; ++i) ASSERT_NEAR(part[static_cast<size_t>(i)], orig[static_cast<size_t>(i)], 1e-5);
 }
 
-TEST(Embedding, ForwardAndBackwardScatter) {
-  const int B = 2, T = 3, C = 4, V = 5;
-  std::vector<int32_t> tok = {1, 4, 1, 0, 2, 1};
-  auto wte = randn(V * C, 25), wpe = randn(T * C, 26), dout = randn(B * T * C, 27);
-  std::vector<float> out(B * T * C), dwte(V * C, 0.5f), dwpe(T * C, 0.25f);  // `+=` into both
-  embedding_forward(S, Tensor(out.data(), {B, T, C}), Tensor(tok.data(), {B, T}), Tensor(wte.data(), {V, C}),
-                    Tensor(wpe.data(), {T, C}));
+TEST(Embedding, ForwardAndBackwardScatterOfAVocabularyShard) {
+  const int B = 2, T = 3, C = 4, V = 5, first = 2;  // this shard holds ids [2, 7)
+  std::vector<int32_t> tok = {3, 6, 1, 0, 2, 8};
+  auto wte = randn(V * C, 25), dout = randn(B * T * C, 27);
+  std::vector<float> out(B * T * C, 9.0f), dwte(V * C, 0.5f);  // `=` into out, `+=` into dwte
+  embedding_forward(S, Tensor(out.data(), {B, T, C}), Tensor(tok.data(), {B, T}), Tensor(wte.data(), {V, C}), first);
+  for (int i = 0; i < B * T; ++i) {
+    const bool mine = tok[i] >= first && tok[i] < first + V;
+    for (int c = 0; c < C; ++c) ASSERT_EQ(out[i * C + c], mine ? wte[(tok[i] - first) * C + c] : 0.0f) << i;
+  }
+  embedding_backward(S, Tensor(dwte.data(), {V, C}), Tensor(dout.data(), {B, T, C}), Tensor(tok.data(), {B, T}),
+                     first);
+  std::vector<double> want(V * C, 0.5);
   for (int i = 0; i < B * T; ++i)
-    for (int c = 0; c < C; ++c) ASSERT_FLOAT_EQ(out[i * C + c], wte[tok[i] * C + c] + wpe[(i % T) * C + c]);
-  embedding_backward(S, Tensor(dwte.data(), {V, C}), Tensor(dwpe.data(), {T, C}), Tensor(dout.data(), {B, T, C}),
-                     Tensor(tok.data(), {B, T}));
-  std::vector<double> want_wte(V * C, 0.5), want_wpe(T * C, 0.25);
-  for (int i = 0; i < B * T; ++i)
-    for (int c = 0; c < C; ++c) {
-      want_wte[tok[i] * C + c] += dout[i * C + c];
-      want_wpe[(i % T) * C + c] += dout[i * C + c];
-    }
-  test::expect_near_all(dwte, want_wte, 1e-6, 1e-6, "dwte");
-  test::expect_near_all(dwpe, want_wpe, 1e-6, 1e-6, "dwpe");
+    if (tok[i] >= first && tok[i] < first + V)
+      for (int c = 0; c < C; ++c) want[(tok[i] - first) * C + c] += dout[i * C + c];
+  test::expect_near_all(dwte, want, 1e-6, 1e-6, "dwte");
 }
+
+TEST(Embedding, PositionsFollowTheGlobalRowOfAShard) {
+  const int T = 4, C = 3, P = 6, n = 6, first_row = 3;  // rows 3..8 of sequences of 4
+  auto wpe = randn(P * C, 26), dout = randn(n * C, 29);
+  std::vector<float> out(n * C, 1.0f), dwpe(P * C, 0.25f);
+  position_embedding_forward(S, Tensor(out.data(), {n, C}), Tensor(wpe.data(), {P, C}), T, first_row);
+  for (int i = 0; i < n; ++i)
+    for (int c = 0; c < C; ++c) ASSERT_EQ(out[i * C + c], 1.0f + wpe[((first_row + i) % T) * C + c]) << i;
+  position_embedding_backward(S, Tensor(dwpe.data(), {P, C}), Tensor(dout.data(), {n, C}), T, first_row);
+  std::vector<double> want(P * C, 0.25);
+  for (int i = 0; i < n; ++i)
+    for (int c = 0; c < C; ++c) want[((first_row + i) % T) * C + c] += dout[i * C + c];
+  test::expect_near_all(dwpe, want, 1e-6, 1e-6, "dwpe");
+}
+
+namespace {
+// The three cross-entropy steps on one vocabulary shard [first, first + V) of which `valid` are real,
+// with given global statistics (or this shard's own when it is the whole vocabulary).
+struct LossSteps {
+  int64_t N;
+  std::vector<float> row_max, sum_exp, target_logit, losses;
+  explicit LossSteps(int64_t n) : N(n), row_max(n), sum_exp(n), target_logit(n), losses(n) {}
+  void run(std::vector<float>& logits, std::vector<int32_t>& tgt, int V, int first, int valid, LossGrad grad,
+           float scale) {
+    const Tensor L(logits.data(), {N, V}), t(tgt.data(), {N});
+    cross_entropy_max(S, Tensor(row_max.data(), {N}), L, valid);
+    cross_entropy_sums(S, Tensor(sum_exp.data(), {N}), Tensor(target_logit.data(), {N}), L,
+                       Tensor(row_max.data(), {N}), t, first, valid, grad);
+    cross_entropy_finish(S, Tensor(losses.data(), {N}), L, Tensor(row_max.data(), {N}), Tensor(sum_exp.data(), {N}),
+                         Tensor(target_logit.data(), {N}), t, first, valid, grad, scale);
+  }
+};
+}  // namespace
 
 TEST(CrossEntropy, LossExcludesPaddedVocabAndGradientMatches) {
   const int N = 4, V = 10, Vp = 16;
@@ -124,16 +155,11 @@ TEST(CrossEntropy, LossExcludesPaddedVocabAndGradientMatches) {
   for (int i = 0; i < N; ++i)
     for (int j = V; j < Vp; ++j) logits[i * Vp + j] = 50.0f;  // would dominate if not excluded
   std::vector<int32_t> tgt = {0, 9, 3, 3};
-  std::vector<float> losses(N);
-  auto loss = [&] {
+  LossSteps steps(N);
+  {
     auto copy = logits;
-    cross_entropy_forward(S, Tensor(losses.data(), {N}), Tensor(copy.data(), {N, Vp}), Tensor(tgt.data(), {N}), V,
-                          LossGrad::none, 0.0f);
-    double s = 0;
-    for (float l : losses) s += l;
-    return s;
-  };
-  loss();
+    steps.run(copy, tgt, Vp, 0, V, LossGrad::none, 0.0f);
+  }
   // Σ of the token losses in double, over the real vocabulary only.
   const auto ref_loss = [&](const std::vector<double>& z) {
     double total = 0;
@@ -150,14 +176,53 @@ TEST(CrossEntropy, LossExcludesPaddedVocabAndGradientMatches) {
     double mx = -1e300, sum = 0;
     for (int j = 0; j < V; ++j) mx = std::max(mx, one[i * Vp + j]);
     for (int j = 0; j < V; ++j) sum += std::exp(one[i * Vp + j] - mx);
-    EXPECT_NEAR(losses[i], std::log(sum) + mx - one[i * Vp + tgt[i]], 1e-5);
+    EXPECT_NEAR(steps.losses[i], std::log(sum) + mx - one[i * Vp + tgt[i]], 1e-5);
   }
   auto grad = logits;
-  cross_entropy_forward(S, Tensor(losses.data(), {N}), Tensor(grad.data(), {N, Vp}), Tensor(tgt.data(), {N}), V,
-                        LossGrad::in_place, 1.0f);
+  steps.run(grad, tgt, Vp, 0, V, LossGrad::in_place, 1.0f);
   for (int i = 0; i < N; ++i)
     for (int j = V; j < Vp; ++j) EXPECT_EQ(grad[i * Vp + j], 0.0f);
   expect_grad(grad, fd_grad(to_double(logits), ref_loss), "dlogits");
+}
+
+// Two shards of 8 columns ([0, 8) and [8, 16), of which 10 real words), combined as the
+// tensor-parallel loss combines them (max, then sums), give the one-shard losses and gradients.
+TEST(CrossEntropy, ShardsCombinedByMaxAndSumEqualTheWholeVocabulary) {
+  const int N = 5, V = 10, Vp = 16, Vl = 8;
+  auto logits = randn(N * Vp, 31, 3.0f);
+  std::vector<int32_t> tgt = {0, 9, 7, 8, 3};
+  LossSteps whole(N);
+  auto g_whole = logits;
+  whole.run(g_whole, tgt, Vp, 0, V, LossGrad::in_place, 0.5f);
+  std::vector<std::vector<float>> shard(2, std::vector<float>(N * Vl));
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < Vl; ++j) shard[r][i * Vl + j] = logits[i * Vp + r * Vl + j];
+  std::vector<LossSteps> part(2, LossSteps(N));
+  const int valid[2] = {8, 2};
+  for (int r = 0; r < 2; ++r)
+    cross_entropy_max(S, Tensor(part[r].row_max.data(), {N}), Tensor(shard[r].data(), {N, Vl}), valid[r]);
+  std::vector<float> mx(N), sum(N), tl(N);
+  for (int i = 0; i < N; ++i) mx[i] = std::max(part[0].row_max[i], part[1].row_max[i]);
+  for (int r = 0; r < 2; ++r)
+    cross_entropy_sums(S, Tensor(part[r].sum_exp.data(), {N}), Tensor(part[r].target_logit.data(), {N}),
+                       Tensor(shard[r].data(), {N, Vl}), Tensor(mx.data(), {N}), Tensor(tgt.data(), {N}), r * Vl,
+                       valid[r], LossGrad::in_place);
+  for (int i = 0; i < N; ++i) {
+    sum[i] = part[0].sum_exp[i] + part[1].sum_exp[i];
+    tl[i] = part[0].target_logit[i] + part[1].target_logit[i];
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::vector<float> losses(N);
+    cross_entropy_finish(S, Tensor(losses.data(), {N}), Tensor(shard[r].data(), {N, Vl}), Tensor(mx.data(), {N}),
+                         Tensor(sum.data(), {N}), Tensor(tl.data(), {N}), Tensor(tgt.data(), {N}), r * Vl, valid[r],
+                         LossGrad::in_place, 0.5f);
+    for (int i = 0; i < N; ++i) {
+      EXPECT_NEAR(losses[i], whole.losses[i], 1e-6) << "rank " << r << " row " << i;
+      for (int j = 0; j < Vl; ++j)
+        EXPECT_NEAR(shard[r][i * Vl + j], g_whole[i * Vp + r * Vl + j], 1e-7) << r << " " << i << " " << j;
+    }
+  }
 }
 
 TEST(Add, ResidualAddIsElementwiseAndMayWriteInPlace) {
@@ -196,6 +261,23 @@ TEST(Dropout, ReproducibleUnbiasedAndKeyed) {
   }
   EXPECT_NEAR(zeros / static_cast<double>(n), 0.25, 0.01);
   EXPECT_NEAR(sum / n, 1.0, 0.01);
+}
+
+// A slice given its first element's global index as offset draws the slice of the whole mask (the
+// sequence-parallel shards of an activation), for slices starting at any position.
+TEST(Dropout, ASliceOfTheElementsGetsTheSliceOfTheWholeMask) {
+  const int n = 103;
+  const RngKey base{9, static_cast<uint32_t>(RngPurpose::dropout), 2, 40};
+  std::vector<float> whole(n, 1.0f);
+  dropout_apply(S, Tensor(whole.data(), {n}), 0.5f, base);
+  for (int first : {0, 1, 6, 37, 101}) {
+    const int len = std::min(29, n - first);
+    std::vector<float> part(static_cast<size_t>(len), 1.0f);
+    RngKey k = base;
+    k.offset += static_cast<uint64_t>(first);
+    dropout_apply(S, Tensor(part.data(), {len}), 0.5f, k);
+    for (int i = 0; i < len; ++i) ASSERT_EQ(part[static_cast<size_t>(i)], whole[first + i]) << first << " " << i;
+  }
 }
 
 TEST(AdamW, MatchesPyTorchFormula) {

@@ -48,7 +48,7 @@ std::vector<float> full_logits(const GptModel& trained, std::vector<int32_t> seq
 
 // Row `got` against row `pos` of the full logits: within 1e-4 of the row's largest magnitude.
 void expect_row(const float* got, const std::vector<float>& full, const ModelConfig& cfg, int pos, const char* what) {
-  const float* want = full.data() + static_cast<int64_t>(pos) * cfg.padded_vocab();
+  const float* want = full.data() + static_cast<int64_t>(pos) * cfg.padded_vocab(1);
   float scale = 0.0f;
   for (int v = 0; v < cfg.vocab_size; ++v) scale = std::max(scale, std::fabs(want[v]));
   ASSERT_GT(scale, 0.1f);
@@ -75,7 +75,7 @@ TEST_P(Decode, TokenByTokenMatchesTheFullForward) {
   GptDecoder dec(*model_);
   for (int t = 0; t < cfg_.max_seq_len; ++t) {
     const Tensor l = dec.forward(std::span<const int32_t>(&seq_[static_cast<size_t>(t)], 1));
-    ASSERT_EQ(l.shape, (Shape{1, cfg_.padded_vocab()}));
+    ASSERT_EQ(l.shape, (Shape{1, cfg_.padded_vocab(1)}));
     expect_row(l.f32(), full_, cfg_, t, "token by token");
   }
   EXPECT_EQ(dec.position(), cfg_.max_seq_len);
@@ -84,7 +84,7 @@ TEST_P(Decode, TokenByTokenMatchesTheFullForward) {
 
 TEST_P(Decode, PromptChunkThenTokensMatchesTheFullForward) {
   GptDecoder dec(*model_);
-  const int prompt = 6, Vp = cfg_.padded_vocab();
+  const int prompt = 6, Vp = cfg_.padded_vocab(1);
   const Tensor l = dec.forward(std::span<const int32_t>(seq_.data(), prompt));
   ASSERT_EQ(l.shape, (Shape{prompt, Vp}));
   for (int t = 0; t < prompt; ++t) expect_row(l.f32() + static_cast<int64_t>(t) * Vp, full_, cfg_, t, "prompt chunk");
@@ -121,7 +121,7 @@ TEST_P(Decode, GreedyIsDeterministicAndFollowsTheFullModel) {
   seq.insert(seq.end(), a.tokens.begin(), a.tokens.end());
   const auto full = full_logits(*model_, seq);
   for (size_t p = prompt.size(); p < seq.size(); ++p) {  // each pick is (within rounding) the argmax
-    const float* row = full.data() + static_cast<int64_t>(p - 1) * cfg_.padded_vocab();
+    const float* row = full.data() + static_cast<int64_t>(p - 1) * cfg_.padded_vocab(1);
     const float best = *std::max_element(row, row + cfg_.vocab_size);
     EXPECT_GE(row[seq[p]], best - 1e-4f * std::fabs(best)) << "position " << p;
   }

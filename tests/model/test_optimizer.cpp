@@ -15,10 +15,11 @@ namespace {
 
 // One tensor of each group, sizes not multiples of the vector width.
 ParamLayout mixed_layout() {
-  return ParamLayout({{"wte", Shape{5, 7}, 0, ParamGroup::embedding},
-                      {"w", Shape{9, 3}, 0, ParamGroup::matrix},
-                      {"norm", Shape{11}, -1, ParamGroup::norm, InitKind::ones},
-                      {"b", Shape{13}, -1, ParamGroup::bias, InitKind::zeros}});
+  return ParamLayout({{"wte", Shape{5, 7}, TpSplit::rows, {}, ParamGroup::embedding},
+                      {"w", Shape{9, 3}, TpSplit::rows, {}, ParamGroup::matrix},
+                      {"norm", Shape{11}, TpSplit::replicated, {}, ParamGroup::norm, InitKind::ones},
+                      {"b", Shape{13}, TpSplit::replicated, {}, ParamGroup::bias, InitKind::zeros}},
+                     TpCoord{});
 }
 
 struct Reference {

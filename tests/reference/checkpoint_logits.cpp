@@ -42,7 +42,7 @@ int run(const std::string& checkpoint, const std::string& out_file, const std::v
   model.forward(ids.data(), ids.data(), eval);
   const Tensor logits = model.logits();  // (T, Vp)
   const float* p = logits.f32();
-  const int64_t Vp = mc.padded_vocab(), V = mc.vocab_size;
+  const int64_t Vp = mc.padded_vocab(1), V = mc.vocab_size;
 
   std::ofstream out(out_file, std::ios::binary | std::ios::trunc);
   MT_INPUT_CHECK(out.good(), "{}: cannot be written", out_file);

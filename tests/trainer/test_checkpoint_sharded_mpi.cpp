@@ -40,7 +40,7 @@ ParamLayout test_layout(bool extra = false) {
   std::vector<ParamSpec> specs{{"a", Shape{6}}, {"w", Shape{9, 6}}, {"c", Shape{2, 3, 5}}, {"b", Shape{5}},
                                {"e", Shape{3, 11}}};
   if (extra) specs.push_back({"extra", Shape{4}});
-  return ParamLayout(specs);
+  return ParamLayout(specs, TpCoord{});
 }
 
 bool in_tensor(const ParamLayout& layout, int64_t flat) {

@@ -283,7 +283,6 @@ TEST_F(ConfigTest, HeadsMustDivide) {
 
 TEST_F(ConfigTest, CrossFieldRules) {
   load_error("[train]\nseq_len = 512\n[model]\nmax_seq_len = 256\n", "train.seq_len");
-  EXPECT_CONTAINS(load_error("[parallel]\ntp = 2\n", "parallel.tp"), "not supported yet");
   EXPECT_CONTAINS(load_error("[parallel]\nep = 2\n", "parallel.ep"), "not supported yet");
   load_error("[parallel]\ndp = 2\n", "parallel.dp", {}, 4);
   load_error("[train]\nmicro_batch_size = 4\nglobal_batch_size = 10\n", "train.global_batch_size", {}, 1);
@@ -291,6 +290,27 @@ TEST_F(ConfigTest, CrossFieldRules) {
   load_error("[optimizer]\nwarmup_steps = 200\n[train]\nsteps = 100\n", "optimizer.warmup_steps");
   load_error("[train]\neval_interval = 10\n", "data.valid");
   load_error("[checkpoint]\nsave_interval = 10\n", "checkpoint.dir");
+}
+
+// Tensor parallelism against the model's dimensions: each message names the key and the fix.
+TEST_F(ConfigTest, TensorParallelSizeMustSplitTheModel) {
+  EXPECT_CONTAINS(load_error("[model]\nn_heads = 4\n[parallel]\ntp = 8\n", "model.n_heads", {}, 8),
+                  "parallel.tp = 8 does not divide model.n_heads = 4");
+  EXPECT_CONTAINS(load_error("[model]\nd_model = 96\nn_heads = 6\nn_kv_heads = 3\n[parallel]\ntp = 2\n",
+                             "model.n_kv_heads", {}, 2),
+                  "one divides the other");
+  EXPECT_CONTAINS(load_error("[model]\nn_heads = 8\nd_ff = 100\n[parallel]\ntp = 8\n", "model.d_ff", {}, 8),
+                  "multiple of tp");
+  EXPECT_CONTAINS(load_error("[train]\nmicro_batch_size = 1\nseq_len = 5\n[parallel]\ntp = 2\nsequence_parallel = true\n",
+                             "parallel.sequence_parallel", {}, 2),
+                  "multiple of tp");
+  EXPECT_CONTAINS(load_error("[checkpoint]\ndir = \"c\"\nsave_interval = 5\n[parallel]\ntp = 2\n",
+                             "checkpoint.save_interval", {}, 2),
+                  "not supported yet");
+  // Accepted: key/value heads fewer than tp (replicated), tp·dp = world.
+  Config c = load_config(write("[model]\nn_heads = 4\nn_kv_heads = 1\n[parallel]\ntp = 4\n"), {});
+  resolve_config(c, 8);
+  EXPECT_EQ(c.parallel.dp, 2);
 }
 
 TEST_F(ConfigTest, DataBlendAndSplitParse) {

@@ -1,0 +1,42 @@
+#include "model/tp_shared.h"
+
+namespace megatrain {
+
+TpSharedParams::TpSharedParams(const ParamLayout& layout, const Comm& tp) : layout_(layout), rank_(tp.rank()) {
+  MT_CHECK(layout.tp().size == tp.size() && layout.tp().rank == tp.rank(),
+           "the layout is for tp rank {} of {}, the communicator is rank {} of {}", layout.tp().rank,
+           layout.tp().size, tp.rank(), tp.size());
+  for (const SharedRange& r : layout.shared())
+    if (r.partial_grad && !groups_.contains(r.sharers))
+      groups_.emplace(r.sharers, tp.split(tp.rank() / r.sharers, tp.rank(), fmt::format("tp-shared-{}", r.sharers)));
+}
+
+void TpSharedParams::reduce_partial_grads(float* grads, FlatRange range) const {
+  for (const SharedRange& r : layout_.shared()) {
+    if (!r.partial_grad) continue;
+    const FlatRange mine = flat_intersect(r.range, range);
+    if (mine.size() > 0) groups_.at(r.sharers).all_reduce(grads + (mine.begin - range.begin), mine.size()).wait();
+  }
+}
+
+double TpSharedParams::sum_squares(const float* grads, FlatRange range) const {
+  auto squares = [&](int64_t begin, int64_t end) {
+    double sum = 0.0;
+    const float* g = grads - range.begin;
+#pragma omp parallel for simd reduction(+ : sum) schedule(static)
+    for (int64_t i = begin; i < end; ++i) sum += static_cast<double>(g[i]) * g[i];
+    return sum;
+  };
+  double sum = 0.0;
+  int64_t at = range.begin;
+  for (const SharedRange& r : layout_.shared()) {
+    if (rank_ % r.sharers == 0) continue;  // the first sharer counts it
+    const FlatRange skip = flat_intersect(r.range, range);
+    if (skip.size() <= 0) continue;
+    sum += squares(at, skip.begin);
+    at = skip.end;
+  }
+  return sum + squares(at, range.end);
+}
+
+}  // namespace megatrain

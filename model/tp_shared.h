@@ -1,0 +1,33 @@
+// The parameter values several tensor-parallel ranks hold (ParamLayout::shared(): replicated
+// tensors, key/value heads replicated under GQA): their partial gradients summed over the ranks
+// that share them, and a gradient norm that counts every global parameter exactly once (shared
+// values on the first of their sharers only; split values on their one owner).
+#pragma once
+#include <map>
+
+#include "model/params.h"
+#include "parallel/comm.h"
+
+namespace megatrain {
+
+class TpSharedParams {
+ public:
+  // Collective over `tp` (it splits one communicator per distinct sharer count); `layout` must
+  // outlive this object.
+  TpSharedParams(const ParamLayout& layout, const Comm& tp);
+
+  // Sums over their sharers the partial gradients that lie in `range` (grads[j] = flat element
+  // range.begin + j). Every tp rank must call it with the same range (the layout's flat ranges are
+  // the same on every tp rank).
+  void reduce_partial_grads(float* grads, FlatRange range) const;
+  // Σ g² over `range`, leaving out shared values on all but the first of their sharers; summed over
+  // tp (and the data-parallel partitions) this is the squared norm of the global gradient.
+  double sum_squares(const float* grads, FlatRange range) const;
+
+ private:
+  const ParamLayout& layout_;
+  int rank_;
+  std::map<int, Comm> groups_;  // sharers → the group of this rank's sharers
+};
+
+}  // namespace megatrain
