@@ -81,7 +81,6 @@ Tensor GptDecoder::forward(std::span<const int32_t> tokens, LogitRows rows) {
 
 void GptDecoder::run_chunk(const int32_t* tokens, int m) {
   const Stream& s = stream_;
-  const int64_t C = cfg_.d_model;
   std::memcpy(sc_.tokens.data, tokens, sizeof(int32_t) * static_cast<size_t>(m));
   embedding_forward(s, first_rows(sc_.x, m), Tensor(sc_.tokens.i32(), Shape{1, m}), model_.wte(), 0);
   if (model_.wpe().data) position_embedding_forward(s, first_rows(sc_.x, m), model_.wpe(), cfg_.max_seq_len, pos_);

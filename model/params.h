@@ -37,7 +37,7 @@ struct ParamSpec {
   std::string name;     // e.g. "layers.3.attn.qkv.weight"
   Shape shape;          // global shape
   TpSplit split = TpSplit::replicated;
-  std::vector<RowPart> parts;  // TpSplit::rows: the parts, rows summing to shape[0]
+  std::vector<RowPart> parts = {};  // TpSplit::rows: the parts, rows summing to shape[0]
   ParamGroup group = ParamGroup::matrix;
   InitKind init = InitKind::normal;
   int valid_rows = -1;  // rows beyond this are padding and initialised to zero (padded vocab); −1 = all

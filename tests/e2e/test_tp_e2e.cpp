@@ -48,7 +48,9 @@ class TpE2E : public test::TrainE2E {
           const auto a = run(tp, dp, set, name);
           EXPECT_EQ(compare(single, a, 1e-5, name + " vs one process"), 10 * 2 + 2);
           for (const char* k : {"tp_comm_ms", "tp_exposed_ms"}) EXPECT_TRUE(!a.empty() && a[0].contains(k)) << k;
-          if (dp == 1 && stage == 0) EXPECT_EQ(compare(a, run(tp, dp, set, name + "_again"), 0.0, name + " rerun"), 22);
+          if (dp == 1 && stage == 0) {
+            EXPECT_EQ(compare(a, run(tp, dp, set, name + "_again"), 0.0, name + " rerun"), 22);
+          }
         }
   }
 
