@@ -17,6 +17,14 @@ LocalDims local_of(const ModelConfig& cfg, const TensorParallel& tp) {
   return local_dims(cfg, TpCoord{tp.rank(), tp.size()});
 }
 
+// A norm output entered into the tp region: gathered into the scratch with sequence parallelism
+// (again in backward, as Megatron does, instead of saving N rows per layer), else the output itself.
+Tensor enter_region(const TensorParallel& tp, const NormActivations& norm, Tensor gathered) {
+  const Tensor full = tp.sequence_parallel() ? gathered : norm.out;
+  tp.enter_forward(full, norm.out);
+  return full;
+}
+
 // The full-rows buffer of a region boundary: a scratch of its own with sequence parallelism,
 // otherwise the local tensor itself (parallel/mappings.h).
 Tensor full_rows(const TensorParallel& tp, Tensor local, Tensor scratch) {
@@ -56,13 +64,11 @@ BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const T
   const int64_t fc = cfg.activation == ActivationKind::swiglu ? 2 * L.ffn : L.ffn;
   BlockActivations a;
   a.attn_norm = norm_activations(arena, cfg, Nl);
-  a.attn_in = tp.sequence_parallel() ? arena.tensor(Shape{N, C}) : a.attn_norm.out;
   a.qkv = arena.tensor(Shape{B, T, (L.heads + 2 * L.kv_heads) * D});
   a.att = arena.tensor(Shape{N, L.heads * D});
   a.lse = arena.tensor(Shape{B, L.heads, T});
   a.x_mid = arena.tensor(Shape{Nl, C});
   a.mlp_norm = norm_activations(arena, cfg, Nl);
-  a.mlp_in = tp.sequence_parallel() ? arena.tensor(Shape{N, C}) : a.mlp_norm.out;
   a.fc = arena.tensor(Shape{N, fc});
   a.act = arena.tensor(Shape{N, L.ffn});
   return a;
@@ -76,6 +82,7 @@ BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorPar
   sc.proj = arena.tensor(like.x_mid.shape);
   sc.partial = tp.sequence_parallel() ? arena.tensor(full) : sc.proj;
   sc.dfull = tp.sequence_parallel() ? arena.tensor(full) : Tensor{};
+  sc.gathered = tp.sequence_parallel() ? arena.tensor(full) : Tensor{};
   sc.dnorm = arena.tensor(like.x_mid.shape);
   sc.dmid = arena.tensor(like.x_mid.shape);
   sc.datt = arena.tensor(like.att.shape);
@@ -90,8 +97,7 @@ void block_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel
   const LocalDims L = local_of(cfg, tp);
   // Attention half.
   norm_forward(s, cfg, a.attn_norm, inp, w.attn_norm);
-  tp.enter_forward(a.attn_in, a.attn_norm.out);
-  column_parallel_forward(s, a.qkv, a.attn_in, w.qkv_w, w.qkv_b);
+  column_parallel_forward(s, a.qkv, enter_region(tp, a.attn_norm, sc.gathered), w.qkv_w, w.qkv_b);
   if (cfg.position == PositionKind::rope)
     rope_apply(s, a.qkv, L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::forward);
   attention_forward(s, a.att, a.lse, a.qkv, L.heads, L.kv_heads);
@@ -100,8 +106,7 @@ void block_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel
   add_forward(s, a.x_mid, inp, sc.proj);
   // MLP half.
   norm_forward(s, cfg, a.mlp_norm, a.x_mid, w.mlp_norm);
-  tp.enter_forward(a.mlp_in, a.mlp_norm.out);
-  column_parallel_forward(s, a.fc, a.mlp_in, w.fc_w, w.fc_b);
+  column_parallel_forward(s, a.fc, enter_region(tp, a.mlp_norm, sc.gathered), w.fc_w, w.fc_b);
   if (cfg.activation == ActivationKind::gelu)
     gelu_forward(s, a.act, a.fc);
   else
@@ -134,7 +139,7 @@ void block_backward(const Stream& s, const ModelConfig& cfg, const TensorParalle
   else
     swiglu_backward(s, sc.dfc, sc.dact, a.fc);
   column_parallel_backward(s, tp, sc.dnorm, full_rows(tp, sc.dnorm, sc.dfull), grad.fc_w, grad.fc_b, sc.dfc,
-                           a.mlp_in, w.fc_w);
+                           enter_region(tp, a.mlp_norm, sc.gathered), w.fc_w);
   norm_backward(s, cfg, sc.dmid, grad.mlp_norm, sc.dnorm, dout, a.mlp_norm, a.x_mid, w.mlp_norm);
   // Attention half.
   Tensor dattp = through_dropout(s, sc.dmid, sc.proj, drop, kSiteAttn);
@@ -144,7 +149,7 @@ void block_backward(const Stream& s, const ModelConfig& cfg, const TensorParalle
   if (cfg.position == PositionKind::rope)
     rope_apply(s, sc.dqkv, L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::backward);
   column_parallel_backward(s, tp, sc.dnorm, full_rows(tp, sc.dnorm, sc.dfull), grad.qkv_w, grad.qkv_b, sc.dqkv,
-                           a.attn_in, w.qkv_w);
+                           enter_region(tp, a.attn_norm, sc.gathered), w.qkv_w);
   norm_backward(s, cfg, dinp, grad.attn_norm, sc.dnorm, sc.dmid, a.attn_norm, inp, w.attn_norm);
 }
 

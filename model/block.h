@@ -30,14 +30,13 @@ BlockParamIndex block_param_index(const ParamLayout& layout, int layer);
 BlockWeights block_weights(const ParamLayout& layout, const BlockParamIndex& index, float* data, int64_t data_begin);
 
 struct BlockActivations {
-  NormActivations attn_norm;  // (Nl, C)
-  Tensor attn_in;             // (N, C) the norm output entered into the tp region (= attn_norm.out without SP)
+  NormActivations attn_norm;  // (Nl, C); with SP the block enters all N rows into the tp region in
+                              // BlockScratch::gathered, and gathers them again in backward (not saved)
   Tensor qkv;                 // (B, T, (Hl + 2·Hkvl)·D), after RoPE
   Tensor att;                 // (N, Hl·D)
   Tensor lse;                 // (B, Hl, T)
   Tensor x_mid;               // (Nl, C)
-  NormActivations mlp_norm;   // (Nl, C)
-  Tensor mlp_in;              // (N, C) (= mlp_norm.out without SP)
+  NormActivations mlp_norm;   // (Nl, C), entered like attn_norm
   Tensor fc;                  // (N, Fl) or (N, 2·Fl) for SwiGLU
   Tensor act;                 // (N, Fl)
 };
@@ -49,6 +48,7 @@ struct BlockScratch {
   Tensor proj;     // (Nl, C)  projection outputs / dropout-masked gradients
   Tensor partial;  // (N, C)   row-parallel partial sums, gathered gradients (= proj without SP)
   Tensor dfull;    // (N, C)   input gradient of a column-parallel layer before its reduction (SP only)
+  Tensor gathered; // (N, C)   a norm output gathered from the sequence shards (SP only)
   Tensor dnorm;    // (Nl, C)  gradient at a norm output
   Tensor dmid;     // (Nl, C)  gradient at x_mid
   Tensor datt;     // (N, Hl·D)
