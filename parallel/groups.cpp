@@ -106,7 +106,8 @@ std::vector<int> group_ranks(const ParallelDims& d, int rank, GroupKind kind) {
 
 ParallelDims resolve_dims(int world, int tp, int cp, int ep, int pp, int dp) {
   const std::string given =
-      fmt::format("tp={} cp={} ep={} pp={} dp={} (world size {})", tp, cp, ep, pp, dp, world);
+      fmt::format("parallel.tp={} parallel.cp={} parallel.ep={} parallel.pp={} parallel.dp={} (world size {})", tp, cp,
+                  ep, pp, dp, world);
   MT_INPUT_CHECK(world >= 1, "parallel layout {}: the world size must be >= 1", given);
   MT_INPUT_CHECK(tp >= 1 && cp >= 1 && ep >= 1 && pp >= 1 && dp >= 0,
                  "parallel layout {}: tp, cp, ep and pp must be >= 1 and dp >= 1 (or 0 to derive it)", given);
@@ -119,8 +120,8 @@ ParallelDims resolve_dims(int world, int tp, int cp, int ep, int pp, int dp) {
     dp = static_cast<int>(world / model);
   } else {
     MT_INPUT_CHECK(model * dp == world,
-                   "parallel layout {}: tp*cp*ep*pp*dp = {} but the world has {} ranks; set dp = 0 to derive "
-                   "it or launch {} ranks",
+                   "parallel layout {}: tp*cp*ep*pp*dp = {} but the world has {} ranks; set parallel.dp = 0 to "
+                   "derive it or launch {} ranks",
                    given, model * dp, world, model * dp);
   }
   return ParallelDims{.tp = tp, .cp = cp, .ep = ep, .dp = dp, .pp = pp};

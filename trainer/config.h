@@ -16,7 +16,7 @@ enum class DecayKind { cosine, linear, constant };
 
 struct ParallelConfig {
   int tp = 1, pp = 1, cp = 1, ep = 1;
-  int dp = 0;  // 0 = world / (tp·pp·cp)
+  int dp = 0;  // 0 = world / (tp·cp·ep·pp) (parallel/groups.h resolve_dims)
   int zero_stage = 0;               // 0 | 1 | 2 | 3 (parallel/zero.h)
   double bucket_size_mb = 25.0;     // gradient bucket size for the data-parallel reduction
   bool overlap_grad_reduce = true;  // start each bucket's reduction during backward

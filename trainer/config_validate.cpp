@@ -8,6 +8,7 @@
 
 #include "data/doc_split.h"
 #include "kernels/check.h"
+#include "parallel/groups.h"
 #include "trainer/config.h"
 
 namespace megatrain {
@@ -54,7 +55,7 @@ void validate_config_fields(const Config& c) {
   r.at_least("parallel.pp", p.pp, 1);
   r.at_least("parallel.cp", p.cp, 1);
   r.at_least("parallel.ep", p.ep, 1);
-  r.at_least("parallel.dp", p.dp, 0, "(0 = world size / (tp·pp·cp))");
+  r.at_least("parallel.dp", p.dp, 0, "(0 = world size / (tp·cp·ep·pp))");
   r.check(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", p.zero_stage, "0, 1, 2 or 3", "");
   r.positive("parallel.bucket_size_mb", p.bucket_size_mb);
 
@@ -111,7 +112,7 @@ void resolve_config(Config& c, int world_size) {
                  "model.max_seq_len",
                  f, c.train.seq_len, m.max_seq_len);
 
-  // 2. Layout: world = tp·pp·cp·dp (ep subdivides dp).
+  // 2. Layout.
   ParallelConfig& p = c.parallel;
   for (auto [key, value] : {std::pair<const char*, int>{"parallel.pp", p.pp},
                             {"parallel.cp", p.cp},
@@ -119,18 +120,12 @@ void resolve_config(Config& c, int world_size) {
     MT_INPUT_CHECK(value == 1, "{}: {} = {} is not supported yet; set {} = 1", f, key, value, key);
   MT_INPUT_CHECK(world_size >= 1, "{}: world size {} must be at least 1 (--world-size or the launcher's rank count)", f,
                  world_size);
-  const int64_t model_ranks = int64_t{p.tp} * p.pp * p.cp;
-  if (p.dp == 0) {
-    MT_INPUT_CHECK(world_size % model_ranks == 0,
-                   "{}: world size {} is not divisible by parallel.tp·pp·cp = {}; launch a multiple of {} ranks or "
-                   "change parallel.tp, pp, cp",
-                   f, world_size, model_ranks, model_ranks);
-    p.dp = static_cast<int>(world_size / model_ranks);
+  // The one world-size rule (parallel/groups.h): world = tp·cp·ep·dp·pp, ep its own axis.
+  try {
+    p.dp = resolve_dims(world_size, p.tp, p.cp, p.ep, p.pp, p.dp).dp;
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", f, e.what()));
   }
-  MT_INPUT_CHECK(model_ranks * p.dp == world_size,
-                 "{}: world size {} != parallel.tp·pp·cp·dp = {}·{}·{}·{} = {}; set parallel.dp = 0 to derive it from "
-                 "the world size, or launch {} ranks",
-                 f, world_size, p.tp, p.pp, p.cp, p.dp, model_ranks * p.dp, model_ranks * p.dp);
 
   // Tensor parallelism splits heads, key/value heads (or replicates them), MLP units and the
   // (padded) vocabulary; sequence parallelism splits the rows of a micro-batch.
