@@ -1,7 +1,7 @@
 // HDF5 side of checkpoint files (checkpoint_file.h): attributes, datasets with global shapes, and
 // the hyperslab transfers of each rank's pieces. Writes are collective MPI-IO; reads are
 // independent, so the only collectives of a read are ShardGroup's, issued by every rank in order.
-#include "trainer/checkpoint_file.h"
+#include "checkpoint/checkpoint_file.h"
 
 #include <hdf5.h>
 #include <zlib.h>
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainer/checkpoint_shard.h"
+#include "checkpoint/checkpoint_shard.h"
 
 namespace megatrain {
 namespace {

@@ -1,6 +1,6 @@
 // Hyperslab boxes of a flat range, CRC pieces and the MPI agreement of sharded checkpoint I/O
 // (see checkpoint_shard.h for the invariants).
-#include "trainer/checkpoint_shard.h"
+#include "checkpoint/checkpoint_shard.h"
 
 #include <fmt/format.h>
 #include <zlib.h>

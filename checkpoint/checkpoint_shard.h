@@ -1,4 +1,4 @@
-// The pieces a sharded checkpoint read or write is made of (internal to trainer/checkpoint*.cpp):
+// The pieces a sharded checkpoint read or write is made of (internal to checkpoint/checkpoint_file.cpp):
 // the hyperslab boxes of a contiguous element range, per-piece CRC-32s, and ShardGroup, the MPI glue
 // that makes the ranks act as one. Invariants: the boxes of a range, traversed in row-major order,
 // are exactly that range; CRC pieces of consecutive ranges combined in rank order equal the CRC of

@@ -1,6 +1,6 @@
 // Writer and validating mmap reader for the safetensors format (see safetensors.h for the format
 // and the invariants). Every check of a file on open names the file, the tensor and the problem.
-#include "trainer/safetensors.h"
+#include "interop/safetensors.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

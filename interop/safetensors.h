@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trainer/half.h"
+#include "interop/half.h"
 
 namespace megatrain {
 

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "trainer/checkpoint_shard.h"
+#include "checkpoint/checkpoint_shard.h"
 #include "trainer/debug_env.h"
 #include "trainer/model_compat.h"
 

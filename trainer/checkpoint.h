@@ -1,4 +1,4 @@
-// Checkpoint directories: DIR/step_NNNNNNN/model.h5 (format: trainer/checkpoint_file.h).
+// Checkpoint directories: DIR/step_NNNNNNN/model.h5 (format: checkpoint/checkpoint_file.h).
 // Saving writes DIR/step_NNNNNNN.tmp, fsyncs, renames it to DIR/step_NNNNNNN, then replaces
 // DIR/latest atomically, and only then removes checkpoints beyond checkpoint.keep_last — so at
 // every instant the newest complete checkpoint is intact and findable. Each rank saves and loads
@@ -13,7 +13,7 @@
 
 #include "model/params.h"
 #include "parallel/comm.h"
-#include "trainer/checkpoint_file.h"
+#include "checkpoint/checkpoint_file.h"
 #include "trainer/config.h"
 
 namespace megatrain {

@@ -18,7 +18,7 @@
 #include "model/generate.h"
 #include "parallel/comm.h"
 #include "trainer/checkpoint.h"
-#include "trainer/checkpoint_file.h"
+#include "checkpoint/checkpoint_file.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
 

@@ -11,7 +11,7 @@
 
 #include "kernels/check.h"
 #include "parallel/comm.h"
-#include "trainer/checkpoint_file.h"
+#include "checkpoint/checkpoint_file.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
 #include "trainer/hf_interop.h"

@@ -15,7 +15,7 @@
 
 #include "model/params.h"
 #include "trainer/config.h"
-#include "trainer/safetensors.h"
+#include "interop/safetensors.h"
 
 namespace megatrain {
 

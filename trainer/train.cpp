@@ -68,7 +68,7 @@ struct Run {
     return static_cast<int64_t>(cfg.train.global_batch_size) * cfg.train.seq_len;
   }
 
-  // What a checkpoint holds of this rank's state (trainer/checkpoint_file.h).
+  // What a checkpoint holds of this rank's state (checkpoint/checkpoint_file.h).
   CheckpointTensors checkpoint_tensors() {
     const FlatRange held = zero.held_params_range(), opt = optimizer.range(), part = zero.partition();
     return {&layout,

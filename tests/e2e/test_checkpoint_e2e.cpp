@@ -5,7 +5,7 @@
 
 #include "model/params.h"
 #include "tests/e2e/e2e_fixture.h"
-#include "trainer/checkpoint_file.h"
+#include "checkpoint/checkpoint_file.h"
 
 namespace megatrain {
 namespace {

@@ -17,7 +17,7 @@
 #include "kernels/check.h"
 #include "model/gpt.h"
 #include "trainer/checkpoint.h"
-#include "trainer/checkpoint_file.h"
+#include "checkpoint/checkpoint_file.h"
 #include "trainer/config.h"
 
 namespace megatrain {

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <numeric>
 
-#include "trainer/checkpoint_file.h"
-#include "trainer/checkpoint_shard.h"
+#include "checkpoint/checkpoint_file.h"
+#include "checkpoint/checkpoint_shard.h"
 #include "tests/input_error.h"
 #include "tests/temp_dir.h"
 

@@ -1,5 +1,5 @@
 // The root attributes of a checkpoint (step, consumed_samples, seed, config, parallel_layout) are
-// covered by meta_crc32 (trainer/checkpoint_file.h, docs/checkpoint-format.md): its value is zlib's
+// covered by meta_crc32 (checkpoint/checkpoint_file.h, docs/checkpoint-format.md): its value is zlib's
 // CRC-32 of the documented byte string, any change to one of them is refused naming the file, and a
 // version 1 file (written before the checksum existed) still loads.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 
 #include "tests/expect_contains.h"
 #include "tests/input_error.h"
-#include "trainer/checkpoint_file.h"
+#include "checkpoint/checkpoint_file.h"
 
 namespace megatrain {
 namespace {

@@ -15,8 +15,8 @@
 #include <tuple>
 #include <vector>
 
-#include "trainer/checkpoint_file.h"
-#include "trainer/checkpoint_shard.h"
+#include "checkpoint/checkpoint_file.h"
+#include "checkpoint/checkpoint_shard.h"
 #include "tests/input_error.h"
 #include "tests/temp_dir.h"
 

@@ -18,7 +18,7 @@
 
 #include "tests/expect_contains.h"
 #include "kernels/check.h"
-#include "trainer/half.h"
+#include "interop/half.h"
 #include "trainer/hf_interop.h"
 #include "tests/input_error.h"
 #include "tests/temp_dir.h"

@@ -19,7 +19,7 @@
 
 #include "tests/expect_contains.h"
 #include "kernels/check.h"
-#include "trainer/safetensors.h"
+#include "interop/safetensors.h"
 #include "tests/input_error.h"
 #include "tests/temp_dir.h"
 
