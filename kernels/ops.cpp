@@ -198,22 +198,25 @@ void embedding_backward(const Stream& s, Tensor dwte, Tensor dout, Tensor tokens
   cpu::embedding_backward(dwte.f32(), dout.f32(), tokens.i32(), tokens.numel(), V, C, vocab_begin);
 }
 
+namespace {
+// A position table (P, C) for rows at positions (first_row + i) mod T.
+void check_positions(Tensor table, int C, int T, int64_t first_row, const char* name) {
+  MT_CHECK(T >= 1 && table.shape[0] >= T && last(table) == C && first_row >= 0,
+           "position embedding: T = {} and first_row = {} need T <= {} rows ({}) and width {}", T, first_row, name,
+           table.shape[0], C);
+}
+}  // namespace
+
 void position_embedding_forward(const Stream& s, Tensor out, Tensor wpe, int T, int64_t first_row) {
   on_cpu(s);
-  const int C = last(out);
-  MT_CHECK(T >= 1 && wpe.shape[0] >= T && last(wpe) == C && first_row >= 0,
-           "position embedding: T = {} and first_row = {} need T <= wpe rows ({}) and matching width", T, first_row,
-           wpe.shape[0]);
-  cpu::position_embedding_forward(out.f32(), wpe.f32(), rows(out), C, T, first_row);
+  check_positions(wpe, last(out), T, first_row, "wpe");
+  cpu::position_embedding_forward(out.f32(), wpe.f32(), rows(out), last(out), T, first_row);
 }
 
 void position_embedding_backward(const Stream& s, Tensor dwpe, Tensor dout, int T, int64_t first_row) {
   on_cpu(s);
-  const int C = last(dout);
-  MT_CHECK(T >= 1 && dwpe.shape[0] >= T && last(dwpe) == C && first_row >= 0,
-           "position embedding: T = {} and first_row = {} need T <= dwpe rows ({}) and matching width", T, first_row,
-           dwpe.shape[0]);
-  cpu::position_embedding_backward(dwpe.f32(), dout.f32(), rows(dout), C, T, first_row);
+  check_positions(dwpe, last(dout), T, first_row, "dwpe");
+  cpu::position_embedding_backward(dwpe.f32(), dout.f32(), rows(dout), last(dout), T, first_row);
 }
 
 void add_forward(const Stream& s, Tensor out, Tensor a, Tensor b) {

@@ -1,9 +1,11 @@
 // Reading a run's metrics file (trainer/metrics.h: one JSON object per line, each with its "step"):
-// every line parsed, and the values one key takes after a given step. The one way e2e tests look at
+// every line parsed, the values one key takes after a given step, and two runs compared. The one way e2e tests look at
 // what a run logged.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +36,27 @@ inline std::vector<double> metrics_field(const std::vector<nlohmann::json>& line
 inline std::vector<double> metrics_field(const std::filesystem::path& file, const std::string& key,
                                          int64_t after_step = 0) {
   return metrics_field(metrics_lines(file), key, after_step);
+}
+
+// Two runs' metrics line by line — loss, grad_norm and val_loss within `rel` relative, or bitwise at
+// rel = 0 — as test failures naming `what`; returns how many values were compared.
+inline int compare_runs(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b, double rel,
+                        const std::string& what) {
+  EXPECT_EQ(a.size(), b.size()) << what;
+  int compared = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_EQ(a[i]["step"], b[i]["step"]) << what;
+    for (const char* k : {"loss", "grad_norm", "val_loss"}) {
+      if (!a[i].contains(k)) continue;
+      const double x = a[i][k].get<double>(), y = b[i][k].get<double>();
+      if (rel == 0.0)
+        EXPECT_EQ(x, y) << what << ": " << k << " at step " << a[i]["step"];
+      else
+        EXPECT_NEAR(x, y, rel * std::fabs(x)) << what << ": " << k << " at step " << a[i]["step"];
+      ++compared;
+    }
+  }
+  return compared;
 }
 
 }  // namespace megatrain::test

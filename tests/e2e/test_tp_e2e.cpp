@@ -46,31 +46,12 @@ class TpE2E : public test::TrainE2E {
           const std::string set =
               fmt::format("{} --set parallel.zero_stage={} --set parallel.sequence_parallel={}", model, stage, sp);
           const auto a = run(tp, dp, set, name);
-          EXPECT_EQ(compare(single, a, 1e-5, name + " vs one process"), 10 * 2 + 2);
+          EXPECT_EQ(test::compare_runs(single, a, 1e-5, name + " vs one process"), 10 * 2 + 2);
           for (const char* k : {"tp_comm_ms", "tp_exposed_ms"}) EXPECT_TRUE(!a.empty() && a[0].contains(k)) << k;
           if (dp == 1 && stage == 0) {
-            EXPECT_EQ(compare(a, run(tp, dp, set, name + "_again"), 0.0, name + " rerun"), 22);
+            EXPECT_EQ(test::compare_runs(a, run(tp, dp, set, name + "_again"), 0.0, name + " rerun"), 22);
           }
         }
-  }
-
-  // Loss, grad_norm and val_loss line by line: within `rel` relative, or bitwise at rel = 0.
-  static int compare(const std::vector<json>& a, const std::vector<json>& b, double rel, const std::string& what) {
-    EXPECT_EQ(a.size(), b.size()) << what;
-    int compared = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-      EXPECT_EQ(a[i]["step"], b[i]["step"]) << what;
-      for (const char* k : {"loss", "grad_norm", "val_loss"}) {
-        if (!a[i].contains(k)) continue;
-        const double x = a[i][k].get<double>(), y = b[i][k].get<double>();
-        if (rel == 0.0)
-          EXPECT_EQ(x, y) << what << ": " << k << " at step " << a[i]["step"];
-        else
-          EXPECT_NEAR(x, y, rel * std::fabs(x)) << what << ": " << k << " at step " << a[i]["step"];
-        ++compared;
-      }
-    }
-    return compared;
   }
 };
 
@@ -84,7 +65,7 @@ TEST_F(TpE2E, LlamaAtTp4ReplicatesKeyValueHeads) { every_layout_matches_one_proc
 TEST_F(TpE2E, OverlapOffGivesTheSameLosses) {
   const auto on = run(2, 1, "", "on");
   const auto off = run(2, 1, "--set parallel.overlap_tp_comm=false", "off");
-  EXPECT_EQ(compare(on, off, 0.0, "tp overlap off"), 22);
+  EXPECT_EQ(test::compare_runs(on, off, 0.0, "tp overlap off"), 22);
 }
 
 }  // namespace

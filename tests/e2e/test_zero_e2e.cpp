@@ -27,25 +27,6 @@ class ZeroE2E : public test::TrainE2E {
   }
 };
 
-// Compares loss, grad_norm and val_loss line by line: within `rel` relative, or bitwise at rel = 0.
-int compare(const std::vector<json>& a, const std::vector<json>& b, double rel, const std::string& what) {
-  EXPECT_EQ(a.size(), b.size()) << what;
-  int compared = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    EXPECT_EQ(a[i]["step"], b[i]["step"]) << what;
-    for (const char* k : {"loss", "grad_norm", "val_loss"}) {
-      if (!a[i].contains(k)) continue;
-      const double x = a[i][k].get<double>(), y = b[i][k].get<double>();
-      if (rel == 0.0)
-        EXPECT_EQ(x, y) << what << ": " << k << " at step " << a[i]["step"];
-      else
-        EXPECT_NEAR(x, y, rel * std::fabs(x)) << what << ": " << k << " at step " << a[i]["step"];
-      ++compared;
-    }
-  }
-  return compared;
-}
-
 // Same global batch, same samples and dropout masks (keyed by global sample index): the loss and
 // gradient norm of every one of 10 steps agree with the single process within 1e-5 relative (fp32
 // reduction order), and each layout run twice is bitwise identical.
@@ -58,8 +39,8 @@ TEST_F(ZeroE2E, EveryDataParallelSizeAndStageMatchesOneProcessAndRerunsBitwise) 
       const std::string name = "dp" + std::to_string(dp) + "_zero" + std::to_string(stage);
       const auto a = run(dp, set, name + "a");
       const auto b = run(dp, set, name + "b");
-      EXPECT_EQ(compare(single, a, 1e-5, name + " vs one process"), 10 * 2 + 2);
-      compare(a, b, 0.0, name + " rerun");
+      EXPECT_EQ(test::compare_runs(single, a, 1e-5, name + " vs one process"), 10 * 2 + 2);
+      test::compare_runs(a, b, 0.0, name + " rerun");
       // The step lines carry the timers, the bytes moved and the memory per rank.
       for (const char* k : {"comm_ms", "exposed_comm_ms", "compute_ms", "comm_bytes", "memory_bytes"})
         EXPECT_TRUE(a[0].contains(k)) << k;
@@ -76,7 +57,7 @@ TEST_F(ZeroE2E, OverlapOffGivesTheSameLosses) {
     const std::string set = "--set train.steps=6 --set parallel.zero_stage=" + std::to_string(stage);
     const auto on = run(2, set, "on");
     const auto off = run(2, set + " --set parallel.overlap_grad_reduce=false", "off");
-    EXPECT_EQ(compare(on, off, 0.0, "overlap off, stage " + std::to_string(stage)), 6 * 2 + 2);
+    EXPECT_EQ(test::compare_runs(on, off, 0.0, "overlap off, stage " + std::to_string(stage)), 6 * 2 + 2);
   }
 }
 
@@ -98,7 +79,7 @@ TEST_F(ZeroE2E, CheckpointFromDp4Zero1ResumesAtDp2Zero3AndDp1) {
                              "--set train.steps=6 --set parallel.zero_stage=" + std::to_string(stage) +
                                  " --set checkpoint.load=" + (ckpt / "step_0000003").string(),
                              "resume" + std::to_string(np));
-    EXPECT_EQ(compare(tail, resumed, 1e-5, "dp4 zero1 -> dp" + std::to_string(np) + " zero" + std::to_string(stage)),
+    EXPECT_EQ(test::compare_runs(tail, resumed, 1e-5, "dp4 zero1 -> dp" + std::to_string(np) + " zero" + std::to_string(stage)),
               3 * 2 + 2);  // steps 4–6, validations at 5 and 6
   }
 }
@@ -116,7 +97,7 @@ TEST_F(ZeroE2E, ResumeAtTheSameDataParallelLayoutIsBitwise) {
       if (j["step"].get<int64_t>() > 3) tail.push_back(j);
     const auto resumed =
         run(2, set + " --set checkpoint.load=" + (ckpt / "step_0000003").string(), "resumed" + std::to_string(stage));
-    EXPECT_EQ(compare(tail, resumed, 0.0, "dp2 zero" + std::to_string(stage) + " resume"), 3 * 2 + 2);
+    EXPECT_EQ(test::compare_runs(tail, resumed, 0.0, "dp2 zero" + std::to_string(stage) + " resume"), 3 * 2 + 2);
   }
 }
 
@@ -127,7 +108,7 @@ TEST_F(ZeroE2E, UnevenShardsAtThreeRanksMatchOneProcess) {
   const auto single = run(1, set, "single12");
   for (int stage = 1; stage <= 3; ++stage) {
     const auto three = run(3, set + " --set parallel.zero_stage=" + std::to_string(stage), "dp3_" + std::to_string(stage));
-    EXPECT_EQ(compare(single, three, 1e-5, "dp3 zero" + std::to_string(stage) + " vs one process"), 6 * 2 + 2);
+    EXPECT_EQ(test::compare_runs(single, three, 1e-5, "dp3 zero" + std::to_string(stage) + " vs one process"), 6 * 2 + 2);
   }
 }
 

@@ -6,32 +6,23 @@
 #include <map>
 
 #include "model/params.h"
+#include "tests/model/tiny_models.h"
 
 namespace megatrain {
 namespace {
 
-ModelConfig llama(int n_kv_heads) {
-  ModelConfig c;
-  c.n_layers = 2;
-  c.d_model = 64;
-  c.n_heads = 4;
-  c.n_kv_heads = n_kv_heads;
+// The shared tiny models (tests/model/tiny_models.h) with a vocabulary of 300, so real words lie in
+// more than one tp rank's rows, and n_kv_heads chosen per test.
+ModelConfig gpt2() {
+  ModelConfig c = test::gpt2_like();
   c.vocab_size = 300;
-  c.norm = NormKind::rmsnorm;
-  c.position = PositionKind::rope;
-  c.activation = ActivationKind::swiglu;
-  c.bias = false;
-  c.tie_embeddings = false;
   return c;
 }
 
-ModelConfig gpt2() {
-  ModelConfig c;
-  c.n_layers = 2;
-  c.d_model = 64;
-  c.n_heads = 4;
+ModelConfig llama(int n_kv_heads) {
+  ModelConfig c = test::llama_like();
   c.vocab_size = 300;
-  c.max_seq_len = 32;
+  c.n_kv_heads = n_kv_heads;
   return c;
 }
 
