@@ -44,36 +44,103 @@ const FlatSlice& slice_of(const CheckpointTensors& t, int kind) {
 // Where flat element `flat` (inside the slice) lives.
 float* at(const FlatSlice& s, int64_t flat) { return s.data + (flat - s.begin); }
 
-// The part of flat range [begin, end) inside tensor i, as offsets within the tensor (lo ≥ hi: none).
+const ParamLayout& stored_of(const CheckpointTensors& t) { return t.stored ? *t.stored : *t.layout; }
+
+// The part of flat range [begin, end) inside local tensor i, as offsets within the tensor (lo ≥ hi: none).
 std::pair<int64_t, int64_t> within(const ParamLayout& layout, size_t i, int64_t begin, int64_t end) {
   const int64_t off = layout.offset(i);
-  return {std::max(begin, off) - off, std::min(end, off + layout.spec(i).shape.numel()) - off};
+  return {std::max(begin, off) - off, std::min(end, off + layout.local_shape(i).numel()) - off};
+}
+
+// For each stored tensor, its index in the rank's layout (−1: this rank holds none of it). Every
+// local tensor must be a stored one of the same shape up to vocabulary padding rows; a mismatch is
+// a bug, reported here as text so that every rank can be told.
+std::vector<int> local_indices(const CheckpointTensors& t, std::string& error) {
+  const ParamLayout& stored = stored_of(t);
+  std::vector<int> local(stored.size(), -1);
+  for (size_t i = 0; i < t.layout->size(); ++i) {
+    const ParamSpec& spec = t.layout->spec(i);
+    if (!stored.contains(spec.name)) {
+      error = fmt::format("checkpoint: {} is not a stored tensor", spec.name);
+      continue;
+    }
+    const size_t s = stored.index_of(spec.name);
+    const Shape &a = spec.shape, &b = stored.spec(s).shape;
+    bool same = a.ndim == b.ndim && (a[0] == b[0] || (spec.valid_rows >= 0 && spec.valid_rows <= b[0]));
+    for (int d = 1; d < a.ndim && same; ++d) same = a[d] == b[d];
+    if (!same) error = fmt::format("checkpoint: {} has global shape {} but is stored as {}", spec.name, a.str(), b.str());
+    local[s] = static_cast<int>(i);
+  }
+  return local;
+}
+
+// Local flat ranges [range.begin, range.end) of tensor i as stored runs (ckpt::stored_runs).
+std::vector<ckpt::Run> runs_in(const ParamLayout& layout, size_t i, FlatRange range, int64_t stored_numel) {
+  const auto [lo, hi] = within(layout, i, range.begin, range.end);
+  if (lo >= hi) return {};
+  return ckpt::stored_runs(layout, i, lo, hi, stored_numel);
 }
 
 enum class Transfer { read, write };
 
-// Reads or writes the tensor's elements [lo, hi) (row-major) from/to `data` (hi − lo floats) as a
-// union of hyperslab boxes; an empty range selects nothing (collective writes need every rank).
-herr_t transfer(Transfer dir, hid_t dset, const Shape& shape, int64_t lo, int64_t hi, float* data, hid_t dxpl) {
+// Reads or writes the stored elements of `runs` from/to the local tensor whose element 0 would be
+// at flat position `tensor_flat` of `slice`; no runs select nothing (collective writes need every
+// rank).
+herr_t transfer(Transfer dir, hid_t dset, const Shape& shape, const std::vector<ckpt::Run>& runs,
+                const FlatSlice& slice, int64_t tensor_flat, hid_t dxpl) {
   H5 fspace(H5Dget_space(dset), H5Sclose);
-  const hsize_t n = static_cast<hsize_t>(std::max<int64_t>(hi - lo, 1));
+  const int64_t first = runs.empty() ? 0 : runs.front().local;
+  const hsize_t n = static_cast<hsize_t>(runs.empty() ? 1 : runs.back().local + runs.back().n - first);
   H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
   float none = 0.0f;
-  if (hi <= lo) {
+  float* data = &none;
+  if (runs.empty()) {
     H5Sselect_none(fspace);
     H5Sselect_none(mspace);
-    data = &none;
   } else {
+    data = at(slice, tensor_flat + first);
     H5S_seloper_t op = H5S_SELECT_SET;
-    for (const ckpt::Box& b : ckpt::range_boxes(shape, lo, hi)) {
+    for (const ckpt::Box& b : ckpt::run_boxes(shape, runs)) {
       std::vector<hsize_t> start(b.start.begin(), b.start.begin() + shape.ndim);
       std::vector<hsize_t> count(b.count.begin(), b.count.begin() + shape.ndim);
       if (H5Sselect_hyperslab(fspace, op, start.data(), nullptr, count.data(), nullptr) < 0) return -1;
       op = H5S_SELECT_OR;
     }
+    op = H5S_SELECT_SET;
+    for (size_t r = 0; r < runs.size();) {  // the memory side: runs contiguous in local order merged
+      size_t e = r + 1;
+      while (e < runs.size() && runs[e - 1].local + runs[e - 1].n == runs[e].local) ++e;
+      const hsize_t start = static_cast<hsize_t>(runs[r].local - first);
+      const hsize_t count = static_cast<hsize_t>(runs[e - 1].local + runs[e - 1].n - runs[r].local);
+      if (H5Sselect_hyperslab(mspace, op, &start, nullptr, &count, nullptr) < 0) return -1;
+      op = H5S_SELECT_OR;
+      r = e;
+    }
   }
   return dir == Transfer::write ? H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, data)
                                 : H5Dread(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, data);
+}
+
+// The CRC pieces of `runs` of dataset `dataset`, read from the local tensor at `tensor_flat`.
+void add_pieces(std::vector<ckpt::CrcPiece>& out, int64_t dataset, const std::vector<ckpt::Run>& runs,
+                const FlatSlice& slice, int64_t tensor_flat) {
+  for (const ckpt::Run& r : runs)
+    out.push_back({dataset, r.global * 4, r.n * 4, ckpt::crc_floats(at(slice, tensor_flat + r.local), r.n)});
+}
+
+// The dataset names and byte sizes of a file, in dataset order (kind-major).
+struct Datasets {
+  std::vector<std::string> names;
+  std::vector<int64_t> bytes;
+};
+Datasets datasets_of(const ParamLayout& stored) {
+  Datasets d;
+  for (const char* kind : kKinds)
+    for (size_t s = 0; s < stored.size(); ++s) {
+      d.names.push_back(fmt::format("{}/{}", kind, stored.spec(s).name));
+      d.bytes.push_back(stored.spec(s).shape.numel() * 4);
+    }
+  return d;
 }
 
 void write_attr_i64(hid_t obj, const char* name, int64_t v) {
@@ -161,17 +228,23 @@ H5 open_for_read(const std::string& path) {
   return f;
 }
 
-// Every slice contains the partition, and a non-empty slice has data.
-bool slices_hold_partition(const CheckpointTensors& t) {
+// Why `t` cannot be used (a bug in the caller): a slice misses the partition, a non-empty slice
+// has no data, or the local tensors do not match the stored ones. Empty when usable.
+std::string misuse(const CheckpointTensors& t, std::vector<int>& local) {
+  if (t.layout == nullptr) return "checkpoint: no layout";
   for (int kind = 0; kind < 3; ++kind) {
     const FlatSlice& s = slice_of(t, kind);
-    if (t.part_begin < t.part_end && (s.begin > t.part_begin || s.end < t.part_end)) return false;
-    if (s.begin < s.end && s.data == nullptr) return false;
+    if ((t.part_begin < t.part_end && (s.begin > t.part_begin || s.end < t.part_end)) ||
+        (s.begin < s.end && s.data == nullptr))
+      return fmt::format("checkpoint: the {} slice [{}, {}) does not hold the partition [{}, {})", kKinds[kind],
+                         s.begin, s.end, t.part_begin, t.part_end);
   }
-  return t.layout != nullptr;
+  std::string error;
+  local = local_indices(t, error);
+  return error;
 }
 
-// What one rank's local read produced: the stored checksums and the CRCs of its partition pieces.
+// What one rank's local read produced: the stored checksums and the CRCs of the pieces it verifies.
 struct LocalRead {
   CheckpointMeta meta;
   std::vector<uint32_t> stored;
@@ -179,19 +252,20 @@ struct LocalRead {
 };
 
 // Everything a read does without talking to other ranks; the first problem is thrown as InputError.
-void read_local(const std::string& path, const CheckpointTensors& t, const CheckpointMetaCheck& check_meta,
-                LocalRead& out) {
+void read_local(const std::string& path, const CheckpointTensors& t, const std::vector<int>& local,
+                const CheckpointMetaCheck& check_meta, LocalRead& out) {
   H5 f = open_for_read(path);
   const Reader r{path, f};
   out.meta = read_meta(r);
   if (check_meta) check_meta(out.meta);
-  const ParamLayout& layout = *t.layout;
+  const ParamLayout &layout = *t.layout, &stored = stored_of(t);
+  const std::vector<FlatRange> owned = ckpt::owned_ranges(layout, {t.part_begin, t.part_end});
   for (int kind = 0; kind < 3; ++kind) {
     if (H5Lexists(f, kKinds[kind], H5P_DEFAULT) <= 0) r.fail(fmt::format("group '{}' is missing", kKinds[kind]));
     H5 group(H5Gopen2(f, kKinds[kind], H5P_DEFAULT), H5Gclose);
     const FlatSlice& slice = slice_of(t, kind);
-    for (size_t i = 0; i < layout.size(); ++i) {
-      const ParamSpec& spec = layout.spec(i);
+    for (size_t s = 0; s < stored.size(); ++s) {
+      const ParamSpec& spec = stored.spec(s);
       const std::string where = fmt::format("tensor {}/{}", kKinds[kind], spec.name);
       if (H5Lexists(group, spec.name.c_str(), H5P_DEFAULT) <= 0)
         r.fail(fmt::format("{} is missing (the checkpoint was written for another model)", where));
@@ -208,38 +282,39 @@ void read_local(const std::string& path, const CheckpointTensors& t, const Check
       uint32_t want = 0;
       if (H5Aread(a, H5T_NATIVE_UINT32, &want) < 0) r.fail(fmt::format("{}: its crc32 is unreadable", where));
       out.stored.push_back(want);
-      const int64_t off = layout.offset(i);
+      if (local[s] < 0) continue;
+      const auto i = static_cast<size_t>(local[s]);
+      const int64_t off = layout.offset(i), numel = spec.shape.numel();
       const auto [lo, hi] = within(layout, i, slice.begin, slice.end);
-      if (lo < hi && transfer(Transfer::read, dset, spec.shape, lo, hi, at(slice, off + lo), H5P_DEFAULT) < 0)
+      if (lo < hi) std::fill(at(slice, off + lo), at(slice, off + hi), 0.0f);  // padding rows not stored stay 0
+      const std::vector<ckpt::Run> runs = runs_in(layout, i, {slice.begin, slice.end}, numel);
+      if (transfer(Transfer::read, dset, spec.shape, runs, slice, off, H5P_DEFAULT) < 0)
         r.fail(fmt::format("{} cannot be read (file truncated or damaged)", where));
-      const auto [plo, phi] = within(layout, i, t.part_begin, t.part_end);
-      if (plo < phi)
-        out.pieces.push_back({static_cast<int64_t>(out.stored.size() - 1), (phi - plo) * 4,
-                              ckpt::crc_floats(at(slice, off + plo), phi - plo)});
+      const auto dataset = static_cast<int64_t>(out.stored.size() - 1);
+      for (const FlatRange& o : owned) add_pieces(out.pieces, dataset, runs_in(layout, i, o, numel), slice, off);
     }
   }
 }
 
 CheckpointMeta read_sharded(const std::string& path, const CheckpointTensors& t, const ckpt::ShardGroup& group,
                             const CheckpointMetaCheck& check_meta) {
-  group.check_partitions(t.part_begin, t.part_end, slices_hold_partition(t), t.layout ? t.layout->total() : 0);
-  LocalRead local;
+  std::vector<int> local;
+  group.agree_misuse(misuse(t, local));
+  LocalRead read;
   std::string error;
   try {
-    read_local(path, t, check_meta, local);
+    read_local(path, t, local, check_meta, read);
   } catch (const InputError& e) {
     error = e.what();
   }
   group.agree(error);  // from here on every rank has read every dataset's metadata
-  const std::vector<uint32_t> crcs = group.combine_on_root(local.pieces, local.stored.size());
+  const Datasets datasets = datasets_of(stored_of(t));
+  const std::vector<uint32_t> crcs = group.combine(read.pieces, datasets.bytes, datasets.names);
   for (size_t d = 0; d < crcs.size() && error.empty(); ++d)
-    if (crcs[d] != local.stored[d]) {
-      const size_t n = t.layout->size();
-      error = fmt::format("checkpoint {}: tensor {}/{} fails its checksum (data damaged)", path, kKinds[d / n],
-                          t.layout->spec(d % n).name);
-    }
+    if (crcs[d] != read.stored[d])
+      error = fmt::format("checkpoint {}: tensor {} fails its checksum (data damaged)", path, datasets.names[d]);
   group.agree(error);
-  return local.meta;
+  return read.meta;
 }
 
 }  // namespace
@@ -263,7 +338,8 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
                            const Comm& comm) {
   quiet_hdf5();
   const ckpt::ShardGroup group(comm.handle());
-  group.check_partitions(t.part_begin, t.part_end, slices_hold_partition(t), t.layout ? t.layout->total() : 0);
+  std::vector<int> local;
+  group.agree_misuse(misuse(t, local));
   H5 fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_fapl_mpio(fapl, comm.handle(), MPI_INFO_NULL);
   H5 file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
@@ -282,30 +358,38 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
   H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);  // the partitions tile every tensor: each element is written once
-  const ParamLayout& layout = *t.layout;
+  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);  // the writers' pieces tile every tensor: each element is written once
+  const ParamLayout &layout = *t.layout, &stored = stored_of(t);
+  const std::vector<FlatRange> owned = ckpt::owned_ranges(layout, {t.part_begin, t.part_end});
   std::vector<H5> dsets;
   std::vector<ckpt::CrcPiece> pieces;
   for (int kind = 0; kind < 3; ++kind) {
     H5 group_h(H5Gcreate2(file, kKinds[kind], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     const FlatSlice& slice = slice_of(t, kind);
-    for (size_t i = 0; i < layout.size(); ++i) {
-      const ParamSpec& spec = layout.spec(i);
+    for (size_t s = 0; s < stored.size(); ++s) {
+      const ParamSpec& spec = stored.spec(s);
       std::vector<hsize_t> dims(spec.shape.dim.begin(), spec.shape.dim.begin() + spec.shape.ndim);
       H5 fspace(H5Screate_simple(spec.shape.ndim, dims.data(), nullptr), H5Sclose);
       H5 dset(H5Dcreate2(group_h, spec.name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT),
               H5Dclose);
       MT_CHECK(dset.ok(), "cannot create dataset {}/{} in {}", kKinds[kind], spec.name, path);
-      const auto [lo, hi] = within(layout, i, t.part_begin, t.part_end);
-      float* data = lo < hi ? at(slice, layout.offset(i) + lo) : nullptr;
-      MT_CHECK(transfer(Transfer::write, dset, spec.shape, lo, hi, data, dxpl) >= 0, "writing {}/{} to {} failed",
+      std::vector<ckpt::Run> runs;
+      int64_t off = 0;
+      if (local[s] >= 0) {
+        const auto i = static_cast<size_t>(local[s]);
+        off = layout.offset(i);
+        for (const FlatRange& o : owned)
+          for (const ckpt::Run& r : runs_in(layout, i, o, spec.shape.numel())) runs.push_back(r);
+      }
+      MT_CHECK(transfer(Transfer::write, dset, spec.shape, runs, slice, off, dxpl) >= 0, "writing {}/{} to {} failed",
                kKinds[kind], spec.name, path);
-      if (lo < hi) pieces.push_back({static_cast<int64_t>(dsets.size()), (hi - lo) * 4, ckpt::crc_floats(data, hi - lo)});
+      add_pieces(pieces, static_cast<int64_t>(dsets.size()), runs, slice, off);
       dsets.push_back(std::move(dset));
     }
   }
-  std::vector<uint32_t> crcs = group.combine_on_root(pieces, dsets.size());
-  group.broadcast(crcs);  // attribute writes are collective: every rank passes the same value
+  const Datasets datasets = datasets_of(stored);
+  // Every rank gets the same values: attribute writes are collective.
+  const std::vector<uint32_t> crcs = group.combine(pieces, datasets.bytes, datasets.names);
   for (size_t d = 0; d < dsets.size(); ++d) write_attr_u32(dsets[d], "crc32", crcs[d]);
   MT_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0, "flushing {} failed", path);
 }

@@ -1,12 +1,14 @@
 // One checkpoint file in HDF5 (format in docs/checkpoint-format.md): every parameter and its
-// Adam state as a dataset with its *global* shape. Sharded I/O: the ranks of a communicator
-// partition the flat layout (ParamLayout order) in rank order; a write stores each rank's partition
-// of every tensor through collective MPI-IO (replicated state is written once, in parallel), a read
-// fills on each rank exactly the slices it holds. Root attributes carry the training state, the
-// resolved config and the layout; each dataset carries a CRC-32 of all its bytes, combined from the
-// partitions' pieces on write and verified, piece by partition owner, on read. Invariant: a read
-// either fills every slice on every rank or throws the same InputError, naming the file, the tensor
-// and the reason, on every rank.
+// Adam state as a dataset with its *global* shape, the same whatever the parallel layout that wrote
+// it. Sharded I/O: each rank holds its tensor-parallel view of the tensors (model/params.h) and a
+// partition of that view's flat layout (ZeRO over dp); a write stores every global element once —
+// from the partition that holds it, and of values several tp ranks share, from the lowest of them —
+// through collective MPI-IO, and a read fills on each rank exactly the slices it holds, from the
+// global positions of its elements. Root attributes carry the training state, the resolved config
+// and the layout; each dataset carries a CRC-32 of all its bytes in global order, combined from the
+// writers' pieces and verified, piece by writer, on read. Invariant: a read either fills every
+// slice on every rank or throws the same InputError, naming the file, the tensor and the reason, on
+// every rank.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -33,14 +35,17 @@ struct FlatSlice {
   int64_t begin = 0, end = 0;
 };
 
-// What one rank holds of the state a checkpoint stores; the flat index space is `layout`'s. The
-// ranks of the communicator partition [0, layout->total()) in rank order by [part_begin, part_end),
-// and each slice contains this rank's partition. ZeRO 0: three full slices; ZeRO 1/2: full params,
-// partition-only moments; ZeRO 3: all three partition-only.
+// What one rank holds of the state a checkpoint stores; the flat index space is `layout`'s (this
+// rank's tensor-parallel view). The ranks of one tp rank partition [0, layout->total()) by
+// [part_begin, part_end), and each slice contains this rank's partition. ZeRO 0: three full
+// slices; ZeRO 1/2: full params, partition-only moments; ZeRO 3: all three partition-only.
+// `stored` lists the global tensors of the file (names and shapes: the whole model at tp = 1, whose
+// vocabulary padding is that of tp = 1); nullptr means `layout` itself.
 struct CheckpointTensors {
   const ParamLayout* layout = nullptr;
   FlatSlice params, exp_avg, exp_avg_sq;
   int64_t part_begin = 0, part_end = 0;  // this rank's partition
+  const ParamLayout* stored = nullptr;
 };
 
 // Full (replicated) buffers of layout.total() floats each, held by rank `rank` of a communicator of

@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "kernels/check.h"
 
@@ -62,6 +63,59 @@ std::vector<Box> range_boxes(const Shape& shape, int64_t lo, int64_t hi) {
   return out;
 }
 
+std::vector<Run> stored_runs(const ParamLayout& layout, size_t i, int64_t lo, int64_t hi, int64_t stored) {
+  const Shape& local = layout.local_shape(i);
+  MT_CHECK(0 <= lo && lo <= hi && hi <= local.numel(), "local range [{}, {}) of {} (shape {})", lo, hi,
+           layout.spec(i).name, local.str());
+  std::vector<Run> runs;
+  // A local row is contiguous in the global tensor too (a whole row of a row split, or one row's
+  // columns of a column split); a replicated tensor is one run.
+  const int64_t inner = layout.spec(i).split == TpSplit::replicated ? std::max<int64_t>(hi - lo, 1)
+                                                                     : local.numel() / local[0];
+  for (int64_t a = lo; a < hi;) {
+    const int64_t b = std::min(hi, (a / inner + 1) * inner), g = layout.global_index(i, a);
+    const int64_t n = std::min(b, a + std::max<int64_t>(stored - g, 0)) - a;
+    if (n > 0) {
+      Run* last = runs.empty() ? nullptr : &runs.back();
+      if (last && last->local + last->n == a && last->global + last->n == g) last->n += n;
+      else runs.push_back({a, g, n});
+    }
+    a = b;
+  }
+  return runs;
+}
+
+std::vector<Box> run_boxes(const Shape& shape, const std::vector<Run>& runs) {
+  std::vector<Box> out;
+  const auto extends = [&](const Box& a, const Box& b) {
+    for (int d = 1; d < shape.ndim; ++d) {
+      const auto k = static_cast<size_t>(d);
+      if (a.start[k] != b.start[k] || a.count[k] != b.count[k]) return false;
+    }
+    return a.start[0] + a.count[0] == b.start[0];
+  };
+  for (const Run& r : runs)
+    for (const Box& b : range_boxes(shape, r.global, r.global + r.n)) {
+      if (!out.empty() && extends(out.back(), b)) out.back().count[0] += b.count[0];
+      else out.push_back(b);
+    }
+  return out;
+}
+
+std::vector<FlatRange> owned_ranges(const ParamLayout& layout, FlatRange part) {
+  std::vector<FlatRange> out;
+  int64_t from = part.begin;
+  for (const SharedRange& s : layout.shared()) {
+    if (layout.tp().rank % s.sharers == 0) continue;  // the lowest sharer of its group
+    const FlatRange skip = flat_intersect(s.range, part);
+    if (skip.size() == 0) continue;
+    if (from < skip.begin) out.push_back({from, skip.begin});
+    from = skip.end;
+  }
+  if (from < part.end) out.push_back({from, part.end});
+  return out;
+}
+
 uint32_t crc_floats(const float* data, int64_t n) {
   uLong crc = crc32(0L, Z_NULL, 0);
   const auto* bytes = reinterpret_cast<const Bytef*>(data);
@@ -89,28 +143,18 @@ void ShardGroup::agree(const std::string& error) const {
   throw InputError(text);
 }
 
-void ShardGroup::check_partitions(int64_t begin, int64_t end, bool slices_hold, int64_t total) const {
-  const int64_t mine[3] = {begin, end, slices_hold ? 1 : 0};
-  std::vector<int64_t> all(3 * static_cast<size_t>(size_));
-  if (comm_ == MPI_COMM_NULL) std::copy(mine, mine + 3, all.begin());
-  else mpi_ok(MPI_Allgather(mine, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, comm_), "allgather");
-  int64_t next = 0;
-  std::string parts;
-  bool ok = true;
-  for (size_t r = 0; r < static_cast<size_t>(size_); ++r) {
-    ok = ok && all[3 * r] == next && all[3 * r + 1] >= next && all[3 * r + 2] == 1;
-    next = all[3 * r + 1];
-    parts += fmt::format(" [{}, {}){}", all[3 * r], all[3 * r + 1], all[3 * r + 2] == 1 ? "" : " (slices miss it)");
+void ShardGroup::agree_misuse(const std::string& error) const {
+  try {
+    agree(error);
+  } catch (const InputError& e) {
+    throw Error(e.what());
   }
-  MT_CHECK(ok && next == total,
-           "checkpoint: the ranks' partitions must tile [0, {}) in rank order, each inside that rank's slices; "
-           "got{}",
-           total, parts);
 }
 
-std::vector<uint32_t> ShardGroup::combine_on_root(const std::vector<CrcPiece>& mine, size_t datasets) const {
+std::vector<uint32_t> ShardGroup::combine(const std::vector<CrcPiece>& mine, const std::vector<int64_t>& dataset_bytes,
+                                          const std::vector<std::string>& names) const {
   std::vector<int64_t> flat;
-  for (const CrcPiece& p : mine) flat.insert(flat.end(), {p.dataset, p.bytes, static_cast<int64_t>(p.crc)});
+  for (const CrcPiece& p : mine) flat.insert(flat.end(), {p.dataset, p.offset, p.bytes, static_cast<int64_t>(p.crc)});
   std::vector<int64_t> all = flat;
   if (comm_ != MPI_COMM_NULL) {
     const int n = static_cast<int>(flat.size());
@@ -121,13 +165,37 @@ std::vector<uint32_t> ShardGroup::combine_on_root(const std::vector<CrcPiece>& m
     mpi_ok(MPI_Gatherv(flat.data(), n, MPI_INT64_T, all.data(), counts.data(), displs.data(), MPI_INT64_T, 0, comm_),
            "gatherv");
   }
-  if (rank_ != 0) return {};
-  // crc32_combine(0, c, n) = c: the CRC of nothing followed by a piece is the piece's CRC.
-  std::vector<uint32_t> crcs(datasets, 0);
-  for (size_t i = 0; i + 2 < all.size(); i += 3) {
-    uint32_t& crc = crcs.at(static_cast<size_t>(all[i]));
-    crc = static_cast<uint32_t>(crc32_combine(crc, static_cast<uLong>(all[i + 2]), static_cast<z_off_t>(all[i + 1])));
+  std::vector<uint32_t> crcs(dataset_bytes.size(), 0);
+  std::string error;
+  if (rank_ == 0) {
+    std::vector<CrcPiece> pieces;
+    for (size_t i = 0; i + 3 < all.size(); i += 4)
+      pieces.push_back({all[i], all[i + 1], all[i + 2], static_cast<uint32_t>(all[i + 3])});
+    std::sort(pieces.begin(), pieces.end(),
+              [](const CrcPiece& a, const CrcPiece& b) { return std::tie(a.dataset, a.offset) < std::tie(b.dataset, b.offset); });
+    std::vector<int64_t> covered(dataset_bytes.size(), 0);
+    // crc32_combine(0, c, n) = c: the CRC of nothing followed by a piece is the piece's CRC.
+    for (const CrcPiece& p : pieces) {
+      const auto d = static_cast<size_t>(p.dataset);
+      if (p.offset != covered.at(d)) {
+        error = fmt::format("bytes [{}, {}) of {}", std::min(p.offset, covered[d]), std::max(p.offset, covered[d]),
+                            names.at(d));
+        break;
+      }
+      crcs[d] = static_cast<uint32_t>(crc32_combine(crcs[d], static_cast<uLong>(p.crc), static_cast<z_off_t>(p.bytes)));
+      covered[d] += p.bytes;
+    }
+    for (size_t d = 0; d < covered.size() && error.empty(); ++d)
+      if (covered[d] != dataset_bytes[d])
+        error = fmt::format("bytes [{}, {}) of {}", covered[d], dataset_bytes[d], names[d]);
+    if (!error.empty())
+      error = fmt::format("checkpoint: the ranks' pieces must tile every tensor exactly once; {} are covered twice "
+                          "or never (a partition or sharer bug)",
+                          error);
   }
+  broadcast(error);
+  if (!error.empty()) throw Error(error);
+  broadcast(crcs);
   return crcs;
 }
 

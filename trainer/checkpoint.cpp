@@ -194,7 +194,7 @@ double Checkpointer::save(const CheckpointTensors& t, const TrainState& state) {
     return FlatSlice{host.data(), t.part_begin, t.part_end};
   };
   const CheckpointTensors copy{t.layout, copy_partition(host_params_, t.params), copy_partition(host_m_, t.exp_avg),
-                               copy_partition(host_v_, t.exp_avg_sq), t.part_begin, t.part_end};
+                               copy_partition(host_v_, t.exp_avg_sq), t.part_begin, t.part_end, t.stored};
   worker_ = std::thread([this, copy, meta] {
     try {
       write(copy, meta);

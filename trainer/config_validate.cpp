@@ -146,10 +146,6 @@ void resolve_config(Config& c, int world_size) {
                    "{}: parallel.sequence_parallel splits the micro_batch_size · seq_len = {} · {} rows of a "
                    "micro-batch over tp = {}; pick sizes whose product is a multiple of tp",
                    f, c.train.micro_batch_size, c.train.seq_len, p.tp);
-    MT_INPUT_CHECK(c.checkpoint.save_interval == 0 && c.checkpoint.load.empty(),
-                   "{}: checkpoints at parallel.tp = {} > 1 are not supported yet (checkpoint.save_interval = {}, "
-                   "checkpoint.load = \"{}\"); set save_interval = 0 and load = \"\", or tp = 1",
-                   f, p.tp, c.checkpoint.save_interval, c.checkpoint.load);
   }
 
   // 3. Batch: global = micro · dp · accumulation steps.

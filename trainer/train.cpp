@@ -31,6 +31,7 @@ struct Run {
   int dp_rank, dp;
   TrainData data;
   ParamLayout layout;
+  ParamLayout stored_layout;  // the global tensors checkpoints hold
   ZeroState zero;
   GptModel model;
   TpSharedParams tp_shared;
@@ -41,6 +42,7 @@ struct Run {
       : cfg(c), groups(world, parallel_dims(c)), dp_comm(groups.dp()), tp_comm(groups.tp()),
         dp_rank(dp_comm.rank()), dp(dp_comm.size()), data(c, dp_rank, dp),
         layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel)),
+        stored_layout(gpt_param_layout(c.model)),
         zero(gpt_param_units(layout, c.model), dp_comm, zero_options(c)),
         model(c.model, c.train.micro_batch_size, c.train.seq_len, zero, tp_comm,
               TpOptions{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm}),
@@ -76,7 +78,8 @@ struct Run {
             {optimizer.exp_avg(), opt.begin, opt.end},
             {optimizer.exp_avg_sq(), opt.begin, opt.end},
             part.begin,
-            part.end};
+            part.end,
+            &stored_layout};
   }
 
   MemoryMetrics memory() const {

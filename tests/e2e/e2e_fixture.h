@@ -1,6 +1,6 @@
 // Fixture for end-to-end tests: a temp folder with a byte-level dataset made from two of Debian's
 // fortune files (train: science, valid: wisdom) and a tiny config, and a helper that trains and
-// returns the metrics file's JSON lines (tests/e2e/metrics_reader.h).
+// returns the metrics file's JSON lines (tests/e2e/metrics_reader.h), in one process or on MPI ranks.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -57,6 +57,19 @@ interval = 1
                            (dir_ / metrics).string() + "\"' " + extra);
     EXPECT_EQ(r.code, 0) << r.output;
     return test::metrics_lines(dir_ / metrics);
+  }
+
+  // Trains on `np` MPI ranks (one thread each) with `extra` flags; the metrics go to NAME.jsonl,
+  // whose JSON lines are returned.
+  std::vector<nlohmann::json> train_mpi(int np, const std::string& extra, const std::string& name) {
+    const fs::path metrics = dir_ / (name + ".jsonl");
+    const std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np " +
+                            std::to_string(np) + " -x OMP_NUM_THREADS=1 " + test::megatrain_bin() +
+                            " train --config " + config_.string() + " --set log.metrics_file=" + metrics.string() +
+                            " " + extra;
+    const auto r = test::run_shell(cmd);
+    EXPECT_EQ(r.code, 0) << cmd << "\n" << r.output;
+    return test::metrics_lines(metrics);
   }
 
   test::TempDir dir_{"e2e"};

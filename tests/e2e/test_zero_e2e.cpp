@@ -14,16 +14,10 @@ class ZeroE2E : public test::TrainE2E {
   // `np` ranks (one thread each) on the tiny config: micro-batches of 4 from a global batch of 16,
   // so dp = 1, 2, 4 run 4, 2, 1 micro-batches per step; small buckets so there are several.
   std::vector<json> run(int np, const std::string& extra, const std::string& name) {
-    const fs::path metrics = dir_ / (name + ".jsonl");
-    const std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np " +
-                            std::to_string(np) + " -x OMP_NUM_THREADS=1 " + test::megatrain_bin() +
-                            " train --config " + config_.string() +
-                            " --set train.micro_batch_size=4 --set train.eval_interval=5 "
-                            "--set parallel.bucket_size_mb=0.05 --set log.metrics_file=" +
-                            metrics.string() + " " + extra;
-    const auto r = test::run_shell(cmd);
-    EXPECT_EQ(r.code, 0) << cmd << "\n" << r.output;
-    return test::metrics_lines(metrics);
+    return train_mpi(np,
+                     "--set train.micro_batch_size=4 --set train.eval_interval=5 --set parallel.bucket_size_mb=0.05 " +
+                         extra,
+                     name);
   }
 };
 

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -18,7 +17,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/checkpoint_shard.h"
 #include "tests/input_error.h"
-#include "tests/temp_dir.h"
+#include "tests/shared_temp_dir.h"
 
 namespace megatrain {
 namespace {
@@ -99,21 +98,7 @@ FlatRange partition(int64_t total, int rank, int ranks, Scheme scheme) {
 
 class ShardedCheckpoint : public ::testing::Test {
  protected:
-  // Rank 0 makes the folder; every rank uses its path.
-  void SetUp() override {
-    if (world_rank() == 0) owned_.emplace("ckshard");
-    std::string dir = owned_ ? owned_->string() : "";
-    int n = static_cast<int>(dir.size());
-    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    dir.resize(static_cast<size_t>(n));
-    MPI_Bcast(dir.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-    dir_ = dir;
-  }
-  void TearDown() override {
-    MPI_Barrier(MPI_COMM_WORLD);
-    owned_.reset();
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return dir_ / name; }
 
   // ZeRO-3 write on `comm`: every rank passes only its partition.
   void write_zero3(const std::string& file, const Comm& comm, Scheme scheme) {
@@ -157,8 +142,7 @@ class ShardedCheckpoint : public ::testing::Test {
 
   ParamLayout layout_ = test_layout();
   CheckpointMeta meta_{{5, 50, 9}, "[model]\n", "{}"};
-  std::optional<test::TempDir> owned_;
-  fs::path dir_;
+  test::SharedTempDir dir_{"ckshard"};
 };
 
 // Every dataset of `file` equals `ref`'s: the same floats and the same crc32 attribute, and that

@@ -304,9 +304,6 @@ TEST_F(ConfigTest, TensorParallelSizeMustSplitTheModel) {
   EXPECT_CONTAINS(load_error("[train]\nmicro_batch_size = 1\nseq_len = 5\n[parallel]\ntp = 2\nsequence_parallel = true\n",
                              "parallel.sequence_parallel", {}, 2),
                   "multiple of tp");
-  EXPECT_CONTAINS(load_error("[checkpoint]\ndir = \"c\"\nsave_interval = 5\n[parallel]\ntp = 2\n",
-                             "checkpoint.save_interval", {}, 2),
-                  "not supported yet");
   // Accepted: key/value heads fewer than tp (replicated), tp·dp = world.
   Config c = load_config(write("[model]\nn_heads = 4\nn_kv_heads = 1\n[parallel]\ntp = 4\n"), {});
   resolve_config(c, 8);
