@@ -1,8 +1,10 @@
-// ModelConfig: the architecture of a decoder-only transformer (GPT-2 and Llama families).
-// Pure data; parsed and validated by trainer/config.cpp. Invariant after validation:
-// d_model % n_heads == 0, n_heads % n_kv_heads == 0, padded_vocab(tp) % (128·tp) == 0.
+// ModelConfig: the architecture of a decoder-only transformer (GPT-2 and Llama families), and its
+// rules. Parsed by trainer/config.cpp or interop/hf_config.cpp; both check it with
+// validate_model_config. Invariant after validation: d_model % n_heads == 0,
+// n_heads % n_kv_heads == 0, an even head dimension with RoPE, padded_vocab(tp) % (128·tp) == 0.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace megatrain {
 
@@ -40,5 +42,10 @@ struct ModelConfig {
   // an equal, 128-aligned share); the extra rows are zero and their logits excluded from the loss.
   int padded_vocab(int tp) const { return (vocab_size + 128 * tp - 1) / (128 * tp) * (128 * tp); }
 };
+
+// Single-field rules of [model]: InputError "SOURCE: model.KEY = VALUE must be …".
+void validate_model_fields(const ModelConfig& m, const std::string& source);
+// Those and the cross-field rules of the architecture, each message naming SOURCE, the keys and the fix.
+void validate_model_config(const ModelConfig& m, const std::string& source);
 
 }  // namespace megatrain

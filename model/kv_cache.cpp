@@ -33,17 +33,15 @@ GptDecoder::GptDecoder(const GptModel& model, int max_chunk)
 
 void GptDecoder::plan(Arena& arena) {
   const int64_t R = R_, C = cfg_.d_model, D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.kv_heads();
-  const int64_t F = cfg_.ffn_dim(), fc = cfg_.activation == ActivationKind::swiglu ? 2 * F : F;
+  const TensorParallel rows(R, C);
   sc_.tokens = Tensor(arena.alloc_i32(R), Shape{R});
   sc_.x = arena.tensor(Shape{R, C});
   sc_.x_mid = arena.tensor(Shape{R, C});
-  sc_.proj = arena.tensor(Shape{R, C});
-  sc_.norm = norm_activations(arena, cfg_, R);
-  sc_.qkv = arena.tensor(Shape{R, (H + 2 * Hkv) * D});
+  sc_.attn = attention_activations(arena, cfg_, rows, 1, R_);
   sc_.q = arena.tensor(Shape{R, H * D});
-  sc_.att = arena.tensor(Shape{R, H * D});
-  sc_.fc = arena.tensor(Shape{R, fc});
-  sc_.act = arena.tensor(Shape{R, F});
+  sc_.mlp = mlp_activations(arena, cfg_, rows, R);
+  sc_.block.proj = arena.tensor(Shape{R, C});
+  sc_.final_norm = norm_activations(arena, cfg_, R);
   sc_.k.clear();
   sc_.v.clear();
   for (int l = 0; l < cfg_.n_layers; ++l) {
@@ -69,11 +67,11 @@ Tensor GptDecoder::forward(std::span<const int32_t> tokens, LogitRows rows) {
     const int m = std::min(R_, n - c0);
     run_chunk(tokens.data() + c0, m);
     if (rows == LogitRows::all) {
-      matmul_forward(stream_, Tensor(logits_.data() + c0 * Vp, Shape{m, Vp}), first_rows(sc_.norm.out, m),
+      matmul_forward(stream_, Tensor(logits_.data() + c0 * Vp, Shape{m, Vp}), first_rows(sc_.final_norm.out, m),
                      model_.head(), Tensor{});
     } else if (c0 + m == n) {
       matmul_forward(stream_, Tensor(logits_.data(), Shape{1, Vp}),
-                     Tensor(sc_.norm.out.f32() + (m - 1) * C, Shape{1, C}), model_.head(), Tensor{});
+                     Tensor(sc_.final_norm.out.f32() + (m - 1) * C, Shape{1, C}), model_.head(), Tensor{});
     }
   }
   return Tensor(logits_.data(), Shape{out_rows, Vp});
@@ -84,48 +82,39 @@ void GptDecoder::run_chunk(const int32_t* tokens, int m) {
   std::memcpy(sc_.tokens.data, tokens, sizeof(int32_t) * static_cast<size_t>(m));
   embedding_forward(s, first_rows(sc_.x, m), Tensor(sc_.tokens.i32(), Shape{1, m}), model_.wte(), 0);
   if (model_.wpe().data) position_embedding_forward(s, first_rows(sc_.x, m), model_.wpe(), cfg_.max_seq_len, pos_);
-  for (int l = 0; l < cfg_.n_layers; ++l) block(l, m);
-  NormActivations na = first_rows(sc_.norm, m);
+  const TensorParallel rows(m, cfg_.d_model);
+  for (int l = 0; l < cfg_.n_layers; ++l) block(l, m, rows);
+  NormActivations na = first_rows(sc_.final_norm, m);
   norm_forward(s, cfg_, na, first_rows(sc_.x, m), model_.final_norm());
   pos_ += m;
 }
 
-// block_forward (model/block.cpp) without dropout, with attention over the cache.
-void GptDecoder::block(int layer, int m) {
+// The training block's sublayers on m rows, with attention over the cache in between.
+void GptDecoder::block(int layer, int m, const TensorParallel& rows) {
   const Stream& s = stream_;
-  const BlockWeights& w = model_.weights()[static_cast<size_t>(layer)];
+  const BlockWeights& w = model_.blocks()[static_cast<size_t>(layer)];
   const int H = cfg_.n_heads, Hkv = cfg_.kv_heads(), D = cfg_.head_dim();
   const int64_t qd = static_cast<int64_t>(H) * D, kvd = static_cast<int64_t>(Hkv) * D, row = qd + 2 * kvd;
-  const Tensor x = first_rows(sc_.x, m), x_mid = first_rows(sc_.x_mid, m), proj = first_rows(sc_.proj, m);
-  const Tensor qkv = first_rows(sc_.qkv, m), q = first_rows(sc_.q, m), att = first_rows(sc_.att, m);
-  NormActivations na = first_rows(sc_.norm, m);
-  // Attention half: project, rotate at the absolute positions, append K and V to the cache.
-  norm_forward(s, cfg_, na, x, w.attn_norm);
-  matmul_forward(s, qkv, na.out, w.qkv_w, w.qkv_b);
-  if (cfg_.position == PositionKind::rope)
-    rope_apply(s, qkv.reshaped(Shape{1, m, row}), H, Hkv, cfg_.rope_theta, RopeDirection::forward, pos_);
+  const Tensor x = first_rows(sc_.x, m), x_mid = first_rows(sc_.x_mid, m), q = first_rows(sc_.q, m);
+  AttentionActivations attn{first_rows(sc_.attn.norm, m), Tensor(sc_.attn.qkv.f32(), Shape{1, m, row}),
+                            first_rows(sc_.attn.att, m), Tensor{}};
+  BlockScratch sc;
+  sc.proj = sc.partial = first_rows(sc_.block.proj, m);
+  // Project and rotate at the absolute positions, append K and V to the cache, attend over it.
+  attention_in(s, cfg_, rows, attn, sc, x, w.attn, pos_);
   float* kc = sc_.k[static_cast<size_t>(layer)].f32();
   float* vc = sc_.v[static_cast<size_t>(layer)].f32();
   for (int i = 0; i < m; ++i) {
-    const float* r = qkv.f32() + i * row;
+    const float* r = attn.qkv.f32() + i * row;
     std::memcpy(q.f32() + i * qd, r, sizeof(float) * static_cast<size_t>(qd));
     std::memcpy(kc + (pos_ + i) * kvd, r + qd, sizeof(float) * static_cast<size_t>(kvd));
     std::memcpy(vc + (pos_ + i) * kvd, r + qd + kvd, sizeof(float) * static_cast<size_t>(kvd));
   }
-  attention_decode_forward(s, att, q, sc_.k[static_cast<size_t>(layer)], sc_.v[static_cast<size_t>(layer)], H, Hkv,
-                           pos_);
-  matmul_forward(s, proj, att, w.proj_w, w.proj_b);
-  add_forward(s, x_mid, x, proj);
-  // MLP half; the block output goes back into x.
-  norm_forward(s, cfg_, na, x_mid, w.mlp_norm);
-  const Tensor fc = first_rows(sc_.fc, m), act = first_rows(sc_.act, m);
-  matmul_forward(s, fc, na.out, w.fc_w, w.fc_b);
-  if (cfg_.activation == ActivationKind::gelu)
-    gelu_forward(s, act, fc);
-  else
-    swiglu_forward(s, act, fc);
-  matmul_forward(s, proj, act, w.fc2_w, w.fc2_b);
-  add_forward(s, x, x_mid, proj);
+  attention_decode_forward(s, attn.att, q, sc_.k[static_cast<size_t>(layer)], sc_.v[static_cast<size_t>(layer)], H,
+                           Hkv, pos_);
+  attention_out(s, rows, x_mid, sc, attn.att, x, w.attn, DropoutSite{});
+  MlpActivations mlp{first_rows(sc_.mlp.norm, m), first_rows(sc_.mlp.fc, m), first_rows(sc_.mlp.act, m)};
+  mlp_sublayer_forward(s, cfg_, rows, x, mlp, sc, x_mid, w.mlp, DropoutSite{});
 }
 
 }  // namespace megatrain

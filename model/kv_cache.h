@@ -1,8 +1,9 @@
 // GptDecoder: KV-cached incremental inference over the weights of a GptModel (CPU, no dropout,
 // no gradients). forward() runs n new tokens at positions [position(), position() + n): each
-// block appends its keys (after RoPE) and values to a per-layer cache of max_seq_len rows and
-// attends over the cache causally, so a generated token costs one row of work, not a whole
-// sequence. Invariant: after tokens t_0 … t_{p−1} went through forward() in any chunking, the
+// block runs the training block's own sublayers (model/attention.h, model/mlp.h) — the same
+// projections, with the attention core replaced by one that appends its keys (after RoPE) and
+// values to a per-layer cache of max_seq_len rows and attends over the cache causally — so a
+// generated token costs one row of work, not a whole sequence. Invariant: after tokens t_0 … t_{p−1} went through forward() in any chunking, the
 // logits of position i equal those of GptModel::forward over the same tokens (up to fp32
 // reduction order). All buffers are planned at construction; only the logits buffer grows.
 #pragma once
@@ -36,18 +37,18 @@ class GptDecoder {
  private:
   struct Scratch {  // R = max_chunk rows
     Tensor tokens;                 // (R) i32
-    Tensor x, x_mid, proj;         // (R, C)
-    NormActivations norm;          // (R, C)
-    Tensor qkv;                    // (R, (H + 2·Hkv)·D)
-    Tensor q, att;                 // (R, H·D)
-    Tensor fc;                     // (R, F) or (R, 2F)
-    Tensor act;                    // (R, F)
+    Tensor x, x_mid;               // (R, C)
+    AttentionActivations attn;     // R rows; lse unused
+    Tensor q;                      // (R, H·D)
+    MlpActivations mlp;            // R rows
+    BlockScratch block;            // proj (R, C); no sequence parallelism
+    NormActivations final_norm;    // (R, C)
     std::vector<Tensor> k, v;      // per layer (max_seq_len, Hkv·D)
   };
   void plan(Arena& arena);
-  // One chunk of m ≤ R tokens at position pos_; leaves the final-norm output in sc_.norm.out.
+  // One chunk of m ≤ R tokens at position pos_; leaves the final-norm output in sc_.final_norm.out.
   void run_chunk(const int32_t* tokens, int m);
-  void block(int layer, int m);
+  void block(int layer, int m, const TensorParallel& rows);
 
   const GptModel& model_;
   ModelConfig cfg_;

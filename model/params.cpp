@@ -115,7 +115,12 @@ LocalDims local_dims(const ModelConfig& cfg, TpCoord tp) {
   return d;
 }
 
-ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel) {
+ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel, const StageRange& range) {
+  MT_CHECK(range.first_layer >= 0 && range.layers >= 0 && range.first_layer + range.layers <= cfg.n_layers,
+           "stage blocks [{}, {}) outside the model's {}", range.first_layer, range.first_layer + range.layers,
+           cfg.n_layers);
+  MT_CHECK(!range.head || !cfg.tie_embeddings || range.embedding,
+           "a tied LM head needs the embedding on its stage (first and last stage must coincide)");
   const int64_t C = cfg.d_model, D = cfg.head_dim(), H = cfg.n_heads, Hkv = cfg.kv_heads();
   const int64_t F = cfg.ffn_dim(), Vp = cfg.padded_vocab(tp.size);
   const int kv_shards = static_cast<int>(std::min<int64_t>(Hkv, tp.size));
@@ -167,7 +172,21 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
   if (!cfg.tie_embeddings)
     p.push_back({"lm_head.weight", Shape{Vp, C}, TpSplit::rows, {}, ParamGroup::matrix, InitKind::normal,
                  cfg.vocab_size});
-  return ParamLayout(std::move(p), tp);
+  // Keep the stage's tensors (blocks by their layer, the rest by position), each with its stream.
+  std::vector<ParamSpec> mine;
+  const int blocks_end = range.first_layer + range.layers;
+  for (size_t i = 0; i < p.size(); ++i) {
+    ParamSpec& s = p[i];
+    s.init_stream = static_cast<int>(i);
+    bool keep = false;
+    if (s.name.starts_with("embed.")) keep = range.embedding;
+    else if (s.name.starts_with("layers.")) {
+      const int l = std::stoi(s.name.substr(7));
+      keep = l >= range.first_layer && l < blocks_end;
+    } else keep = range.head;
+    if (keep) mine.push_back(std::move(s));
+  }
+  return ParamLayout(std::move(mine), tp);
 }
 
 void init_params(const ParamLayout& layout, float* params, const ModelConfig& cfg, uint64_t seed) {
@@ -188,7 +207,8 @@ void init_params_range(const ParamLayout& layout, float* data, FlatRange range, 
       continue;
     }
     const float std = s.init == InitKind::normal_residual ? residual_std : cfg.init_std;
-    const RngKey key{seed, static_cast<uint32_t>(RngPurpose::init), static_cast<uint32_t>(i), 0};
+    const int stream = s.init_stream >= 0 ? s.init_stream : static_cast<int>(i);
+    const RngKey key{seed, static_cast<uint32_t>(RngPurpose::init), static_cast<uint32_t>(stream), 0};
     const int64_t valid = s.valid_rows < 0 ? s.shape.numel() : s.valid_rows * row_size(s.shape);
 #pragma omp parallel for schedule(static)
     for (int64_t e = 0; e < mine.size(); ++e) {
@@ -198,11 +218,12 @@ void init_params_range(const ParamLayout& layout, float* data, FlatRange range, 
   }
 }
 
-std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const ModelConfig& cfg) {
-  std::vector<int64_t> starts{0};
-  for (int l = 0; l < cfg.n_layers; ++l)
+std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const StageRange& range) {
+  std::vector<int64_t> starts;
+  if (range.embedding) starts.push_back(0);
+  for (int l = range.first_layer; l < range.first_layer + range.layers; ++l)
     starts.push_back(layout.offset(layout.index_of("layers." + std::to_string(l) + ".attn_norm.weight")));
-  starts.push_back(layout.offset(layout.index_of("final_norm.weight")));
+  if (range.head) starts.push_back(layout.offset(layout.index_of("final_norm.weight")));
   starts.push_back(layout.total());
   std::vector<FlatRange> units;
   for (size_t u = 0; u + 1 < starts.size(); ++u) units.push_back({starts[u], starts[u + 1]});

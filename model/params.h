@@ -45,6 +45,9 @@ struct ParamSpec {
   // of a replicated tensor) receive only a partial gradient on each of them, to be summed over the
   // sharers: key/value heads replicated under GQA, norm weights under sequence parallelism.
   bool partial_grad = false;
+  // The random stream of the initial values: the tensor's index in the whole model, so a stage
+  // holding only some tensors draws the same values; −1 = its index in the layout.
+  int init_stream = -1;
 };
 
 // A rank's place in its tensor-parallel group.
@@ -104,16 +107,27 @@ struct LocalDims {
 };
 LocalDims local_dims(const ModelConfig& cfg, TpCoord tp);
 
-// The parameters of the GPT decoder described by `cfg` (whole model: one stage at pp = 1), as
-// rank `tp` holds them; `sequence_parallel` marks norm weights as having partial gradients.
-ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel);
+// Which part of the model a pipeline stage holds: blocks [first_layer, first_layer + layers), the
+// embedding on the first stage, the final norm and head on the last.
+struct StageRange {
+  int first_layer = 0, layers = 0;
+  bool embedding = true, head = true;
+};
+inline StageRange whole_model(const ModelConfig& cfg) { return {0, cfg.n_layers, true, true}; }
+
+// The parameters of the GPT decoder described by `cfg` that stage `range` holds (in model order),
+// as rank `tp` holds them; `sequence_parallel` marks norm weights as having partial gradients. A
+// tied head needs the embedding on its stage.
+ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel, const StageRange& range);
+inline ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel) {
+  return gpt_param_layout(cfg, tp, sequence_parallel, whole_model(cfg));
+}
 // The whole, unsplit model (tp = 1): the global tensors checkpoints and Hugging Face files hold.
 inline ParamLayout gpt_param_layout(const ModelConfig& cfg) { return gpt_param_layout(cfg, TpCoord{}, false); }
 
-// The units of gpt_param_layout (parallel/unit_state.h), which cover [0, total()) back to back:
-// unit 0 = the embeddings, unit 1 + l = block l, unit n_layers + 1 = the final norm and the
-// untied head.
-std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const ModelConfig& cfg);
+// The units of a stage's layout (parallel/unit_state.h), which cover [0, total()) back to back:
+// the embeddings (first stage), one per block, then the final norm and the untied head (last stage).
+std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const StageRange& range);
 
 // Deterministic initialisation: global element g of parameter p is rng_normal(seed, init, p, g) · std
 // (std / √(2·n_layers) for residual projections, GPT-2), ones for norm weights, zeros for biases

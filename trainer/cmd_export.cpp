@@ -12,7 +12,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
-#include "trainer/hf_interop.h"
+#include "interop/hf_interop.h"
 
 namespace megatrain {
 

@@ -14,7 +14,7 @@
 #include "checkpoint/checkpoint_file.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
-#include "trainer/hf_interop.h"
+#include "interop/hf_interop.h"
 
 namespace megatrain {
 namespace {
@@ -50,7 +50,7 @@ Command add_import_command(CLI::App& root) {
             MT_INPUT_CHECK(!fs::exists(out), "{}: already exists; remove it or choose another --out", out.string());
             const HfImport model = hf_import(opts->hf);
             const std::string source = (fs::path(opts->hf) / "config.json").string();
-            Config cfg = hf_import_config(model.model, source);
+            Config cfg = config_for_model(model.model, source);
             Config resolved = cfg;
             resolve_config(resolved, world.size());
             const ParamLayout& layout = model.layout;

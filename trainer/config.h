@@ -110,11 +110,12 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // messages and becomes Config::source.
 Config load_config_text(const std::string& toml_text, const std::string& source_name);
 
-// Cross-field rules, checked before any allocation: n_heads divides d_model; n_kv_heads divides
-// n_heads; head_dim even when position = rope; seq_len ≤ max_seq_len; world == tp·pp·cp·dp (dp
-// resolved from world when 0); global_batch_size divisible by micro_batch_size·dp; min_lr ≤ lr;
-// warmup_steps ≤ decay steps; tp/pp/cp/ep other than 1 → "not supported yet". Fills the derived
-// values (dp, global_batch_size, decay_steps) in place. Throws InputError. Idempotent.
+// Cross-field rules, checked before any allocation: the model's (validate_model_config);
+// seq_len ≤ max_seq_len; world == tp·cp·ep·dp·pp (dp resolved from world when 0); tp against heads,
+// key/value heads, MLP width and sequence-parallel rows; global_batch_size divisible by
+// micro_batch_size·dp; min_lr ≤ lr; warmup_steps ≤ decay steps; pp/cp/ep other than 1 → "not
+// supported yet". Fills the derived values (dp, global_batch_size, decay_steps) in place. Throws
+// InputError. Idempotent.
 void resolve_config(Config& cfg, int world_size);
 
 // The config as TOML text, every key, sections and keys in declaration order (printed once at
@@ -123,5 +124,10 @@ std::string config_to_toml(const Config& cfg);
 
 // The single-field rules alone (load_config calls it after parsing; config_validate.cpp).
 void validate_config_fields(const Config& cfg);
+
+// A run config for model `m` alone (an imported model): megatrain's defaults around it, with
+// train.seq_len lowered to model.max_seq_len when that is shorter; checked by every rule at world
+// size 1. `source` becomes Config::source.
+Config config_for_model(const ModelConfig& m, const std::string& source);
 
 }  // namespace megatrain

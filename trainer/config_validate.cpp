@@ -3,52 +3,19 @@
 // Every message names the config file, the key(s) and what to change.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
-#include <string_view>
 
 #include "data/doc_split.h"
 #include "kernels/check.h"
+#include "kernels/field_rules.h"
 #include "parallel/groups.h"
 #include "trainer/config.h"
 
 namespace megatrain {
-namespace {
-
-// Single-field rules; each failure reads "FILE: KEY = VALUE must be RULE[ (NOTE)]".
-struct FieldRules {
-  const std::string& file;
-
-  template <class T>
-  void check(bool ok, std::string_view key, T value, std::string_view rule, std::string_view note) const {
-    if (ok) return;
-    throw InputError(fmt::format("{}: {} = {} must be {}{}{}", file, key, value, rule, note.empty() ? "" : " ", note));
-  }
-  template <class T>
-  void at_least(std::string_view key, T value, T lo, std::string_view note = "") const {
-    check(value >= lo, key, value, fmt::format("at least {}", lo), note);
-  }
-  void positive(std::string_view key, double value) const { check(value > 0, key, value, "greater than 0", ""); }
-  void unit_interval(std::string_view key, double value) const {  // [0, 1)
-    check(value >= 0 && value < 1, key, value, "in [0, 1)", "");
-  }
-};
-
-}  // namespace
-
 void validate_config_fields(const Config& c) {
   FieldRules r{c.source};
-  const ModelConfig& m = c.model;
-  r.at_least("model.n_layers", m.n_layers, 1);
-  r.at_least("model.d_model", m.d_model, 1);
-  r.at_least("model.n_heads", m.n_heads, 1);
-  r.at_least("model.n_kv_heads", m.n_kv_heads, 0, "(0 = same as model.n_heads)");
-  r.at_least("model.d_ff", m.d_ff, 0, "(0 = derived from model.d_model)");
-  r.at_least("model.vocab_size", m.vocab_size, 1);
-  r.at_least("model.max_seq_len", m.max_seq_len, 1);
-  r.unit_interval("model.dropout", m.dropout);
-  r.positive("model.init_std", m.init_std);
-  r.positive("model.norm_eps", m.norm_eps);
-  r.positive("model.rope_theta", m.rope_theta);
+  validate_model_fields(c.model, c.source);
 
   const ParallelConfig& p = c.parallel;
   r.at_least("parallel.tp", p.tp, 1);
@@ -96,17 +63,7 @@ void resolve_config(Config& c, int world_size) {
   validate_config_fields(c);
   ModelConfig& m = c.model;
   // 1. Architecture.
-  MT_INPUT_CHECK(m.d_model % m.n_heads == 0,
-                 "{}: model.n_heads = {} does not divide model.d_model = {}; pick n_heads from the divisors of d_model",
-                 f, m.n_heads, m.d_model);
-  MT_INPUT_CHECK(m.n_heads % m.kv_heads() == 0,
-                 "{}: model.n_kv_heads = {} does not divide model.n_heads = {}; pick n_kv_heads from the divisors of "
-                 "n_heads (0 = n_heads)",
-                 f, m.n_kv_heads, m.n_heads);
-  MT_INPUT_CHECK(m.position != PositionKind::rope || m.head_dim() % 2 == 0,
-                 "{}: model.position = \"rope\" needs an even head dimension, but model.d_model / model.n_heads = "
-                 "{} / {} = {}; change d_model or n_heads",
-                 f, m.d_model, m.n_heads, m.head_dim());
+  validate_model_config(m, f);
   MT_INPUT_CHECK(c.train.seq_len <= m.max_seq_len,
                  "{}: train.seq_len = {} exceeds model.max_seq_len = {}; lower train.seq_len or raise "
                  "model.max_seq_len",
@@ -184,6 +141,17 @@ void resolve_config(Config& c, int world_size) {
   MT_INPUT_CHECK(c.checkpoint.save_interval == 0 || !c.checkpoint.dir.empty(),
                  "{}: checkpoint.save_interval = {} needs checkpoint.dir; set checkpoint.dir or save_interval = 0", f,
                  c.checkpoint.save_interval);
+}
+
+Config config_for_model(const ModelConfig& m, const std::string& source) {
+  Config c;
+  c.model = m;
+  c.source = source;
+  c.train.seq_len = std::max(1, std::min(c.train.seq_len, m.max_seq_len));
+  validate_config_fields(c);
+  Config resolved = c;
+  resolve_config(resolved, 1);
+  return c;
 }
 
 }  // namespace megatrain

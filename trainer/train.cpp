@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "model/gpt.h"
+#include "model/stage.h"
 #include "model/optimizer.h"
 #include "model/tp_shared.h"
 #include "parallel/groups.h"
@@ -33,7 +34,7 @@ struct Run {
   ParamLayout layout;
   ParamLayout stored_layout;  // the global tensors checkpoints hold
   ZeroState zero;
-  GptModel model;
+  Stage model;
   TpSharedParams tp_shared;
   AdamW optimizer;
   std::vector<int32_t> inputs, targets;
@@ -43,9 +44,10 @@ struct Run {
         dp_rank(dp_comm.rank()), dp(dp_comm.size()), data(c, dp_rank, dp),
         layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel)),
         stored_layout(gpt_param_layout(c.model)),
-        zero(gpt_param_units(layout, c.model), dp_comm, zero_options(c)),
-        model(c.model, c.train.micro_batch_size, c.train.seq_len, zero, tp_comm,
-              TpOptions{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm}),
+        zero(gpt_param_units(layout, whole_model(c.model)), dp_comm, zero_options(c)),
+        model(c.model, c.train.micro_batch_size, c.train.seq_len, whole_model(c.model), 1, zero,
+              TensorParallel(tp_comm, TpOptions{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm},
+                             int64_t{c.train.micro_batch_size} * c.train.seq_len, c.model.d_model)),
         tp_shared(layout, tp_comm),
         optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded()),
         inputs(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
@@ -104,8 +106,8 @@ struct Run {
       opt.first_sample = static_cast<uint64_t>(step) * G + static_cast<uint64_t>(dp_rank) * (G / dp) +
                          static_cast<uint64_t>(m) * B;
       zero.micro_batch_begin(m + 1 == micro);
-      loss_sum += model.forward(inputs.data(), targets.data(), opt);
-      model.backward();
+      loss_sum += model.forward(0, MicroBatch{inputs.data(), targets.data(), opt});
+      model.backward(0);
       zero.micro_batch_end();
     }
     if (dp > 1) dp_comm.all_reduce(&loss_sum, 1).wait();
@@ -130,7 +132,7 @@ struct Run {
     for (int64_t k = 0; k < cfg.train.eval_steps; ++k)
       for (int m = 0; m < micro; ++m) {
         data.valid()->load(k, m, inputs.data(), targets.data());
-        sum += model.forward(inputs.data(), targets.data(), ForwardOptions{});
+        sum += model.forward(0, MicroBatch{inputs.data(), targets.data(), ForwardOptions{}});
       }
     if (dp > 1) dp_comm.all_reduce(&sum, 1).wait();
     return sum / (static_cast<double>(cfg.train.eval_steps) * micro * dp);
@@ -184,7 +186,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   const LrSchedule lr{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps,
                       cfg.optimizer.decay_steps, cfg.optimizer.decay};
   const double flops_per_step =
-      GptModel::flops_per_token(cfg.model, cfg.train.seq_len) * static_cast<double>(run.tokens_per_step());
+      gpt_flops_per_token(cfg.model, cfg.train.seq_len) * static_cast<double>(run.tokens_per_step());
   const double peak_tflops = peak_tflops_per_rank(cfg, world);
   MetricsLog log(cfg.log.metrics_file, rank0, start_step);
   TrainResult result;

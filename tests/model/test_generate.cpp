@@ -40,7 +40,7 @@ std::vector<float> full_logits(const GptModel& trained, std::vector<int32_t> seq
   const int T = cfg.max_seq_len;
   seq.resize(static_cast<size_t>(T), 0);
   GptModel m(cfg, 1, T);
-  std::copy(trained.params(), trained.params() + trained.num_floats(), m.params());
+  std::copy(trained.params(), trained.params() + trained.layout().total(), m.params());
   m.forward(seq.data(), seq.data(), ForwardOptions{});
   const Tensor l = m.logits();
   return std::vector<float>(l.f32(), l.f32() + l.numel());

@@ -38,7 +38,7 @@ TEST_P(GradCheck, EveryTensorMatchesDirectionalFiniteDifferences) {
   model.zero_grads();
   model.forward(in.data(), tg.data(), training(B, T));
   model.backward();
-  std::vector<float> grads(model.grads(), model.grads() + model.num_floats());
+  std::vector<float> grads(model.grads(), model.grads() + model.layout().total());
   ForwardOptions eval = training(B, T);
   eval.grad = LossGrad::none;
   const auto& layout = model.layout();
@@ -128,7 +128,7 @@ TEST(Gpt, FlopsPerTokenCountsMatmulsAndCausalAttention) {
   // 12 layers · 12·C² weights in matmuls + the 50304 × 768 head, 6 FLOPs each;
   // attention 6·T·C per layer (causal-halved 12·T·C).
   const double want = 6.0 * (12.0 * 12 * 768 * 768 + 50304.0 * 768) + 12.0 * 6 * 1024 * 768;
-  EXPECT_DOUBLE_EQ(GptModel::flops_per_token(cfg, 1024), want);
+  EXPECT_DOUBLE_EQ(gpt_flops_per_token(cfg, 1024), want);
 }
 
 }  // namespace

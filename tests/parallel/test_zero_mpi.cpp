@@ -21,24 +21,24 @@ constexpr int kB = 2, kT = 8, kMicro = 2;
 constexpr float kLr = 1e-2f;
 
 // Micro-batch m of data-parallel rank r reads token stream r·kMicro + m.
-void forward_backward(GptModel& model, int rank, int m) {
-  const auto in = test::tokens(kB * kT, model.config().vocab_size, static_cast<uint32_t>(rank * kMicro + m));
-  const auto tg = test::tokens(kB * kT, model.config().vocab_size, static_cast<uint32_t>(100 + rank * kMicro + m));
+void forward_backward(Stage& stage, int rank, int m) {
+  const auto in = test::tokens(kB * kT, stage.config().vocab_size, static_cast<uint32_t>(rank * kMicro + m));
+  const auto tg = test::tokens(kB * kT, stage.config().vocab_size, static_cast<uint32_t>(100 + rank * kMicro + m));
   ForwardOptions o;
   o.grad = LossGrad::in_place;
   o.dloss_scale = 1.0f;
-  model.forward(in.data(), tg.data(), o);
-  model.backward();
+  stage.forward(0, MicroBatch{in.data(), tg.data(), o});
+  stage.backward(0);
 }
 
-// One data-parallel replica: ZeRO state, the model reading through it, AdamW over its range.
+// One data-parallel replica: ZeRO state, the model stage reading through it, AdamW over its range.
 struct Replica {
   ZeroState zero;
-  GptModel model;
+  Stage model;
   AdamW opt;
   Replica(const ModelConfig& cfg, const Comm& dp, int stage, int64_t bucket_floats, bool overlap)
-      : zero(gpt_param_units(gpt_param_layout(cfg), cfg), dp, ZeroOptions{stage, bucket_floats, overlap}),
-        model(cfg, kB, kT, zero),
+      : zero(gpt_param_units(gpt_param_layout(cfg), whole_model(cfg)), dp, ZeroOptions{stage, bucket_floats, overlap}),
+        model(cfg, kB, kT, whole_model(cfg), 1, zero, TensorParallel(int64_t{kB} * kT, cfg.d_model)),
         opt(model.layout(), AdamWOptions{}, zero.optimizer_range(), zero.optimizer_padded()) {
     init_params_range(model.layout(), zero.held_params(), zero.held_params_range(), cfg, 7);
   }
@@ -136,9 +136,9 @@ TEST_P(ZeroStages, ReductionsStartInsideBackwardOnlyWithOverlap) {
     ForwardOptions o;
     o.grad = LossGrad::in_place;
     o.dloss_scale = 1.0f;
-    r.model.forward(in.data(), tg.data(), o);
+    r.model.forward(0, MicroBatch{in.data(), tg.data(), o});
     const int64_t after_forward = world.stats().calls;
-    r.model.backward();
+    r.model.backward(0);
     const int64_t in_backward = world.stats().calls - after_forward;
     r.zero.micro_batch_end();
     const int64_t buckets = r.zero.buckets().size();
@@ -156,7 +156,7 @@ struct Serial {
     model.init(7);
     model.zero_grads();
     for (int rank = 0; rank < ranks; ++rank)
-      for (int m = 0; m < kMicro; ++m) forward_backward(model, rank, m);
+      for (int m = 0; m < kMicro; ++m) forward_backward(model.stage(), rank, m);
   }
 };
 

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "kernels/check.h"
-#include "trainer/hf_interop.h"
+#include "interop/hf_interop.h"
 
 namespace megatrain {
 namespace {
@@ -207,19 +207,8 @@ ModelConfig hf_model_config(const json& config, const std::string& source) {
     throw InputError(fmt::format("{}: model_type \"{}\" is not supported; megatrain imports \"gpt2\" "
                                  "(GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)",
                                  source, type));
-  hf_import_config(m, source);  // every config rule, before any tensor is sized from m
+  validate_model_config(m, source);  // before any tensor is sized from m
   return m;
-}
-
-Config hf_import_config(const ModelConfig& m, const std::string& source) {
-  Config c;
-  c.model = m;
-  c.source = source;
-  c.train.seq_len = std::max(1, std::min(c.train.seq_len, m.max_seq_len));
-  validate_config_fields(c);
-  Config resolved = c;
-  resolve_config(resolved, 1);
-  return c;
 }
 
 }  // namespace megatrain

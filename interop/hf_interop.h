@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "model/params.h"
-#include "trainer/config.h"
 #include "interop/safetensors.h"
 
 namespace megatrain {
@@ -42,13 +41,9 @@ std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& m, HfFamily family);
 // config.json of `m` (transformers reads it with AutoConfig); hf_config.cpp.
 nlohmann::json hf_config_json(const ModelConfig& m, HfFamily family);
 // The model described by a config.json (keys transformers would default are defaulted likewise;
-// the fields HF has no word for keep megatrain's defaults). InputError naming `source` and the key.
+// the fields HF has no word for keep megatrain's defaults), checked by validate_model_config.
+// InputError naming `source` and the key.
 ModelConfig hf_model_config(const nlohmann::json& config, const std::string& source);
-
-// The run config for an imported model: megatrain's defaults around `m`, with train.seq_len lowered to
-// model.max_seq_len when that is shorter; checked by every config rule (world size 1). `source`
-// (config.json) is Config::source.
-Config hf_import_config(const ModelConfig& m, const std::string& source);
 
 // Writes OUT_DIR/config.json and OUT_DIR/model.safetensors (float32) for `params`, which follows
 // gpt_param_layout(m). Creates OUT_DIR; replaces both files atomically.

@@ -4,7 +4,7 @@
 // out), Llama's q/k/v and gate/up are row ranges of our fused qkv and fc weights, the embedding and
 // an untied head drop the padded vocabulary rows. Our RoPE is HF's rotate-half on HF's head layout,
 // so q and k need no permutation.
-#include "trainer/hf_interop.h"
+#include "interop/hf_interop.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,0 +1,40 @@
+// The attention sublayer of a pre-norm block, tensor-parallel (Megatron-LM's layout):
+//   x_mid = x + Dropout(Proj(Attention(RoPE(QKV(Norm(x))))))
+// QKV is column-parallel (this rank's heads: [Q_r | K_r | V_r]), the output projection
+// row-parallel. Written as two halves around the attention core, so the KV-cached decoder
+// (model/kv_cache.h) runs the same projections around its cached attention.
+#pragma once
+#include "model/sublayer.h"
+
+namespace megatrain {
+
+struct AttentionWeights {
+  NormWeights norm;
+  Tensor qkv_w, qkv_b, proj_w, proj_b;  // biases empty when bias = false
+};
+
+struct AttentionActivations {
+  NormActivations norm;  // (Nl, C); with SP entered into the tp region in BlockScratch::gathered
+  Tensor qkv;            // (B, T, (Hl + 2·Hkvl)·D), after RoPE
+  Tensor att;            // (N, Hl·D)
+  Tensor lse;            // (B, Hl, T)
+};
+AttentionActivations attention_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
+                                           int T);
+
+// Norm, QKV projection and RoPE at positions first_position + t: fills a.norm and a.qkv.
+void attention_in(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, AttentionActivations& a,
+                  BlockScratch& sc, Tensor inp, const AttentionWeights& w, int first_position = 0);
+// Output projection of the attention result `att`, dropout, residual: x_mid = inp + ….
+void attention_out(const Stream& s, const TensorParallel& tp, Tensor x_mid, BlockScratch& sc, Tensor att, Tensor inp,
+                   const AttentionWeights& w, const DropoutSite& drop);
+
+void attention_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor x_mid,
+                                AttentionActivations& a, BlockScratch& sc, Tensor inp, const AttentionWeights& w,
+                                const DropoutSite& drop);
+// dinp = gradient at inp, from dmid (the gradient at x_mid, residual included); `+=` into grad.
+void attention_sublayer_backward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor dinp,
+                                 const AttentionWeights& grad, Tensor dmid, const AttentionActivations& a,
+                                 BlockScratch& sc, Tensor inp, const AttentionWeights& w, const DropoutSite& drop);
+
+}  // namespace megatrain

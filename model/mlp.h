@@ -1,0 +1,30 @@
+// The MLP sublayer of a pre-norm block, tensor-parallel (Megatron-LM's layout):
+//   y = x_mid + Dropout(Proj(Act(FC(Norm(x_mid)))))
+// FC is column-parallel (this rank's units; [gate_r | up_r] for SwiGLU), Proj row-parallel. The
+// KV-cached decoder (model/kv_cache.h) runs this same forward on its rows.
+#pragma once
+#include "model/sublayer.h"
+
+namespace megatrain {
+
+struct MlpWeights {
+  NormWeights norm;
+  Tensor fc_w, fc_b, proj_w, proj_b;  // biases empty when bias = false
+};
+
+struct MlpActivations {
+  NormActivations norm;  // (Nl, C); with SP entered into the tp region in BlockScratch::gathered
+  Tensor fc;             // (N, Fl) or (N, 2·Fl) for SwiGLU
+  Tensor act;            // (N, Fl)
+};
+MlpActivations mlp_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows);
+
+void mlp_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,
+                          MlpActivations& a, BlockScratch& sc, Tensor x_mid, const MlpWeights& w,
+                          const DropoutSite& drop);
+// dmid = gradient at x_mid (residual included), from dout; `+=` into grad.
+void mlp_sublayer_backward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor dmid,
+                           const MlpWeights& grad, Tensor dout, const MlpActivations& a, BlockScratch& sc,
+                           Tensor x_mid, const MlpWeights& w, const DropoutSite& drop);
+
+}  // namespace megatrain

@@ -1,0 +1,198 @@
+#include "model/stage.h"
+
+#include <cstring>
+
+#include "model/embedding.h"
+#include "model/linear.h"
+#include "model/loss.h"
+
+namespace megatrain {
+
+Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, StageRange range, int slots,
+             UnitState& state, TensorParallel tp)
+    : cfg_(cfg), B_(micro_batch_size), T_(seq_len), range_(range), tp_(std::move(tp)),
+      local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})),
+      layout_(gpt_param_layout(cfg, TpCoord{tp_.rank(), tp_.size()}, tp_.sequence_parallel(), range)),
+      units_(gpt_param_units(layout_, range)), state_(state) {
+  MT_CHECK(seq_len <= cfg.max_seq_len, "seq_len {} > max_seq_len {}", seq_len, cfg.max_seq_len);
+  MT_CHECK(slots >= 1, "a stage needs at least one micro-batch slot, got {}", slots);
+  for (int l = 0; l < range_.layers; ++l) block_index_.push_back(block_param_index(layout_, range_.first_layer + l));
+  if (range_.embedding) {
+    wte_index_ = layout_.index_of("embed.wte");
+    if (layout_.contains("embed.wpe")) wpe_index_ = layout_.index_of("embed.wpe");
+  }
+  if (range_.head) {
+    head_index_ = cfg_.tie_embeddings ? wte_index_ : layout_.index_of("lm_head.weight");
+    final_w_index_ = layout_.index_of("final_norm.weight");
+    if (layout_.contains("final_norm.bias")) final_b_index_ = layout_.index_of("final_norm.bias");
+  }
+  acts_.resize(static_cast<size_t>(slots));
+  Arena measure = Arena::measuring();
+  plan(measure);
+  arena_ = Arena(measure.used());
+  plan(arena_);
+  w_.resize(static_cast<size_t>(range_.layers));
+  g_.resize(static_cast<size_t>(range_.layers));
+  // [Note: unit order] forward reads the units in order; the tied head reads the embedding again
+  // at the end, so the embedding stays acquired through the forward pass. Backward reads the head
+  // unit (and the tied embedding) first, then the blocks in reverse; the embedding's backward is a
+  // scatter-add that reads no weights, so an untied embedding is not asked for in backward.
+  const int n = static_cast<int>(units_.size());
+  for (int u = 0; u < n; ++u) forward_order_.push_back(u);
+  if (range_.head) backward_order_.push_back(head_unit());
+  if (range_.head && cfg_.tie_embeddings) backward_order_.push_back(0);
+  for (int l = range_.layers - 1; l >= 0; --l) backward_order_.push_back(block_unit(l));
+}
+
+void Stage::bind_unit(int unit, float* p, UnitViews v) const {
+  const int64_t begin = units_[static_cast<size_t>(unit)].begin;
+  auto view = [&](size_t i) { return i == BlockParamIndex::kAbsent ? Tensor{} : layout_.view_in(p, begin, i); };
+  if (range_.embedding && unit == 0) {
+    v.wte = view(wte_index_);
+    v.wpe = view(wpe_index_);
+    if (range_.head && cfg_.tie_embeddings) v.head = v.wte;
+  } else if (range_.head && unit == head_unit()) {
+    v.final_norm.weight = view(final_w_index_);
+    v.final_norm.bias = view(final_b_index_);
+    if (!cfg_.tie_embeddings) v.head = view(head_index_);
+  } else {
+    const auto l = static_cast<size_t>(unit - block_unit(0));
+    v.blocks[l] = block_weights(layout_, block_index_[l], p, begin);
+  }
+}
+
+void Stage::plan(Arena& arena) {
+  const int64_t N = static_cast<int64_t>(B_) * T_, Nl = tp_.local_rows(), C = cfg_.d_model;
+  const bool sp = tp_.sequence_parallel();
+  for (Activations& a : acts_) {
+    a.tokens = Tensor(arena.alloc_i32(N), Shape{B_, T_});
+    a.targets = Tensor(arena.alloc_i32(N), Shape{B_, T_});
+    a.residual.clear();
+    a.blocks.clear();
+    for (int l = 0; l <= range_.layers; ++l) a.residual.push_back(arena.tensor(Shape{Nl, C}));
+    for (int l = 0; l < range_.layers; ++l) a.blocks.push_back(block_activations(arena, cfg_, tp_, B_, T_));
+    if (!range_.head) continue;
+    a.final_norm = norm_activations(arena, cfg_, Nl);
+    a.head_in = sp ? arena.tensor(Shape{N, C}) : a.final_norm.out;
+    a.logits = arena.tensor(Shape{N, local_.vocab});
+    a.losses = arena.tensor(Shape{N});
+    a.row_max = arena.tensor(Shape{N});
+    a.sums = arena.tensor(Shape{2, N});
+  }
+  scratch_.block = block_scratch(arena, cfg_, tp_, B_, T_);
+  scratch_.dres_a = arena.tensor(Shape{Nl, C});
+  scratch_.dres_b = arena.tensor(Shape{Nl, C});
+}
+
+DropoutSite Stage::dropout_site(const ForwardOptions& o, int layer) const {
+  DropoutSite d;
+  if (!o.dropout || cfg_.dropout <= 0.0f) return d;
+  d.p = cfg_.dropout;
+  d.seed = o.dropout_seed;
+  d.stream_base = static_cast<uint32_t>(2 * (layer + 1));  // stream 0 is the embedding's; layer: global index
+  d.offset = (o.first_sample * static_cast<uint64_t>(T_) + static_cast<uint64_t>(tp_.first_row())) *
+             static_cast<uint64_t>(cfg_.d_model);
+  return d;
+}
+
+Tensor Stage::logits(int slot) const {
+  const Activations& a = acts_[static_cast<size_t>(slot)];
+  MT_CHECK(range_.head && a.options.grad == LossGrad::none,
+           "logits() needs the last stage and a preceding forward() with LossGrad::none");
+  return a.logits;
+}
+
+float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
+  const Stream& s = stream_;
+  Activations& a = acts_[static_cast<size_t>(slot)];
+  const int64_t N = static_cast<int64_t>(B_) * T_;
+  a.options = mb.options;
+  BlockScratch& sc = scratch_.block;
+  state_.begin_pass(forward_order_);
+  if (range_.embedding) {
+    for (int64_t i = 0; i < N; ++i)
+      MT_CHECK(mb.tokens[i] >= 0 && mb.tokens[i] < cfg_.vocab_size,
+               "token id {} out of range [0, {}) at position {}: the dataset's tokenizer does not match "
+               "model.vocab_size", mb.tokens[i], cfg_.vocab_size, i);
+    std::memcpy(a.tokens.data, mb.tokens, sizeof(int32_t) * static_cast<size_t>(N));
+    acquire_params(0);
+    embedding_layer_forward(s, tp_, local_, a.residual[0], sc.partial, a.tokens, {wte_, wpe_}, T_,
+                            dropout_site(a.options, -1));
+    if (!(range_.head && cfg_.tie_embeddings)) state_.unit_params_done(0);
+  } else {
+    MT_CHECK(input.numel() == a.residual[0].numel(), "stage input of {} floats, expected {}", input.numel(),
+             a.residual[0].numel());
+    std::memcpy(a.residual[0].data, input.data, sizeof(float) * static_cast<size_t>(input.numel()));
+  }
+  for (int l = 0; l < range_.layers; ++l) {
+    const auto li = static_cast<size_t>(l);
+    acquire_params(block_unit(l));
+    block_forward(s, cfg_, tp_, a.residual[li + 1], a.blocks[li], sc, a.residual[li], w_[li],
+                  dropout_site(a.options, range_.first_layer + l));
+    state_.unit_params_done(block_unit(l));
+  }
+  if (!range_.head) return 0.0f;
+  for (int64_t i = 0; i < N; ++i)
+    MT_CHECK(mb.targets[i] >= 0 && mb.targets[i] < cfg_.vocab_size,
+             "target id {} out of range [0, {}) at position {}: the dataset's tokenizer does not match "
+             "model.vocab_size", mb.targets[i], cfg_.vocab_size, i);
+  std::memcpy(a.targets.data, mb.targets, sizeof(int32_t) * static_cast<size_t>(N));
+  acquire_params(head_unit());
+  norm_forward(s, cfg_, a.final_norm, a.residual.back(), final_w_);
+  tp_.enter_forward(a.head_in, a.final_norm.out);
+  column_parallel_forward(s, a.logits, a.head_in, head_, Tensor{});
+  state_.unit_params_done(head_unit());
+  if (range_.embedding && cfg_.tie_embeddings) state_.unit_params_done(0);
+  vocab_parallel_cross_entropy(s, tp_, local_, a.losses, a.logits, a.row_max, a.sums, a.targets, a.options.grad,
+                               a.options.dloss_scale);
+  double sum = 0.0;
+  const float* losses = a.losses.f32();
+  for (int64_t i = 0; i < N; ++i) sum += losses[i];
+  return static_cast<float>(sum / static_cast<double>(N));
+}
+
+Tensor Stage::backward(int slot, Tensor dout) {
+  Activations& a = acts_[static_cast<size_t>(slot)];
+  MT_CHECK(a.options.grad == LossGrad::in_place, "backward() needs a forward() with LossGrad::in_place");
+  const Stream& s = stream_;
+  Tensor dres = scratch_.dres_a, dnext = scratch_.dres_b;
+  const bool tied = range_.head && cfg_.tie_embeddings;
+  BlockScratch& sc = scratch_.block;
+  const bool sp = tp_.sequence_parallel();
+  state_.begin_pass(backward_order_);
+  if (range_.head) {
+    acquire_params(head_unit());
+    acquire_grads(head_unit());
+    if (tied) {
+      acquire_params(0);
+      acquire_grads(0);
+    }
+    column_parallel_backward(s, tp_, sc.dnorm, sp ? sc.dfull : sc.dnorm, dhead_, Tensor{}, a.logits, a.head_in,
+                             head_);
+    norm_backward(s, cfg_, dres, final_g_, sc.dnorm, Tensor{}, a.final_norm, a.residual.back(), final_w_);
+    state_.unit_params_done(head_unit());
+    if (tied) state_.unit_params_done(0);
+    state_.unit_grads_done(head_unit());
+  } else {
+    MT_CHECK(dout.numel() == dres.numel(), "stage output gradient of {} floats, expected {}", dout.numel(),
+             dres.numel());
+    std::memcpy(dres.data, dout.data, sizeof(float) * static_cast<size_t>(dout.numel()));
+  }
+  for (int l = range_.layers - 1; l >= 0; --l) {
+    const auto li = static_cast<size_t>(l);
+    acquire_params(block_unit(l));
+    acquire_grads(block_unit(l));
+    block_backward(s, cfg_, tp_, dnext, g_[li], dres, a.blocks[li], sc, a.residual[li], w_[li],
+                   dropout_site(a.options, range_.first_layer + l));
+    state_.unit_params_done(block_unit(l));
+    state_.unit_grads_done(block_unit(l));
+    std::swap(dres, dnext);
+  }
+  if (!range_.embedding) return dres;
+  acquire_grads(0);
+  embedding_layer_backward(s, tp_, local_, {dwte_, dwpe_}, dres, sc.partial, a.tokens, T_, dropout_site(a.options, -1));
+  state_.unit_grads_done(0);
+  return Tensor{};
+}
+
+}  // namespace megatrain

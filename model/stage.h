@@ -1,0 +1,125 @@
+// Stage: one pipeline stage of a decoder-only transformer (DESIGN.md §2.13) — a contiguous range of
+// blocks, plus the token (+ position) embedding on the first stage and the final norm, LM head and
+// cross-entropy on the last; at pp = 1 the one stage holds all of them. Tensor-parallel
+// (model/block.h, model/loss.h): this rank holds its heads, MLP units and vocabulary rows, the
+// embedding is vocabulary-parallel and the loss is computed without gathering the logits.
+//
+// Parameters and gradients are reached one way only: per unit (stage_param_units), through the
+// UnitState while the unit is in use (full buffers, or ZeRO gathering and reducing them across
+// data-parallel ranks). Activations are saved per micro-batch *slot*: forward(slot, …) fills the
+// slot, backward(slot, …) consumes it, so a pipeline schedule keeps several micro-batches in flight.
+// All activation memory is planned at construction, and a step allocates, looks up and formats
+// nothing.
+//
+// [Note: grad accumulation] backward() `+=` into the gradients the UnitState provides, so running
+// every micro-batch of a step accumulates the step's gradient. The loss gradient is scaled by
+// ForwardOptions::dloss_scale (1 / tokens in the global batch), which makes the accumulated gradient
+// that of the mean loss over the global batch.
+#pragma once
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/block.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "parallel/mappings.h"
+#include "parallel/unit_state.h"
+
+namespace megatrain {
+
+struct ForwardOptions {
+  LossGrad grad = LossGrad::none;
+  float dloss_scale = 0.0f;     // ∂(global loss)/∂(token loss)
+  bool dropout = false;         // training mode
+  uint64_t dropout_seed = 0;
+  uint64_t first_sample = 0;    // global index of the micro-batch's first sample (keys dropout)
+};
+
+// One micro-batch: (B, T) token ids, read by the first stage, and targets, read by the last.
+struct MicroBatch {
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+  ForwardOptions options;
+};
+
+class Stage {
+ public:
+  // `state` must outlive the stage and provide the units of stage_param_layout(cfg, tp, range).
+  Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, StageRange range, int slots, UnitState& state,
+        TensorParallel tp);
+
+  const ModelConfig& config() const { return cfg_; }
+  const StageRange& range() const { return range_; }
+  const ParamLayout& layout() const { return layout_; }
+  const std::vector<FlatRange>& units() const { return units_; }
+  int slots() const { return static_cast<int>(acts_.size()); }
+  size_t activation_bytes() const { return arena_.capacity(); }
+
+  // Runs micro-batch `mb` into `slot`. The first stage embeds mb.tokens; a later one starts from
+  // `input`, the (rows, C) output of the stage before. Returns, on the last stage, the mean loss over
+  // the B·T tokens (and with LossGrad::in_place leaves its gradient for backward); 0 elsewhere.
+  float forward(int slot, const MicroBatch& mb, Tensor input = {});
+  // The hidden state this (non-last) stage hands on: valid until the slot's next forward.
+  Tensor output(int slot) const { return acts_[static_cast<size_t>(slot)].residual.back(); }
+  // Backward of the micro-batch in `slot` (its forward used LossGrad::in_place): from the loss on
+  // the last stage, else from `dout`, the gradient of output(slot). Returns the gradient of the
+  // stage's input (empty on the first stage), valid until the next backward().
+  Tensor backward(int slot, Tensor dout = {});
+
+  // Logits (B·T, Vl) of the slot's last forward: this rank's vocabulary rows; columns past the
+  // vocabulary are padding. Only after LossGrad::none (in_place overwrites them with their gradient).
+  Tensor logits(int slot) const;
+
+ private:
+  struct Activations {
+    Tensor tokens, targets;              // (B, T) i32
+    std::vector<Tensor> residual;        // layers + 1 of (Nl, C): block inputs, then the last output
+    std::vector<BlockActivations> blocks;
+    NormActivations final_norm;          // (Nl, C)
+    Tensor head_in;                      // (N, C) final norm output entered into the tp region
+    Tensor logits;                       // (N, Vl) this rank's vocabulary, dlogits after a training forward
+    Tensor losses;                       // (N)
+    Tensor row_max;                      // (N)
+    Tensor sums;                         // (2, N): exp-sums, then target logits (one reduction)
+    ForwardOptions options;              // of the slot's forward, for its backward
+  };
+  struct Scratch {
+    BlockScratch block;
+    Tensor dres_a, dres_b;               // (Nl, C) residual-stream gradients, ping-pong
+  };
+  void plan(Arena& arena);
+  DropoutSite dropout_site(const ForwardOptions& o, int layer) const;
+  // Points the parameter (or gradient) views of `unit` at p, which holds the unit's flat range.
+  struct UnitViews {
+    std::vector<BlockWeights>& blocks;
+    Tensor &wte, &wpe, &head;
+    NormWeights& final_norm;
+  };
+  void bind_unit(int unit, float* p, UnitViews v) const;
+  void acquire_params(int unit) { bind_unit(unit, state_.unit_params(unit), {w_, wte_, wpe_, head_, final_w_}); }
+  void acquire_grads(int unit) { bind_unit(unit, state_.unit_grads(unit), {g_, dwte_, dwpe_, dhead_, final_g_}); }
+  int block_unit(int l) const { return (range_.embedding ? 1 : 0) + l; }  // l: index within the stage
+  int head_unit() const { return block_unit(range_.layers); }
+
+  ModelConfig cfg_;
+  int B_, T_;
+  StageRange range_;
+  TensorParallel tp_;
+  LocalDims local_;
+  ParamLayout layout_;
+  std::vector<BlockParamIndex> block_index_;
+  size_t wte_index_ = 0, wpe_index_ = BlockParamIndex::kAbsent, head_index_ = 0;
+  size_t final_w_index_ = 0, final_b_index_ = BlockParamIndex::kAbsent;
+  std::vector<FlatRange> units_;
+  std::vector<int> forward_order_, backward_order_;  // the unit_params order of each pass
+  UnitState& state_;
+  Arena arena_;
+  std::vector<Activations> acts_;
+  Scratch scratch_;
+  std::vector<BlockWeights> w_, g_;
+  Tensor wte_, wpe_, head_, dwte_, dwpe_, dhead_;
+  NormWeights final_w_, final_g_;
+  Stream stream_ = Stream::cpu();
+};
+
+}  // namespace megatrain

@@ -1,0 +1,108 @@
+// The model as pipeline stages, in one process: a model cut into two stages (embedding + first
+// block | second block + head), the first stage's output handed to the second and the input
+// gradient handed back, computes bitwise the loss and every parameter gradient of the whole model,
+// and each stage initialises its own tensors to the whole model's values. Micro-batch slots: two
+// micro-batches in flight, run forward A, forward B, backward B, backward A, accumulate exactly
+// what running them one after the other does.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/flat_buffer.h"
+#include "model/gpt.h"
+#include "model/stage.h"
+#include "tests/model/tiny_models.h"
+
+namespace megatrain {
+namespace {
+
+constexpr int kB = 2, kT = 8;
+constexpr uint64_t kSeed = 11;
+
+ForwardOptions training(uint64_t first_sample) {
+  ForwardOptions o;
+  o.grad = LossGrad::in_place;
+  o.dloss_scale = 1.0f / static_cast<float>(kB * kT);
+  o.dropout = true;
+  o.dropout_seed = 5;
+  o.first_sample = first_sample;
+  return o;
+}
+
+// A stage over buffers of its own, initialised from the seed, gradients zero.
+struct OwnedStage {
+  ParamLayout layout;
+  FlatBuffer params, grads;
+  FullState state;
+  Stage stage;
+  OwnedStage(const ModelConfig& cfg, StageRange range, int slots)
+      : layout(gpt_param_layout(cfg, TpCoord{}, false, range)), params(layout.total()), grads(layout.total()),
+        state(gpt_param_units(layout, range), params.data(), grads.data()),
+        stage(cfg, kB, kT, range, slots, state, TensorParallel(int64_t{kB} * kT, cfg.d_model)) {
+    init_params(layout, params.data(), cfg, kSeed);
+  }
+};
+
+// Every tensor of `part` equals the same-named tensor of `whole`, bitwise.
+void expect_same_tensors(const ParamLayout& part, const float* p, const ParamLayout& whole, const float* w,
+                         const std::string& what) {
+  for (size_t i = 0; i < part.size(); ++i) {
+    const size_t j = whole.index_of(part.spec(i).name);
+    const int64_t n = part.local_shape(i).numel();
+    const std::vector<float> a(p + part.offset(i), p + part.offset(i) + n), b(w + whole.offset(j), w + whole.offset(j) + n);
+    EXPECT_EQ(a, b) << what << ": " << part.spec(i).name;
+  }
+}
+
+TEST(Stage, TwoStagesComputeTheWholeModelsLossAndGradients) {
+  ModelConfig cfg = test::gpt2_like();
+  cfg.tie_embeddings = false;  // a tied head needs the embedding on its stage
+  for (const ModelConfig& c : {cfg, test::llama_like()}) {
+    GptModel whole(c, kB, kT);
+    whole.init(kSeed);
+    whole.zero_grads();
+    const auto in = test::tokens(kB * kT, c.vocab_size, 1), tg = test::tokens(kB * kT, c.vocab_size, 2);
+    const float want = whole.forward(in.data(), tg.data(), training(4));
+    whole.backward();
+
+    OwnedStage first(c, StageRange{0, 1, true, false}, 1), last(c, StageRange{1, 1, false, true}, 1);
+    ASSERT_EQ(first.layout.size() + last.layout.size(), whole.layout().size());
+    expect_same_tensors(first.layout, first.params.data(), whole.layout(), whole.params(), "first stage init");
+    expect_same_tensors(last.layout, last.params.data(), whole.layout(), whole.params(), "last stage init");
+    const MicroBatch mb{in.data(), tg.data(), training(4)};
+    EXPECT_EQ(first.stage.forward(0, mb), 0.0f);
+    EXPECT_EQ(last.stage.forward(0, mb, first.stage.output(0)), want);
+    const Tensor din = last.stage.backward(0);
+    EXPECT_EQ(din.numel(), first.stage.output(0).numel());
+    EXPECT_EQ(first.stage.backward(0, din).data, nullptr);
+    expect_same_tensors(first.layout, first.grads.data(), whole.layout(), whole.grads(), "first stage grads");
+    expect_same_tensors(last.layout, last.grads.data(), whole.layout(), whole.grads(), "last stage grads");
+  }
+}
+
+TEST(Stage, SlotsKeepMicroBatchesApart) {
+  for (const ModelConfig& c : {test::gpt2_like(), test::llama_like()}) {
+    const auto a_in = test::tokens(kB * kT, c.vocab_size, 1), a_tg = test::tokens(kB * kT, c.vocab_size, 2);
+    const auto b_in = test::tokens(kB * kT, c.vocab_size, 3), b_tg = test::tokens(kB * kT, c.vocab_size, 4);
+    const MicroBatch a{a_in.data(), a_tg.data(), training(0)}, b{b_in.data(), b_tg.data(), training(2)};
+    OwnedStage one(c, whole_model(c), 1), two(c, whole_model(c), 2);
+    const float la = one.stage.forward(0, a);
+    one.stage.backward(0);
+    const float lb = one.stage.forward(0, b);
+    one.stage.backward(0);
+    EXPECT_EQ(two.stage.forward(0, a), la);
+    EXPECT_EQ(two.stage.forward(1, b), lb);
+    two.stage.backward(1);
+    two.stage.backward(0);
+    // Accumulation order differs (B then A), so equal within fp32 rounding of one addition.
+    for (int64_t i = 0; i < one.layout.total(); ++i)
+      ASSERT_NEAR(two.grads.data()[i], one.grads.data()[i], 1e-7f + 1e-6f * std::abs(one.grads.data()[i]))
+          << "flat " << i;
+    EXPECT_GT(two.stage.activation_bytes(), one.stage.activation_bytes());
+  }
+}
+
+}  // namespace
+}  // namespace megatrain
