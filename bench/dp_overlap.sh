@@ -31,16 +31,6 @@ steps=${STEPS:-6}
 warmup=${WARMUP:-2}
 all_cases="dp1 dp2_z0_on dp2_z0_off dp2_z0_on_b100 dp2_z0_off_b100 dp2_z1_on dp2_z2_on"
 cases=${CASES:-$all_cases}
-[ -x "$bin" ] || { echo "$0: $bin not found; build it first (cmake --build build --target megatrain)" >&2; exit 2; }
-[ "$steps" -gt "$warmup" ] || { echo "$0: STEPS=$steps must exceed WARMUP=$warmup" >&2; exit 2; }
-mkdir -p "$dir"
-data=$dir/licenses_bytes
-bench=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-
-if [ ! -s "$data.idx" ]; then
-  "${bench[@]}" "$bin" preprocess --input /usr/share/common-licenses/* --tokenizer bytes --output-prefix "$data"
-fi
-
 # Arguments of one case: number of ranks, then --set overrides.
 case_args() {
   case $1 in
@@ -55,26 +45,8 @@ case_args() {
   esac
 }
 
-if [ "${SKIP_RUNS:-0}" != 1 ]; then
-  for rep in $(seq 1 "$reps"); do
-    for c in $cases; do
-      read -r -a a <<< "$(case_args "$c")"
-      np=${a[0]}
-      run=$dir/${c}_r$rep
-      echo "== $c rep $rep ($np rank(s)) $(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)"
-      rm -f "$run.jsonl"
-      "${bench[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-        mpirun --oversubscribe -np "$np" -x OMP_NUM_THREADS=1 \
-        "$bin" train --config configs/gpt2_124m.toml \
-        --set data.train="\"$data\"" --set train.seq_len=1024 --set train.micro_batch_size=1 \
-        --set train.global_batch_size=2 --set train.steps="$steps" --set train.eval_interval=0 \
-        --set optimizer.warmup_steps=1 --set checkpoint.save_interval=0 --set checkpoint.load='""' \
-        --set log.interval=1 --set log.metrics_file="\"$run.jsonl\"" "${a[@]:1}" > "$run.log" 2>&1 ||
-        { echo "$0: run $c rep $rep failed; see $run.log" >&2; tail -5 "$run.log" >&2; exit 1; }
-      grep -E '^step +[0-9]+/' "$run.log" | tail -1
-    done
-  done
-fi
+global_batch=2
+source bench/run_cases.sh
 
 /usr/bin/python3 - "$dir" "$warmup" "$all_cases" <<'PY'
 import glob, json, os, re, statistics, sys

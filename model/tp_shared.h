@@ -4,6 +4,7 @@
 // values on the first of their sharers only; split values on their one owner).
 #pragma once
 #include <map>
+#include <vector>
 
 #include "model/params.h"
 #include "parallel/comm.h"
@@ -17,8 +18,9 @@ class TpSharedParams {
   TpSharedParams(const ParamLayout& layout, const Comm& tp);
 
   // Sums over their sharers the partial gradients that lie in `range` (grads[j] = flat element
-  // range.begin + j). Every tp rank must call it with the same range (the layout's flat ranges are
-  // the same on every tp rank).
+  // range.begin + j): one all-reduce per sharer group, over the ranges packed back to back. Every
+  // tp rank must call it with the same range (the layout's flat ranges are the same on every tp
+  // rank). Allocates nothing.
   void reduce_partial_grads(float* grads, FlatRange range) const;
   // Σ g² over `range`, leaving out shared values on all but the first of their sharers; summed over
   // tp (and the data-parallel partitions) this is the squared norm of the global gradient.
@@ -27,7 +29,11 @@ class TpSharedParams {
  private:
   const ParamLayout& layout_;
   int rank_;
-  std::map<int, Comm> groups_;  // sharers → the group of this rank's sharers
+  struct Group {
+    Comm comm;                       // this rank's sharers
+    mutable std::vector<float> pack; // room for every partial-gradient range of this sharer count
+  };
+  std::map<int, Group> groups_;      // sharers → its group
 };
 
 }  // namespace megatrain
