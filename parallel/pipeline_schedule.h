@@ -1,0 +1,58 @@
+// Pipeline schedules as data (DESIGN.md §2.8): each generator returns the list of steps one
+// pipeline stage runs — forward or backward of (micro-batch, model chunk) — and one executor runs
+// any list. With `chunks` model chunks per rank (interleaved pipelines), chunk c of stage s is
+// virtual stage c·stages + s, so a micro-batch visits stage 0 … stages − 1 once per chunk.
+//
+// A step runs when its inputs exist: forward (m, c) on virtual stage v needs forward (m) on v − 1;
+// backward (m) on v needs backward (m) on v + 1 (the last virtual stage: its own forward, which
+// computes the loss). simulate() plays all stages' lists under those rules with given step costs
+// and reports the makespan, the idle share ("bubble") and each stage's peak number of micro-batches
+// whose activations are held (forward done, backward not yet): the memory a schedule needs.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace megatrain {
+
+enum class PipeOp { forward, backward };
+
+struct PipeStep {
+  PipeOp op = PipeOp::forward;
+  int micro = 0;  // micro-batch of the step
+  int chunk = 0;  // model chunk on this rank
+  bool operator==(const PipeStep&) const = default;
+};
+
+struct PipeShape {
+  int stages = 1;
+  int micro_batches = 1;
+  int chunks = 1;  // model chunks per rank (> 1: interleaved)
+};
+
+// GPipe: every forward, then every backward (all micro-batches held at once).
+std::vector<PipeStep> schedule_gpipe(int stage, const PipeShape& shape);
+// 1F1B (PipeDream-Flush, Megatron's default): stages − stage − 1 warm-up forwards, then one
+// forward and one backward in turn, then the remaining backwards; at most stages − stage held.
+std::vector<PipeStep> schedule_1f1b(int stage, const PipeShape& shape);
+// Interleaved 1F1B (Megatron's virtual pipeline): the micro-batches go through the chunks in
+// groups of `stages`, so micro_batches must be a multiple of stages when chunks > 1; the bubble
+// shrinks about chunks-fold. chunks = 1 is 1F1B.
+std::vector<PipeStep> schedule_interleaved(int stage, const PipeShape& shape);
+
+// Why a shape cannot be scheduled by `name` ("gpipe", "1f1b", "interleaved"), or "" when it can.
+std::string schedule_problem(const std::string& name, const PipeShape& shape);
+// The named schedule's list for `stage`; throws Error on an unknown name or a bad shape.
+std::vector<PipeStep> pipeline_schedule(const std::string& name, int stage, const PipeShape& shape);
+
+struct ScheduleStats {
+  double makespan = 0;           // time until the last step ends
+  double bubble = 0;             // idle share of stages × makespan
+  std::vector<int> peak_held;    // per stage: most micro-batch activations held at once (all chunks)
+};
+// Plays `lists` (one per stage) with forward steps costing `forward_cost` and backward steps
+// `backward_cost`. Throws Error naming the stage and step when the lists deadlock, or when a
+// list misses or repeats a step.
+ScheduleStats simulate(const std::vector<std::vector<PipeStep>>& lists, const PipeShape& shape,
+                       double forward_cost = 1.0, double backward_cost = 2.0);
+
+}  // namespace megatrain
