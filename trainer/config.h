@@ -22,6 +22,7 @@ struct ParallelConfig {
   bool overlap_grad_reduce = true;  // start each bucket's reduction during backward
   bool sequence_parallel = false;   // norms, dropout and residuals on N/tp rows (parallel/mappings.h)
   bool overlap_tp_comm = true;      // reduce column-parallel input gradients during the weight GEMM
+  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b (parallel/pipeline_schedule.h)
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

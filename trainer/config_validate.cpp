@@ -71,9 +71,7 @@ void resolve_config(Config& c, int world_size) {
 
   // 2. Layout.
   ParallelConfig& p = c.parallel;
-  for (auto [key, value] : {std::pair<const char*, int>{"parallel.pp", p.pp},
-                            {"parallel.cp", p.cp},
-                            {"parallel.ep", p.ep}})
+  for (auto [key, value] : {std::pair<const char*, int>{"parallel.cp", p.cp}, {"parallel.ep", p.ep}})
     MT_INPUT_CHECK(value == 1, "{}: {} = {} is not supported yet; set {} = 1", f, key, value, key);
   MT_INPUT_CHECK(world_size >= 1, "{}: world size {} must be at least 1 (--world-size or the launcher's rank count)", f,
                  world_size);
@@ -103,6 +101,22 @@ void resolve_config(Config& c, int world_size) {
                    "{}: parallel.sequence_parallel splits the micro_batch_size · seq_len = {} · {} rows of a "
                    "micro-batch over tp = {}; pick sizes whose product is a multiple of tp",
                    f, c.train.micro_batch_size, c.train.seq_len, p.tp);
+  }
+
+  // Pipeline parallelism splits the blocks evenly over pp stages; the micro-batches of a step go
+  // through them by parallel.pipeline_schedule.
+  MT_INPUT_CHECK(p.pipeline_schedule == "gpipe" || p.pipeline_schedule == "1f1b",
+                 "{}: parallel.pipeline_schedule = \"{}\" is not one of \"gpipe\", \"1f1b\"", f, p.pipeline_schedule);
+  if (p.pp > 1) {
+    MT_INPUT_CHECK(m.n_layers % p.pp == 0,
+                   "{}: parallel.pp = {} does not divide model.n_layers = {}: every pipeline stage holds the same "
+                   "number of blocks; pick pp from the divisors of n_layers",
+                   f, p.pp, m.n_layers);
+    MT_INPUT_CHECK(!m.tie_embeddings,
+                   "{}: parallel.pp = {} with model.tie_embeddings = true: the tied LM head would live on the last "
+                   "stage and the embedding on the first, which is not supported yet; set tie_embeddings = false "
+                   "or pp = 1",
+                   f, p.pp);
   }
 
   // 3. Batch: global = micro · dp · accumulation steps.

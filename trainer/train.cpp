@@ -11,6 +11,7 @@
 #include "model/optimizer.h"
 #include "model/tp_shared.h"
 #include "parallel/groups.h"
+#include "parallel/pipeline.h"
 #include "parallel/zero.h"
 #include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
@@ -23,36 +24,92 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Data, model and optimizer of one run.
-struct Run {
+// The blocks pipeline stage `stage` of `stages` holds (an even split, checked by the config).
+StageRange stage_range(const ModelConfig& m, int stage, int stages) {
+  const int per = m.n_layers / stages;
+  return {stage * per, per, stage == 0, stage + 1 == stages};
+}
+
+// Data, model and optimizer of one run: this rank's pipeline stage, its micro-batch steps, and the
+// PipelineWork the executor drives (a forward loads the micro-batch; a backward is bracketed by
+// ZeRO's micro-batch hooks).
+struct Run : PipelineWork {
   const Config& cfg;
   ProcessGroups groups;
   const Comm& dp_comm;
   const Comm& tp_comm;
+  const Comm& pp_comm;
   int dp_rank, dp;
   TrainData data;
+  StageRange range;
+  std::vector<PipeStep> steps;  // this stage's schedule of one training step
   ParamLayout layout;
   ParamLayout stored_layout;  // the global tensors checkpoints hold
   ZeroState zero;
   Stage model;
   TpSharedParams tp_shared;
   AdamW optimizer;
+  PipelineExecutor pipeline;
   std::vector<int32_t> inputs, targets;
+  // The training step the executor is running: its number, loss sum, backwards left.
+  int64_t step_ = 0;
+  double loss_sum_ = 0.0;
+  int backwards_left_ = 0;
+  bool evaluating_ = false;
+  int64_t eval_batch_ = 0;
 
   Run(const Config& c, const Comm& world)
-      : cfg(c), groups(world, parallel_dims(c)), dp_comm(groups.dp()), tp_comm(groups.tp()),
+      : cfg(c), groups(world, parallel_dims(c)), dp_comm(groups.dp()), tp_comm(groups.tp()), pp_comm(groups.pp()),
         dp_rank(dp_comm.rank()), dp(dp_comm.size()), data(c, dp_rank, dp),
-        layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel)),
+        range(stage_range(c.model, pp_comm.rank(), pp_comm.size())),
+        steps(pipeline_schedule(c.parallel.pipeline_schedule, pp_comm.rank(),
+                                PipeShape{pp_comm.size(), data.train().micro_batches_per_step(), 1})),
+        layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel,
+                                range)),
         stored_layout(gpt_param_layout(c.model)),
-        zero(gpt_param_units(layout, whole_model(c.model)), dp_comm, zero_options(c)),
-        model(c.model, c.train.micro_batch_size, c.train.seq_len, whole_model(c.model), 1, zero,
+        zero(gpt_param_units(layout, range), dp_comm, zero_options(c)),
+        model(c.model, c.train.micro_batch_size, c.train.seq_len, range, peak_held(steps), zero,
               TensorParallel(tp_comm, TpOptions{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm},
                              int64_t{c.train.micro_batch_size} * c.train.seq_len, c.model.d_model)),
         tp_shared(layout, tp_comm),
         optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded()),
+        pipeline(pp_comm, model.output(0).numel(), peak_held(steps)),
         inputs(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
         targets(inputs.size()) {
     init_params_range(layout, zero.held_params(), zero.held_params_range(), c.model, c.train.seed);
+  }
+
+  Tensor forward(int slot, int micro, Tensor input) override {
+    const int B = cfg.train.micro_batch_size, G = cfg.train.global_batch_size;
+    ForwardOptions opt;
+    if (evaluating_) {
+      data.valid()->load(eval_batch_, micro, inputs.data(), targets.data());
+    } else {
+      data.train().load(step_, micro, inputs.data(), targets.data());
+      opt.grad = LossGrad::in_place;
+      opt.dloss_scale = 1.0f / static_cast<float>(tokens_per_step());
+      opt.dropout = true;
+      opt.dropout_seed = cfg.train.seed;
+      opt.first_sample = static_cast<uint64_t>(step_) * G + static_cast<uint64_t>(dp_rank) * (G / dp) +
+                         static_cast<uint64_t>(micro) * B;
+    }
+    loss_sum_ += model.forward(slot, MicroBatch{inputs.data(), targets.data(), opt}, input);
+    return model.output(slot);
+  }
+
+  Tensor backward(int slot, int micro, Tensor dout) override {
+    (void)micro;
+    zero.micro_batch_begin(--backwards_left_ == 0);
+    const Tensor din = model.backward(slot, dout);
+    zero.micro_batch_end();
+    return din;
+  }
+
+  // The mean over the global batch of a loss summed on the last stages of the dp replicas.
+  double mean_over_replicas(double sum, int micro) const {
+    if (pp_comm.size() > 1) pp_comm.all_reduce(&sum, 1).wait();  // only the last stage's is not 0
+    if (dp > 1) dp_comm.all_reduce(&sum, 1).wait();
+    return sum / (micro * dp);
   }
 
   static ParallelDims parallel_dims(const Config& c) {
@@ -89,29 +146,15 @@ struct Run {
     return {z.params, z.grads, optimizer.state_bytes(), static_cast<int64_t>(model.activation_bytes()), z.comm_buffers};
   }
 
-  // Forward + backward over this rank's micro-batches of `step`, gradients reduced over the data
-  // parallel ranks (parallel/zero.h). Returns the mean loss over the global batch.
+  // Forward + backward over this rank's micro-batches of `step` through the pipeline, gradients
+  // reduced over the data-parallel ranks (parallel/zero.h). Returns the mean loss over the global batch.
   double train_step(int64_t step) {
-    const int B = cfg.train.micro_batch_size, G = cfg.train.global_batch_size;
-    const int micro = data.train().micro_batches_per_step();
+    step_ = step;
+    loss_sum_ = 0.0;
+    backwards_left_ = data.train().micro_batches_per_step();
     zero.step_begin();
-    double loss_sum = 0.0;
-    for (int m = 0; m < micro; ++m) {
-      data.train().load(step, m, inputs.data(), targets.data());
-      ForwardOptions opt;
-      opt.grad = LossGrad::in_place;
-      opt.dloss_scale = 1.0f / static_cast<float>(tokens_per_step());
-      opt.dropout = true;
-      opt.dropout_seed = cfg.train.seed;
-      opt.first_sample = static_cast<uint64_t>(step) * G + static_cast<uint64_t>(dp_rank) * (G / dp) +
-                         static_cast<uint64_t>(m) * B;
-      zero.micro_batch_begin(m + 1 == micro);
-      loss_sum += model.forward(0, MicroBatch{inputs.data(), targets.data(), opt});
-      model.backward(0);
-      zero.micro_batch_end();
-    }
-    if (dp > 1) dp_comm.all_reduce(&loss_sum, 1).wait();
-    return loss_sum / (micro * dp);
+    pipeline.run(steps, *this);
+    return mean_over_replicas(loss_sum_, data.train().micro_batches_per_step());
   }
 
   // Global L2 norm of the step's gradient, after summing the partial gradients of values several
@@ -122,20 +165,18 @@ struct Run {
     tp_shared.reduce_partial_grads(g, range);
     double squares = zero.sum_over_partitions(tp_shared.sum_squares(g, range));
     if (tp_comm.size() > 1) tp_comm.all_reduce(&squares, 1).wait();
+    if (pp_comm.size() > 1) pp_comm.all_reduce(&squares, 1).wait();  // each stage holds its own tensors
     return std::sqrt(squares);
   }
 
   // Mean loss over the first eval_steps global batches of the validation set (same each time).
   double evaluate() {
     const int micro = data.valid()->micro_batches_per_step();
-    double sum = 0.0;
-    for (int64_t k = 0; k < cfg.train.eval_steps; ++k)
-      for (int m = 0; m < micro; ++m) {
-        data.valid()->load(k, m, inputs.data(), targets.data());
-        sum += model.forward(0, MicroBatch{inputs.data(), targets.data(), ForwardOptions{}});
-      }
-    if (dp > 1) dp_comm.all_reduce(&sum, 1).wait();
-    return sum / (static_cast<double>(cfg.train.eval_steps) * micro * dp);
+    evaluating_ = true;
+    loss_sum_ = 0.0;
+    for (eval_batch_ = 0; eval_batch_ < cfg.train.eval_steps; ++eval_batch_) pipeline.run_forward(micro, *this);
+    evaluating_ = false;
+    return mean_over_replicas(loss_sum_, static_cast<int>(cfg.train.eval_steps) * micro);
   }
 };
 
@@ -174,13 +215,14 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   std::unique_ptr<Checkpointer> checkpointer;
   if (cfg.checkpoint.save_interval > 0) checkpointer = std::make_unique<Checkpointer>(cfg, world);
   if (rank0) {
-    spdlog::info("model: {} parameters, {:.1f} MiB activations per rank; data: {} tokens, {} samples per epoch",
-                 run.model.layout().num_parameters(), static_cast<double>(run.model.activation_bytes()) / (1 << 20),
+    spdlog::info("model: {} parameters, {:.1f} MiB activations on rank 0; data: {} tokens, {} samples per epoch",
+                 run.stored_layout.num_parameters(), static_cast<double>(run.model.activation_bytes()) / (1 << 20),
                  run.data.train_tokens(), run.data.train_samples_per_epoch());
-    spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, dp = {}, ZeRO stage {}, {} gradient buckets, {} "
-                 "tokens per step",
+    spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} held on stage 0), dp = {}, "
+                 "ZeRO stage {}, {} gradient buckets, {} tokens per step",
                  run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.tp_comm.size(),
-                 cfg.parallel.sequence_parallel ? " (sequence parallel)" : "", run.dp, cfg.parallel.zero_stage,
+                 cfg.parallel.sequence_parallel ? " (sequence parallel)" : "", run.pp_comm.size(),
+                 cfg.parallel.pipeline_schedule, peak_held(run.steps), run.dp, cfg.parallel.zero_stage,
                  run.zero.buckets().size(), run.tokens_per_step());
   }
   const LrSchedule lr{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps,
