@@ -1,6 +1,7 @@
 #include "trainer/metrics.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <spdlog/spdlog.h>
 
@@ -70,10 +71,12 @@ std::string format_duration(double seconds) {
 void MetricsLog::step(const StepMetrics& m) {
   if (!enabled_) return;
   const std::string mfu = m.mfu ? fmt::format("{:.1f}%", *m.mfu * 100.0) : "n/a";
+  const std::string pp = m.pp_idle_ms.size() > 1 ? fmt::format(" | pp idle {:.1f} ms", fmt::join(m.pp_idle_ms, "/"))
+                                                  : std::string();
   fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.3e} | gnorm {:.3f} | {:>8.0f} tok/s | {:>8.1f} ms | comm {:.1f} ms "
-             "({:.1f} exposed) | MFU {} | ETA {}\n",
+             "({:.1f} exposed){} | MFU {} | ETA {}\n",
              m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_ms, m.comm_ms, m.exposed_comm_ms,
-             mfu, format_duration(m.eta_s));
+             pp, mfu, format_duration(m.eta_s));
   std::fflush(stdout);
   if (!file_.is_open()) return;
   nlohmann::json j = {{"step", m.step},          {"loss", m.loss},
@@ -81,7 +84,8 @@ void MetricsLog::step(const StepMetrics& m) {
                       {"tokens_per_s", m.tokens_per_s}, {"step_time_ms", m.step_time_ms},
                       {"comm_ms", m.comm_ms},    {"exposed_comm_ms", m.exposed_comm_ms},
                       {"comm_bytes", m.comm_bytes}, {"compute_ms", m.compute_ms},
-                      {"tp_comm_ms", m.tp_comm_ms}, {"tp_exposed_ms", m.tp_exposed_ms}};
+                      {"tp_comm_ms", m.tp_comm_ms}, {"tp_exposed_ms", m.tp_exposed_ms},
+                      {"pp_comm_ms", m.pp_comm_ms}, {"pp_idle_ms", m.pp_idle_ms}};
   const MemoryMetrics& b = m.memory;
   j["memory_bytes"] = {{"params", b.params},           {"grads", b.grads},
                        {"optimizer", b.optimizer},     {"activations", b.activations},

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace megatrain {
 
@@ -24,10 +25,14 @@ struct StepMetrics {
   // Data-parallel communication per step (averages over the logged steps): time operations were in
   // flight, time the rank was blocked waiting for them, and bytes moved (parallel/comm.h formula);
   // compute_ms = step_time_ms − exposed_comm_ms.
-  // Tensor-parallel communication the same way (tp_comm_ms in flight, tp_exposed_ms blocked);
-  // compute_ms = step_time_ms − exposed_comm_ms − tp_exposed_ms.
+  // Tensor-parallel communication the same way (tp_comm_ms in flight, tp_exposed_ms blocked).
+  // Pipeline: pp_comm_ms with sends or receives in flight on this rank, and per stage the time it
+  // sat blocked on its neighbours (the bubble and the transfers it waited for), stage order.
+  // compute_ms = step_time_ms − exposed_comm_ms − tp_exposed_ms − this rank's pp idle time.
   double comm_ms = 0, exposed_comm_ms = 0, comm_bytes = 0, compute_ms = 0;
   double tp_comm_ms = 0, tp_exposed_ms = 0;
+  double pp_comm_ms = 0;
+  std::vector<double> pp_idle_ms;
   MemoryMetrics memory;
 };
 

@@ -180,6 +180,23 @@ struct Run : PipelineWork {
   }
 };
 
+// Step time and communication summed over the steps since the last log line.
+struct Logged {
+  double time = 0.0;
+  int64_t steps = 0;
+  CommStats dp, tp, pp;
+  void add(double dt, const CommStats& d, const CommStats& t, const CommStats& p) {
+    time += dt;
+    ++steps;
+    for (auto [sum, s] : {std::pair{&dp, &d}, std::pair{&tp, &t}, std::pair{&pp, &p}}) {
+      sum->busy_ms += s->busy_ms;
+      sum->exposed_ms += s->exposed_ms;
+      sum->bytes_moved += s->bytes_moved;
+      sum->calls += s->calls;
+    }
+  }
+};
+
 // log.peak_tflops as a number, or measured now ("auto") and logged.
 double peak_tflops_per_rank(const Config& cfg, const Comm& world) {
   if (!cfg.log.peak_tflops.automatic) return cfg.log.peak_tflops.value;
@@ -232,34 +249,27 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   const double peak_tflops = peak_tflops_per_rank(cfg, world);
   MetricsLog log(cfg.log.metrics_file, rank0, start_step);
   TrainResult result;
-  double logged_time = 0.0, logged_comm_ms = 0.0, logged_exposed_ms = 0.0, logged_bytes = 0.0;
-  double logged_tp_ms = 0.0, logged_tp_exposed_ms = 0.0;
-  int64_t logged_steps = 0;
+  Logged logged;
   const auto start = Clock::now();
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     const auto t0 = Clock::now();
     run.dp_comm.reset_stats();
     run.tp_comm.reset_stats();
+    run.pp_comm.reset_stats();
     const double loss = run.train_step(step);
     const double norm = run.grad_norm();
     const double rate = lr.at(step + 1);
     run.optimizer.step(run.zero.optimizer_params(), run.zero.optimizer_grads(), static_cast<float>(rate), norm);
     run.zero.step_end();
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    const CommStats comm = run.dp_comm.stats(), tp_comm = run.tp_comm.stats();
     result.losses.push_back(loss);
     result.grad_norms.push_back(norm);
-    logged_time += dt;
-    logged_comm_ms += comm.busy_ms;
-    logged_exposed_ms += comm.exposed_ms;
-    logged_bytes += static_cast<double>(comm.bytes_moved);
-    logged_tp_ms += tp_comm.busy_ms;
-    logged_tp_exposed_ms += tp_comm.exposed_ms;
-    ++logged_steps;
+    logged.add(dt, run.dp_comm.stats(), run.tp_comm.stats(), run.pp_comm.stats());
     if (step == start_step) log.memory(step + 1, run.memory());
     const bool last = step + 1 == cfg.train.steps;
     if ((step + 1) % cfg.log.interval == 0 || last) {
-      const double avg = logged_time / static_cast<double>(logged_steps);
+      const auto n = static_cast<double>(logged.steps);
+      const double avg = logged.time / n;
       StepMetrics m;
       m.step = step + 1;
       m.steps = cfg.train.steps;
@@ -268,20 +278,23 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       m.grad_norm = norm;
       m.step_time_ms = avg * 1e3;
       m.tokens_per_s = static_cast<double>(run.tokens_per_step()) / avg;
-      const auto n = static_cast<double>(logged_steps);
-      m.comm_ms = logged_comm_ms / n;
-      m.exposed_comm_ms = logged_exposed_ms / n;
-      m.comm_bytes = logged_bytes / n;
-      m.tp_comm_ms = logged_tp_ms / n;
-      m.tp_exposed_ms = logged_tp_exposed_ms / n;
-      m.compute_ms = m.step_time_ms - m.exposed_comm_ms - m.tp_exposed_ms;
+      m.comm_ms = logged.dp.busy_ms / n;
+      m.exposed_comm_ms = logged.dp.exposed_ms / n;
+      m.comm_bytes = static_cast<double>(logged.dp.bytes_moved) / n;
+      m.tp_comm_ms = logged.tp.busy_ms / n;
+      m.tp_exposed_ms = logged.tp.exposed_ms / n;
+      m.pp_comm_ms = logged.pp.busy_ms / n;
+      // Every stage's idle time (blocked on its neighbours), gathered over the pipeline group.
+      m.pp_idle_ms.assign(static_cast<size_t>(run.pp_comm.size()), 0.0);
+      m.pp_idle_ms[static_cast<size_t>(run.pp_comm.rank())] = logged.pp.exposed_ms / n;
+      if (run.pp_comm.size() > 1) run.pp_comm.all_reduce(m.pp_idle_ms.data(), run.pp_comm.size()).wait();
+      m.compute_ms = m.step_time_ms - m.exposed_comm_ms - m.tp_exposed_ms - logged.pp.exposed_ms / n;
       m.memory = run.memory();
       if (peak_tflops > 0.0) m.mfu = flops_per_step / avg / world.size() / (peak_tflops * 1e12);
       m.eta_s = std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(step + 1 - start_step) *
                 static_cast<double>(cfg.train.steps - step - 1);
       log.step(m);
-      logged_time = logged_comm_ms = logged_exposed_ms = logged_bytes = logged_tp_ms = logged_tp_exposed_ms = 0.0;
-      logged_steps = 0;
+      logged = Logged{};
     }
     if (checkpointer && (step + 1) % cfg.checkpoint.save_interval == 0) {
       const double stall = checkpointer->save(state, TrainState{step + 1, (step + 1) * G, cfg.train.seed});

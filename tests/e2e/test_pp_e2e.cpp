@@ -1,6 +1,6 @@
 // Pipeline parallelism end to end: every (pp, schedule) layout of a 4-block GPT-2-style model
-// (untied head), alone and combined with tensor and data parallelism and ZeRO, trains like one
-// process — loss and gradient norm of each of 10 steps within 1e-5 relative, dropout on — and a
+// (untied head), alone and combined with tensor and data parallelism and ZeRO — up to the 3D
+// layout tp = pp = dp = 2 on 8 ranks — trains like one process — loss and gradient norm of each of 10 steps within 1e-5 relative, dropout on — and a
 // layout run twice is bitwise identical. GPipe holds every micro-batch's activations on stage 0,
 // 1F1B only pp of them, and the metrics show it. A checkpoint saved at (tp, pp) = (2, 2) resumes
 // at pp = 1 and pp = 4.
@@ -34,13 +34,16 @@ TEST_F(PpE2E, EveryPipelineLayoutMatchesOneProcess) {
   const auto single = run(1, 1, 1, "", "single");
   ASSERT_EQ(single.size(), 12u);  // 10 steps + 2 validations
   for (const auto& [tp, pp, dp, stage] : {std::tuple{1, 2, 1, 0}, std::tuple{1, 4, 1, 0}, std::tuple{1, 2, 2, 1},
-                                          std::tuple{1, 2, 2, 3}, std::tuple{2, 2, 1, 0}})
+                                          std::tuple{1, 2, 2, 3}, std::tuple{2, 2, 1, 0}, std::tuple{2, 2, 2, 1}})
     for (const char* schedule : {"gpipe", "1f1b"}) {
       const std::string name = fmt::format("tp{}_pp{}_dp{}_zero{}_{}", tp, pp, dp, stage, schedule);
       const std::string set =
           fmt::format("--set parallel.zero_stage={} --set parallel.pipeline_schedule='\"{}\"'", stage, schedule);
       const auto a = run(tp, pp, dp, set, name);
       EXPECT_EQ(test::compare_runs(single, a, 1e-5, name + " vs one process"), 10 * 2 + 2);
+      ASSERT_FALSE(a.empty());
+      EXPECT_EQ(a[0]["pp_idle_ms"].size(), static_cast<size_t>(pp)) << name;  // every stage's idle time
+      EXPECT_GT(a[0]["pp_comm_ms"].get<double>(), 0.0) << name;
       if (pp == 2 && dp == 1 && tp == 1) {
         EXPECT_EQ(test::compare_runs(a, run(tp, pp, dp, set, name + "_again"), 0.0, name + " rerun"), 22);
       }
