@@ -119,8 +119,6 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
   MT_CHECK(range.first_layer >= 0 && range.layers >= 0 && range.first_layer + range.layers <= cfg.n_layers,
            "stage blocks [{}, {}) outside the model's {}", range.first_layer, range.first_layer + range.layers,
            cfg.n_layers);
-  MT_CHECK(!range.head || !cfg.tie_embeddings || range.embedding,
-           "a tied LM head needs the embedding on its stage (first and last stage must coincide)");
   const int64_t C = cfg.d_model, D = cfg.head_dim(), H = cfg.n_heads, Hkv = cfg.kv_heads();
   const int64_t F = cfg.ffn_dim(), Vp = cfg.padded_vocab(tp.size);
   const int kv_shards = static_cast<int>(std::min<int64_t>(Hkv, tp.size));
@@ -185,6 +183,10 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
       keep = l >= range.first_layer && l < blocks_end;
     } else keep = range.head;
     if (keep) mine.push_back(std::move(s));
+  }
+  if (range.head && cfg.tie_embeddings && !range.embedding) {
+    mine.push_back(p.front());  // embed.wte, stream 0
+    mine.back().tied_copy = true;
   }
   return ParamLayout(std::move(mine), tp);
 }

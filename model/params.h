@@ -48,6 +48,9 @@ struct ParamSpec {
   // The random stream of the initial values: the tensor's index in the whole model, so a stage
   // holding only some tensors draws the same values; −1 = its index in the layout.
   int init_stream = -1;
+  // A copy of a tensor another pipeline stage owns (the embedding a tied head reads on the last
+  // stage): kept equal to the owner's by summing their gradients; checkpoints store the owner's.
+  bool tied_copy = false;
 };
 
 // A rank's place in its tensor-parallel group.
@@ -117,7 +120,7 @@ inline StageRange whole_model(const ModelConfig& cfg) { return {0, cfg.n_layers,
 
 // The parameters of the GPT decoder described by `cfg` that stage `range` holds (in model order),
 // as rank `tp` holds them; `sequence_parallel` marks norm weights as having partial gradients. A
-// tied head needs the embedding on its stage.
+// tied head on a stage without the embedding gets a copy of it (tied_copy) after the final norm.
 ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel, const StageRange& range);
 inline ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel) {
   return gpt_param_layout(cfg, tp, sequence_parallel, whole_model(cfg));

@@ -22,7 +22,10 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, StageRan
     if (layout_.contains("embed.wpe")) wpe_index_ = layout_.index_of("embed.wpe");
   }
   if (range_.head) {
-    head_index_ = cfg_.tie_embeddings ? wte_index_ : layout_.index_of("lm_head.weight");
+    // A tied head reads the embedding: this stage's own, or the copy it holds (tied_copy).
+    head_index_ = !cfg_.tie_embeddings ? layout_.index_of("lm_head.weight")
+                  : range_.embedding   ? wte_index_
+                                       : layout_.index_of("embed.wte");
     final_w_index_ = layout_.index_of("final_norm.weight");
     if (layout_.contains("final_norm.bias")) final_b_index_ = layout_.index_of("final_norm.bias");
   }
@@ -40,7 +43,7 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, StageRan
   const int n = static_cast<int>(units_.size());
   for (int u = 0; u < n; ++u) forward_order_.push_back(u);
   if (range_.head) backward_order_.push_back(head_unit());
-  if (range_.head && cfg_.tie_embeddings) backward_order_.push_back(0);
+  if (shares_embedding()) backward_order_.push_back(0);
   for (int l = range_.layers - 1; l >= 0; --l) backward_order_.push_back(block_unit(l));
 }
 
@@ -50,11 +53,11 @@ void Stage::bind_unit(int unit, float* p, UnitViews v) const {
   if (range_.embedding && unit == 0) {
     v.wte = view(wte_index_);
     v.wpe = view(wpe_index_);
-    if (range_.head && cfg_.tie_embeddings) v.head = v.wte;
+    if (shares_embedding()) v.head = v.wte;
   } else if (range_.head && unit == head_unit()) {
     v.final_norm.weight = view(final_w_index_);
     v.final_norm.bias = view(final_b_index_);
-    if (!cfg_.tie_embeddings) v.head = view(head_index_);
+    if (!shares_embedding()) v.head = view(head_index_);
   } else {
     const auto l = static_cast<size_t>(unit - block_unit(0));
     v.blocks[l] = block_weights(layout_, block_index_[l], p, begin);
@@ -118,7 +121,7 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
     acquire_params(0);
     embedding_layer_forward(s, tp_, local_, a.residual[0], sc.partial, a.tokens, {wte_, wpe_}, T_,
                             dropout_site(a.options, -1));
-    if (!(range_.head && cfg_.tie_embeddings)) state_.unit_params_done(0);
+    if (!shares_embedding()) state_.unit_params_done(0);
   } else {
     MT_CHECK(input.numel() == a.residual[0].numel(), "stage input of {} floats, expected {}", input.numel(),
              a.residual[0].numel());
@@ -142,7 +145,7 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
   tp_.enter_forward(a.head_in, a.final_norm.out);
   column_parallel_forward(s, a.logits, a.head_in, head_, Tensor{});
   state_.unit_params_done(head_unit());
-  if (range_.embedding && cfg_.tie_embeddings) state_.unit_params_done(0);
+  if (shares_embedding()) state_.unit_params_done(0);
   vocab_parallel_cross_entropy(s, tp_, local_, a.losses, a.logits, a.row_max, a.sums, a.targets, a.options.grad,
                                a.options.dloss_scale);
   double sum = 0.0;
@@ -156,7 +159,7 @@ Tensor Stage::backward(int slot, Tensor dout) {
   MT_CHECK(a.options.grad == LossGrad::in_place, "backward() needs a forward() with LossGrad::in_place");
   const Stream& s = stream_;
   Tensor dres = scratch_.dres_a, dnext = scratch_.dres_b;
-  const bool tied = range_.head && cfg_.tie_embeddings;
+  const bool tied = shares_embedding();
   BlockScratch& sc = scratch_.block;
   const bool sp = tp_.sequence_parallel();
   state_.begin_pass(backward_order_);

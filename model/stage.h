@@ -100,6 +100,8 @@ class Stage {
   void acquire_grads(int unit) { bind_unit(unit, state_.unit_grads(unit), {g_, dwte_, dwpe_, dhead_, final_g_}); }
   int block_unit(int l) const { return (range_.embedding ? 1 : 0) + l; }  // l: index within the stage
   int head_unit() const { return block_unit(range_.layers); }
+  // The head reads the embedding of this stage's own unit 0 (tied, first and last stage in one).
+  bool shares_embedding() const { return range_.head && range_.embedding && cfg_.tie_embeddings; }
 
   ModelConfig cfg_;
   int B_, T_;

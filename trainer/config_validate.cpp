@@ -112,11 +112,12 @@ void resolve_config(Config& c, int world_size) {
                    "{}: parallel.pp = {} does not divide model.n_layers = {}: every pipeline stage holds the same "
                    "number of blocks; pick pp from the divisors of n_layers",
                    f, p.pp, m.n_layers);
-    MT_INPUT_CHECK(!m.tie_embeddings,
-                   "{}: parallel.pp = {} with model.tie_embeddings = true: the tied LM head would live on the last "
-                   "stage and the embedding on the first, which is not supported yet; set tie_embeddings = false "
-                   "or pp = 1",
-                   f, p.pp);
+    MT_INPUT_CHECK(!m.tie_embeddings || p.zero_stage == 0,
+                   "{}: parallel.pp = {} with model.tie_embeddings = true and parallel.zero_stage = {}: the last stage "
+                   "keeps a copy of the embedding whose gradient is summed with the first stage's, which needs the "
+                   "whole gradient on every data-parallel rank (ZeRO 0) for now; set zero_stage = 0 or "
+                   "tie_embeddings = false",
+                   f, p.pp, p.zero_stage);
   }
 
   // 3. Batch: global = micro · dp · accumulation steps.

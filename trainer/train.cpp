@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "model/gpt.h"
 #include "model/stage.h"
@@ -50,6 +51,8 @@ struct Run : PipelineWork {
   TpSharedParams tp_shared;
   AdamW optimizer;
   PipelineExecutor pipeline;
+  // The first and last stage when a tied embedding spans them (Megatron's embedding group).
+  std::optional<Comm> embedding_comm;
   std::vector<int32_t> inputs, targets;
   // The training step the executor is running: its number, loss sum, backwards left.
   int64_t step_ = 0;
@@ -77,6 +80,11 @@ struct Run : PipelineWork {
         inputs(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
         targets(inputs.size()) {
     init_params_range(layout, zero.held_params(), zero.held_params_range(), c.model, c.train.seed);
+    if (c.model.tie_embeddings && pp_comm.size() > 1) {
+      const bool ends = range.embedding || range.head;
+      Comm group = pp_comm.split(ends ? 0 : 1, pp_comm.rank(), "embedding");
+      if (ends) embedding_comm.emplace(std::move(group));
+    }
   }
 
   Tensor forward(int slot, int micro, Tensor input) override {
@@ -163,7 +171,18 @@ struct Run : PipelineWork {
     float* g = zero.optimizer_grads();
     const FlatRange range = zero.optimizer_range();
     tp_shared.reduce_partial_grads(g, range);
-    double squares = zero.sum_over_partitions(tp_shared.sum_squares(g, range));
+    // A tied embedding on the first and last stage: both copies take the sum of their gradients
+    // (ZeRO 0 only, checked by the config: every rank holds the whole local gradient), counted once.
+    FlatRange copy{range.end, range.end};
+    if (embedding_comm) {
+      const size_t i = layout.index_of("embed.wte");
+      const FlatRange wte{layout.offset(i), layout.offset(i) + layout.local_shape(i).numel()};
+      embedding_comm->all_reduce(g + (wte.begin - range.begin), wte.size()).wait();
+      if (layout.spec(i).tied_copy) copy = wte;
+    }
+    double squares = zero.sum_over_partitions(tp_shared.sum_squares(g, FlatRange{range.begin, copy.begin}) +
+                                              tp_shared.sum_squares(g + (copy.end - range.begin),
+                                                                    FlatRange{copy.end, range.end}));
     if (tp_comm.size() > 1) tp_comm.all_reduce(&squares, 1).wait();
     if (pp_comm.size() > 1) pp_comm.all_reduce(&squares, 1).wait();  // each stage holds its own tensors
     return std::sqrt(squares);

@@ -1,13 +1,15 @@
-// Pipeline parallelism end to end: every (pp, schedule) layout of a 4-block GPT-2-style model
-// (untied head), alone and combined with tensor and data parallelism and ZeRO — up to the 3D
-// layout tp = pp = dp = 2 on 8 ranks — trains like one process — loss and gradient norm of each of 10 steps within 1e-5 relative, dropout on — and a
-// layout run twice is bitwise identical. GPipe holds every micro-batch's activations on stage 0,
+// Pipeline parallelism end to end: every (pp, schedule) layout of a 4-block GPT-2 (tied embedding
+// and head on the first and last stage, dropout on) and Llama (GQA, untied), alone and combined with
+// tensor and data parallelism and ZeRO — up to the 3D layout tp = pp = dp = 2 on 8 ranks — trains
+// like one process: loss and gradient norm of each of 10 steps within 1e-5 relative; a layout run
+// twice is bitwise identical. GPipe holds every micro-batch's activations on stage 0,
 // 1F1B only pp of them, and the metrics show it. A checkpoint saved at (tp, pp) = (2, 2) resumes
 // at pp = 1 and pp = 4.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <tuple>
+#include <vector>
 
 #include "tests/e2e/e2e_fixture.h"
 
@@ -18,11 +20,11 @@ using json = nlohmann::json;
 
 class PpE2E : public test::TrainE2E {
  protected:
-  // tp·pp·dp ranks on the tiny config with 4 blocks and an untied head for 10 steps: micro-batches
-  // of 4 from a global batch of 16; validation after step 5 and 10.
+  // tp·pp·dp ranks on the tiny config with 4 blocks for 10 steps: micro-batches of 4 from a global
+  // batch of 16; validation after step 5 and 10.
   std::vector<json> run(int tp, int pp, int dp, const std::string& extra, const std::string& name) {
     return train_mpi(tp * pp * dp,
-                     fmt::format("--set model.n_layers=4 --set model.tie_embeddings=false --set train.steps=10 "
+                     fmt::format("--set model.n_layers=4 --set train.steps=10 "
                                  "--set train.micro_batch_size=4 --set train.eval_interval=5 "
                                  "--set parallel.bucket_size_mb=0.05 --set parallel.tp={} --set parallel.pp={} {}",
                                  tp, pp, extra),
@@ -30,24 +32,34 @@ class PpE2E : public test::TrainE2E {
   }
 };
 
+// Llama-style: RMSNorm, RoPE, SwiGLU, no biases, untied head, 2 key/value heads for 4 query heads.
+constexpr const char* kLlama =
+    "--set model.norm='\"rmsnorm\"' --set model.position='\"rope\"' --set model.activation='\"swiglu\"' "
+    "--set model.bias=false --set model.tie_embeddings=false --set model.n_kv_heads=2";
+
 TEST_F(PpE2E, EveryPipelineLayoutMatchesOneProcess) {
-  const auto single = run(1, 1, 1, "", "single");
-  ASSERT_EQ(single.size(), 12u);  // 10 steps + 2 validations
-  for (const auto& [tp, pp, dp, stage] : {std::tuple{1, 2, 1, 0}, std::tuple{1, 4, 1, 0}, std::tuple{1, 2, 2, 1},
-                                          std::tuple{1, 2, 2, 3}, std::tuple{2, 2, 1, 0}, std::tuple{2, 2, 2, 1}})
-    for (const char* schedule : {"gpipe", "1f1b"}) {
-      const std::string name = fmt::format("tp{}_pp{}_dp{}_zero{}_{}", tp, pp, dp, stage, schedule);
-      const std::string set =
-          fmt::format("--set parallel.zero_stage={} --set parallel.pipeline_schedule='\"{}\"'", stage, schedule);
-      const auto a = run(tp, pp, dp, set, name);
-      EXPECT_EQ(test::compare_runs(single, a, 1e-5, name + " vs one process"), 10 * 2 + 2);
-      ASSERT_FALSE(a.empty());
-      EXPECT_EQ(a[0]["pp_idle_ms"].size(), static_cast<size_t>(pp)) << name;  // every stage's idle time
-      EXPECT_GT(a[0]["pp_comm_ms"].get<double>(), 0.0) << name;
-      if (pp == 2 && dp == 1 && tp == 1) {
-        EXPECT_EQ(test::compare_runs(a, run(tp, pp, dp, set, name + "_again"), 0.0, name + " rerun"), 22);
+  using Layout = std::tuple<int, int, int, int>;  // tp, pp, dp, ZeRO stage
+  // The tied GPT-2 needs ZeRO 0 with pp > 1 (README "Pipeline parallelism").
+  const std::vector<Layout> gpt2{{1, 2, 1, 0}, {1, 4, 1, 0}, {1, 2, 2, 0}, {2, 2, 1, 0}, {2, 2, 2, 0}};
+  const std::vector<Layout> llama{{1, 2, 1, 0}, {1, 2, 2, 1}, {1, 2, 2, 3}, {2, 2, 1, 0}, {2, 2, 2, 1}, {1, 4, 1, 0}};
+  for (const auto& [family, model, layouts] : {std::tuple{"gpt2", "", gpt2}, std::tuple{"llama", kLlama, llama}}) {
+    const auto single = run(1, 1, 1, model, std::string(family) + "_single");
+    ASSERT_EQ(single.size(), 12u);  // 10 steps + 2 validations
+    for (const auto& [tp, pp, dp, stage] : layouts)
+      for (const char* schedule : {"gpipe", "1f1b"}) {
+        const std::string name = fmt::format("{}_tp{}_pp{}_dp{}_zero{}_{}", family, tp, pp, dp, stage, schedule);
+        const std::string set = fmt::format("{} --set parallel.zero_stage={} --set parallel.pipeline_schedule='\"{}\"'",
+                                            model, stage, schedule);
+        const auto a = run(tp, pp, dp, set, name);
+        EXPECT_EQ(test::compare_runs(single, a, 1e-5, name + " vs one process"), 10 * 2 + 2);
+        ASSERT_FALSE(a.empty());
+        EXPECT_EQ(a[0]["pp_idle_ms"].size(), static_cast<size_t>(pp)) << name;  // every stage's idle time
+        EXPECT_GT(a[0]["pp_comm_ms"].get<double>(), 0.0) << name;
+        if (pp == 2 && dp == 1 && tp == 1) {
+          EXPECT_EQ(test::compare_runs(a, run(tp, pp, dp, set, name + "_again"), 0.0, name + " rerun"), 22);
+        }
       }
-    }
+  }
 }
 
 // Stage 0 of pp = 2 with 4 micro-batches per step: GPipe keeps 4 micro-batches of activations,
@@ -62,8 +74,8 @@ TEST_F(PpE2E, OneFOneBHoldsFewerActivationsThanGpipe) {
   EXPECT_GT(gpipe, 1.6 * one_f_one_b) << gpipe << " vs " << one_f_one_b;
 }
 
-// Saved at (tp, pp, dp) = (2, 2, 1) after step 3 of 6; resumed at pp = 1 and at pp = 4 (tp = 1),
-// steps 4–6 match the saving run within 1e-5.
+// Saved at (tp, pp, dp) = (2, 2, 1) after step 3 of 6 — the tied embedding stored once, from the
+// first stage; resumed at pp = 1 and at pp = 4 (tp = 1), steps 4–6 match the saving run within 1e-5.
 TEST_F(PpE2E, CheckpointFromTp2Pp2ResumesAtOtherPipelineSizes) {
   const fs::path ckpt = dir_ / "ckpt";
   const auto saved = run(2, 2, 1,
