@@ -4,7 +4,7 @@
 // like one process: loss and gradient norm of each of 10 steps within 1e-5 relative; a layout run
 // twice is bitwise identical. GPipe holds every micro-batch's activations on stage 0,
 // 1F1B only pp of them, and the metrics show it. A checkpoint saved at (tp, pp) = (2, 2) resumes
-// at pp = 1 and pp = 4.
+// at pp = 1 and pp = 4, and one saved at (tp, pp, dp) = (2, 2, 2) at five other 3D layouts.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -89,6 +89,29 @@ TEST_F(PpE2E, CheckpointFromTp2Pp2ResumesAtOtherPipelineSizes) {
         run(1, pp, 1, "--set train.steps=6 --set checkpoint.load=" + (ckpt / "step_0000003").string(),
             "resumed_pp" + std::to_string(pp));
     EXPECT_EQ(test::compare_runs(tail, resumed, 1e-5, "tp2 pp2 -> pp" + std::to_string(pp)), 3 * 2 + 2);
+  }
+}
+
+// Full 3D resharding: the Llama saved at (tp, pp, dp, zero) = (2, 2, 2, 1) on 8 ranks after step 3
+// resumes at (1,1,1,0), (4,1,2,3), (1,2,4,1), (2,1,4,2) and (1,4,2,0), steps 4–6 within 1e-5.
+TEST_F(PpE2E, CheckpointFrom3dLayoutResumesAtOtherLayouts) {
+  const fs::path ckpt = dir_ / "ckpt3d";
+  const auto saved = run(2, 2, 2,
+                         std::string(kLlama) + " --set train.steps=6 --set parallel.zero_stage=1 "
+                                               "--set checkpoint.save_interval=3 --set checkpoint.dir=" + ckpt.string(),
+                         "saved3d");
+  std::vector<json> tail;
+  for (const json& j : saved)
+    if (j["step"].get<int64_t>() > 3) tail.push_back(j);
+  using Layout = std::tuple<int, int, int, int>;
+  for (const auto& [tp, pp, dp, stage] : {Layout{1, 1, 1, 0}, Layout{4, 1, 2, 3}, Layout{1, 2, 4, 1},
+                                          Layout{2, 1, 4, 2}, Layout{1, 4, 2, 0}}) {
+    const std::string name = fmt::format("resumed_tp{}_pp{}_dp{}_zero{}", tp, pp, dp, stage);
+    const auto resumed = run(tp, pp, dp,
+                             fmt::format("{} --set train.steps=6 --set parallel.zero_stage={} --set checkpoint.load={}",
+                                         kLlama, stage, (ckpt / "step_0000003").string()),
+                             name);
+    EXPECT_EQ(test::compare_runs(tail, resumed, 1e-5, "(2,2,2) zero 1 -> " + name), 3 * 2 + 2);
   }
 }
 
