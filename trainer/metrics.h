@@ -11,7 +11,7 @@
 
 namespace megatrain {
 
-// Bytes one rank holds, by kind (parallel/zero.h, model/optimizer.h, model/gpt.h).
+// Bytes one rank holds, by kind (parallel/zero.h, model/optimizer.h, model/stage.h).
 struct MemoryMetrics {
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
 };
