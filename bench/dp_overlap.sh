@@ -49,27 +49,18 @@ global_batch=2
 source bench/run_cases.sh
 
 /usr/bin/python3 - "$dir" "$warmup" "$all_cases" <<'PY'
-import glob, json, os, re, statistics, sys
+import re, statistics, sys
+
+sys.path.insert(0, "bench")
+from run_summary import load_runs
 
 d, warm, order = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 med = statistics.median
-rows = {}
-for path in sorted(glob.glob(os.path.join(d, "*_r*.jsonl"))):
-    case = re.sub(r"_r\d+\.jsonl$", "", os.path.basename(path))
-    lines = [json.loads(l) for l in open(path) if '"step_time_ms"' in l]
-    kept = [m for m in lines if m["step"] > warm]
-    if not kept:
-        continue
-    mean = lambda k: sum(m[k] for m in kept) / len(kept)
-    r = {k: mean(k) for k in ("step_time_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "comm_bytes",
-                                "tokens_per_s")}
+rows = load_runs(d, warm, ("step_time_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "comm_bytes", "tokens_per_s"))
+for r in (r for rs in rows.values() for r in rs):
     r["share"] = 100.0 * r["exposed_comm_ms"] / r["comm_ms"] if r["comm_ms"] > 0 else float("nan")
-    r["memory"] = kept[-1]["memory_bytes"]
-    r["loss"] = [m["loss"] for m in lines]
-    log = open(path[:-len(".jsonl")] + ".log").read()
-    p = re.search(r"model: (\d+) parameters", log)
+    p = re.search(r"model: (\d+) parameters", open(r["path"][:-len(".jsonl")] + ".log").read())
     r["params"] = int(p.group(1)) if p else 0
-    rows.setdefault(case, []).append(r)
 
 if not rows:
     sys.exit(f"no metrics files in {d}")

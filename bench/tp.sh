@@ -41,21 +41,14 @@ global_batch=1
 source bench/run_cases.sh
 
 /usr/bin/python3 - "$dir" "$warmup" "$all_cases" <<'PY'
-import glob, json, os, re, statistics, sys
+import statistics, sys
+
+sys.path.insert(0, "bench")
+from run_summary import load_runs
 
 d, warm, order = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-rows = {}
-for path in sorted(glob.glob(os.path.join(d, "*_r*.jsonl"))):
-    case = re.sub(r"_r\d+\.jsonl$", "", os.path.basename(path))
-    lines = [json.loads(l) for l in open(path) if '"step_time_ms"' in l]
-    kept = [m for m in lines if m["step"] > warm]
-    if not kept:
-        continue
-    mean = lambda k: sum(m[k] for m in kept) / len(kept)
-    r = {k: mean(k) for k in ("step_time_ms", "compute_ms", "tp_comm_ms", "tp_exposed_ms", "tokens_per_s")}
-    r["memory"] = kept[-1]["memory_bytes"]
-    r["loss"] = [m["loss"] for m in lines]
-    rows.setdefault(case, []).append(r)
+keys = ("step_time_ms", "compute_ms", "tp_comm_ms", "tp_exposed_ms", "tokens_per_s")
+rows = load_runs(d, warm, keys)
 if not rows:
     sys.exit(f"no metrics files in {d}")
 MiB = 1 << 20
@@ -64,7 +57,7 @@ print(f"{'case':<8} {'runs':>4} {'step':>8} {'compute':>8} {'tp comm':>8} {'expo
       f"{'tok/s':>7} {'activations MiB':>16} {'params MiB':>10}")
 for case in [c for c in order if c in rows]:
     rs = rows[case]
-    s = {k: statistics.median([r[k] for r in rs]) for k in rs[0] if k not in ("memory", "loss")}
+    s = {k: statistics.median([r[k] for r in rs]) for k in keys}
     m = rs[0]["memory"]
     print(f"{case:<8} {len(rs):>4} {s['step_time_ms']:>8.0f} {s['compute_ms']:>8.0f} {s['tp_comm_ms']:>8.0f} "
           f"{s['tp_exposed_ms']:>8.0f} {100 * s['tp_exposed_ms'] / s['step_time_ms']:>7.1f}% {s['tokens_per_s']:>7.1f} "
