@@ -259,7 +259,7 @@ void read_local(const std::string& path, const CheckpointTensors& t, const std::
   out.meta = read_meta(r);
   if (check_meta) check_meta(out.meta);
   const ParamLayout &layout = *t.layout, &stored = stored_of(t);
-  const std::vector<FlatRange> owned = ckpt::owned_ranges(layout, {t.part_begin, t.part_end});
+  const FlatRange part{t.part_begin, t.part_end};
   for (int kind = 0; kind < 3; ++kind) {
     if (H5Lexists(f, kKinds[kind], H5P_DEFAULT) <= 0) r.fail(fmt::format("group '{}' is missing", kKinds[kind]));
     H5 group(H5Gopen2(f, kKinds[kind], H5P_DEFAULT), H5Gclose);
@@ -291,7 +291,8 @@ void read_local(const std::string& path, const CheckpointTensors& t, const std::
       if (transfer(Transfer::read, dset, spec.shape, runs, slice, off, H5P_DEFAULT) < 0)
         r.fail(fmt::format("{} cannot be read (file truncated or damaged)", where));
       const auto dataset = static_cast<int64_t>(out.stored.size() - 1);
-      for (const FlatRange& o : owned) add_pieces(out.pieces, dataset, runs_in(layout, i, o, numel), slice, off);
+      for (const FlatRange& o : layout.owned())  // this rank's share of the pieces that verify the tensor
+        add_pieces(out.pieces, dataset, runs_in(layout, i, flat_intersect(o, part), numel), slice, off);
     }
   }
 }
@@ -360,7 +361,7 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
   H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);  // the writers' pieces tile every tensor: each element is written once
   const ParamLayout &layout = *t.layout, &stored = stored_of(t);
-  const std::vector<FlatRange> owned = ckpt::owned_ranges(layout, {t.part_begin, t.part_end});
+  const FlatRange part{t.part_begin, t.part_end};
   std::vector<H5> dsets;
   std::vector<ckpt::CrcPiece> pieces;
   for (int kind = 0; kind < 3; ++kind) {
@@ -378,8 +379,8 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
       if (local[s] >= 0) {
         const auto i = static_cast<size_t>(local[s]);
         off = layout.offset(i);
-        for (const FlatRange& o : owned)
-          for (const ckpt::Run& r : runs_in(layout, i, o, spec.shape.numel())) runs.push_back(r);
+        for (const FlatRange& o : layout.owned())  // every element once, by the rank that owns it
+          for (const ckpt::Run& r : runs_in(layout, i, flat_intersect(o, part), spec.shape.numel())) runs.push_back(r);
       }
       MT_CHECK(transfer(Transfer::write, dset, spec.shape, runs, slice, off, dxpl) >= 0, "writing {}/{} to {} failed",
                kKinds[kind], spec.name, path);

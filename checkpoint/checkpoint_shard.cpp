@@ -102,25 +102,6 @@ std::vector<Box> run_boxes(const Shape& shape, const std::vector<Run>& runs) {
   return out;
 }
 
-std::vector<FlatRange> owned_ranges(const ParamLayout& layout, FlatRange part) {
-  std::vector<FlatRange> skip;
-  for (const SharedRange& s : layout.shared())
-    if (layout.tp().rank % s.sharers != 0) skip.push_back(s.range);  // the lowest sharer stores it
-  for (size_t i = 0; i < layout.size(); ++i)
-    if (layout.spec(i).tied_copy) skip.push_back({layout.offset(i), layout.offset(i) + layout.local_shape(i).numel()});
-  std::sort(skip.begin(), skip.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
-  std::vector<FlatRange> out;
-  int64_t from = part.begin;
-  for (const FlatRange& r : skip) {
-    const FlatRange cut = flat_intersect(r, part);
-    if (cut.size() == 0) continue;
-    if (from < cut.begin) out.push_back({from, cut.begin});
-    from = std::max(from, cut.end);
-  }
-  if (from < part.end) out.push_back({from, part.end});
-  return out;
-}
-
 uint32_t crc_floats(const float* data, int64_t n) {
   uLong crc = crc32(0L, Z_NULL, 0);
   const auto* bytes = reinterpret_cast<const Bytef*>(data);

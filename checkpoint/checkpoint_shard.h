@@ -44,11 +44,6 @@ std::vector<Run> stored_runs(const ParamLayout& layout, size_t i, int64_t lo, in
 // every dimension but the first merged (a column slice is one box, not one per row).
 std::vector<Box> run_boxes(const Shape& shape, const std::vector<Run>& runs);
 
-// The parts of `part` (a flat range of `layout`) this rank writes and checksums: everything but the
-// values it shares with lower tensor-parallel ranks, which the lowest sharer stores for all, and
-// copies of another stage's tensors (ParamSpec::tied_copy), which their owner stores.
-std::vector<FlatRange> owned_ranges(const ParamLayout& layout, FlatRange part);
-
 // zlib CRC-32 of the bytes of n floats.
 uint32_t crc_floats(const float* data, int64_t n);
 

@@ -63,6 +63,18 @@ ParamLayout::ParamLayout(std::vector<ParamSpec> specs, TpCoord tp) : specs_(std:
       merged.push_back(r);
   }
   shared_ = std::move(merged);
+  std::vector<FlatRange> skip;
+  for (const SharedRange& r : shared_)
+    if (tp_.rank % r.sharers != 0) skip.push_back(r.range);
+  for (size_t i = 0; i < specs_.size(); ++i)
+    if (specs_[i].tied_copy) skip.push_back({offsets_[i], offsets_[i] + local_[i].numel()});
+  std::sort(skip.begin(), skip.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  int64_t from = 0;
+  for (const FlatRange& r : skip) {
+    if (from < r.begin) owned_.push_back({from, r.begin});
+    from = std::max(from, r.end);
+  }
+  if (from < total_) owned_.push_back({from, total_});
 }
 
 int64_t ParamLayout::num_parameters() const {

@@ -84,6 +84,10 @@ class ParamLayout {
   int64_t global_index(size_t i, int64_t e) const;
   // The pieces of the local layout shared with other tp ranks, in flat order.
   const std::vector<SharedRange>& shared() const { return shared_; }
+  // The pieces of [0, total()) whose values this rank is the one to count (in a gradient norm) and
+  // store (in a checkpoint), in flat order: everything but the values it shares with lower tp ranks
+  // (the lowest sharer stands for them) and tied copies (their owner stage does).
+  const std::vector<FlatRange>& owned() const { return owned_; }
   Tensor view(float* base, size_t i) const { return Tensor(base + offsets_[i], local_[i]); }
   // Tensor i's local view in a buffer holding only the flat range starting at `data_begin`
   // (data[j] is flat element data_begin + j); the tensor must lie inside that buffer.
@@ -96,6 +100,7 @@ class ParamLayout {
   std::vector<Shape> local_;
   std::vector<int64_t> offsets_;
   std::vector<SharedRange> shared_;
+  std::vector<FlatRange> owned_;
   TpCoord tp_;
   int64_t total_ = 0;
 };

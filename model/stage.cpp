@@ -8,12 +8,14 @@
 
 namespace megatrain {
 
-Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, StageRange range, int slots,
-             UnitState& state, TensorParallel tp)
+Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const ParamLayout& layout, StageRange range,
+             int slots, UnitState& state, TensorParallel tp)
     : cfg_(cfg), B_(micro_batch_size), T_(seq_len), range_(range), tp_(std::move(tp)),
-      local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})),
-      layout_(gpt_param_layout(cfg, TpCoord{tp_.rank(), tp_.size()}, tp_.sequence_parallel(), range)),
+      local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})), layout_(layout),
       units_(gpt_param_units(layout_, range)), state_(state) {
+  MT_CHECK(layout.tp().rank == tp_.rank() && layout.tp().size == tp_.size(),
+           "the layout is for tp rank {} of {}, the stage runs as rank {} of {}", layout.tp().rank, layout.tp().size,
+           tp_.rank(), tp_.size());
   MT_CHECK(seq_len <= cfg.max_seq_len, "seq_len {} > max_seq_len {}", seq_len, cfg.max_seq_len);
   MT_CHECK(slots >= 1, "a stage needs at least one micro-batch slot, got {}", slots);
   for (int l = 0; l < range_.layers; ++l) block_index_.push_back(block_param_index(layout_, range_.first_layer + l));

@@ -44,9 +44,11 @@ struct MicroBatch {
 
 class Stage {
  public:
-  // `state` must outlive the stage and provide the units of stage_param_layout(cfg, tp, range).
-  Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, StageRange range, int slots, UnitState& state,
-        TensorParallel tp);
+  // `layout` is gpt_param_layout(cfg, tp's coordinates, sequence parallel, range), the one the
+  // caller sized `state` by; both must outlive the stage, and `state` provides the units of
+  // gpt_param_units(layout, range).
+  Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const ParamLayout& layout, StageRange range,
+        int slots, UnitState& state, TensorParallel tp);
 
   const ModelConfig& config() const { return cfg_; }
   const StageRange& range() const { return range_; }
@@ -108,7 +110,7 @@ class Stage {
   StageRange range_;
   TensorParallel tp_;
   LocalDims local_;
-  ParamLayout layout_;
+  const ParamLayout& layout_;
   std::vector<BlockParamIndex> block_index_;
   size_t wte_index_ = 0, wpe_index_ = BlockParamIndex::kAbsent, head_index_ = 0;
   size_t final_w_index_ = 0, final_b_index_ = BlockParamIndex::kAbsent;

@@ -2,9 +2,11 @@
 
 #include <cstring>
 
+#include "kernels/ops.h"
+
 namespace megatrain {
 
-TpSharedParams::TpSharedParams(const ParamLayout& layout, const Comm& tp) : layout_(layout), rank_(tp.rank()) {
+TpSharedParams::TpSharedParams(const ParamLayout& layout, const Comm& tp) : layout_(layout) {
   MT_CHECK(layout.tp().size == tp.size() && layout.tp().rank == tp.rank(),
            "the layout is for tp rank {} of {}, the communicator is rank {} of {}", layout.tp().rank,
            layout.tp().size, tp.rank(), tp.size());
@@ -41,23 +43,13 @@ void TpSharedParams::reduce_partial_grads(float* grads, FlatRange range) const {
 }
 
 double TpSharedParams::sum_squares(const float* grads, FlatRange range) const {
-  auto squares = [&](int64_t begin, int64_t end) {
-    double sum = 0.0;
-    const float* g = grads - range.begin;
-#pragma omp parallel for simd reduction(+ : sum) schedule(static)
-    for (int64_t i = begin; i < end; ++i) sum += static_cast<double>(g[i]) * g[i];
-    return sum;
-  };
   double sum = 0.0;
-  int64_t at = range.begin;
-  for (const SharedRange& r : layout_.shared()) {
-    if (rank_ % r.sharers == 0) continue;  // the first sharer counts it
-    const FlatRange skip = flat_intersect(r.range, range);
-    if (skip.size() <= 0) continue;
-    sum += squares(at, skip.begin);
-    at = skip.end;
+  for (const FlatRange& o : layout_.owned()) {
+    const FlatRange mine = flat_intersect(o, range);
+    float* g = const_cast<float*>(grads) + (mine.begin - range.begin);  // read only
+    if (mine.size() > 0) sum += megatrain::sum_squares(Stream::cpu(), Tensor(g, Shape{mine.size()}));
   }
-  return sum + squares(at, range.end);
+  return sum;
 }
 
 }  // namespace megatrain

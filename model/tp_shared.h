@@ -1,7 +1,7 @@
 // The parameter values several tensor-parallel ranks hold (ParamLayout::shared(): replicated
 // tensors, key/value heads replicated under GQA): their partial gradients summed over the ranks
-// that share them, and a gradient norm that counts every global parameter exactly once (shared
-// values on the first of their sharers only; split values on their one owner).
+// that share them, and a gradient norm that counts every global parameter exactly once
+// (ParamLayout::owned).
 #pragma once
 #include <map>
 #include <vector>
@@ -22,13 +22,13 @@ class TpSharedParams {
   // tp rank must call it with the same range (the layout's flat ranges are the same on every tp
   // rank). Allocates nothing.
   void reduce_partial_grads(float* grads, FlatRange range) const;
-  // Σ g² over `range`, leaving out shared values on all but the first of their sharers; summed over
-  // tp (and the data-parallel partitions) this is the squared norm of the global gradient.
+  // Σ g² over the values of `range` this rank owns (ParamLayout::owned: shared values on the first
+  // of their sharers only, tied copies on their owner stage); summed over tp, pp (and the
+  // data-parallel partitions) this is the squared norm of the global gradient.
   double sum_squares(const float* grads, FlatRange range) const;
 
  private:
   const ParamLayout& layout_;
-  int rank_;
   struct Group {
     Comm comm;                       // this rank's sharers
     mutable std::vector<float> pack; // room for every partial-gradient range of this sharer count

@@ -86,6 +86,13 @@ struct CommStats {
   int64_t calls = 0;
   double busy_ms = 0;     // wall time at least one operation was in flight (overlaps counted once)
   double exposed_ms = 0;  // time callers spent blocked: issuing operations, in Work::wait() and in blocking calls
+  CommStats& operator+=(const CommStats& o) {  // totals over several periods
+    bytes_moved += o.bytes_moved;
+    calls += o.calls;
+    busy_ms += o.busy_ms;
+    exposed_ms += o.exposed_ms;
+    return *this;
+  }
 };
 
 struct CommOptions {

@@ -68,7 +68,7 @@ void PipelineExecutor::run(const std::vector<PipeStep>& steps, PipelineWork& wor
     } else {
       const int slot = slot_of_[static_cast<size_t>(s.micro)];
       MT_CHECK(slot >= 0, "pipeline: backward of micro-batch {} before its forward", s.micro);
-      const Tensor din = work.backward(slot, s.micro, in);
+      const Tensor din = work.backward(slot, in);
       busy_[static_cast<size_t>(slot)] = false;
       slot_of_[static_cast<size_t>(s.micro)] = -1;
       if (!first()) {

@@ -30,7 +30,7 @@ class PipelineWork {
   // Backward of the micro-batch in `slot`; `dout` is the gradient of its output from the next
   // stage (empty on the last). Returns the input gradient (ignored on the first), valid until the
   // next backward.
-  virtual Tensor backward(int slot, int micro, Tensor dout) = 0;
+  virtual Tensor backward(int slot, Tensor dout) = 0;
 };
 
 // The most micro-batches `steps` holds at once (forward done, backward not yet).

@@ -51,8 +51,10 @@ struct Run : PipelineWork {
   TpSharedParams tp_shared;
   AdamW optimizer;
   PipelineExecutor pipeline;
-  // The first and last stage when a tied embedding spans them (Megatron's embedding group).
+  // The first and last stage when a tied embedding spans them (Megatron's embedding group), and
+  // where this stage's embedding (or copy of it) lies in the layout.
   std::optional<Comm> embedding_comm;
+  FlatRange embedding_range;
   std::vector<int32_t> inputs, targets;
   // The training step the executor is running: its number, loss sum, backwards left.
   int64_t step_ = 0;
@@ -71,7 +73,7 @@ struct Run : PipelineWork {
                                 range)),
         stored_layout(gpt_param_layout(c.model)),
         zero(gpt_param_units(layout, range), dp_comm, zero_options(c)),
-        model(c.model, c.train.micro_batch_size, c.train.seq_len, range, peak_held(steps), zero,
+        model(c.model, c.train.micro_batch_size, c.train.seq_len, layout, range, peak_held(steps), zero,
               TensorParallel(tp_comm, TpOptions{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm},
                              int64_t{c.train.micro_batch_size} * c.train.seq_len, c.model.d_model)),
         tp_shared(layout, tp_comm),
@@ -83,7 +85,11 @@ struct Run : PipelineWork {
     if (c.model.tie_embeddings && pp_comm.size() > 1) {
       const bool ends = range.embedding || range.head;
       Comm group = pp_comm.split(ends ? 0 : 1, pp_comm.rank(), "embedding");
-      if (ends) embedding_comm.emplace(std::move(group));
+      if (ends) {
+        embedding_comm.emplace(std::move(group));
+        const size_t i = layout.index_of("embed.wte");
+        embedding_range = {layout.offset(i), layout.offset(i) + layout.local_shape(i).numel()};
+      }
     }
   }
 
@@ -105,8 +111,7 @@ struct Run : PipelineWork {
     return model.output(slot);
   }
 
-  Tensor backward(int slot, int micro, Tensor dout) override {
-    (void)micro;
+  Tensor backward(int slot, Tensor dout) override {
     zero.micro_batch_begin(--backwards_left_ == 0);
     const Tensor din = model.backward(slot, dout);
     zero.micro_batch_end();
@@ -162,27 +167,21 @@ struct Run : PipelineWork {
     backwards_left_ = data.train().micro_batches_per_step();
     zero.step_begin();
     pipeline.run(steps, *this);
-    return mean_over_replicas(loss_sum_, data.train().micro_batches_per_step());
-  }
-
-  // Global L2 norm of the step's gradient, after summing the partial gradients of values several
-  // tensor-parallel ranks share: every global parameter counted once (model/tp_shared.h).
-  double grad_norm() {
+    // The gradients of values held twice: partial ones summed over their tensor-parallel sharers,
+    // and a tied embedding's two copies (first and last stage) summed over the embedding group —
+    // ZeRO 0 only, checked by the config, so every rank holds the whole local gradient.
     float* g = zero.optimizer_grads();
     const FlatRange range = zero.optimizer_range();
     tp_shared.reduce_partial_grads(g, range);
-    // A tied embedding on the first and last stage: both copies take the sum of their gradients
-    // (ZeRO 0 only, checked by the config: every rank holds the whole local gradient), counted once.
-    FlatRange copy{range.end, range.end};
-    if (embedding_comm) {
-      const size_t i = layout.index_of("embed.wte");
-      const FlatRange wte{layout.offset(i), layout.offset(i) + layout.local_shape(i).numel()};
-      embedding_comm->all_reduce(g + (wte.begin - range.begin), wte.size()).wait();
-      if (layout.spec(i).tied_copy) copy = wte;
-    }
-    double squares = zero.sum_over_partitions(tp_shared.sum_squares(g, FlatRange{range.begin, copy.begin}) +
-                                              tp_shared.sum_squares(g + (copy.end - range.begin),
-                                                                    FlatRange{copy.end, range.end}));
+    if (embedding_comm)
+      embedding_comm->all_reduce(g + (embedding_range.begin - range.begin), embedding_range.size()).wait();
+    return mean_over_replicas(loss_sum_, data.train().micro_batches_per_step());
+  }
+
+  // Global L2 norm of the step's gradient: every global parameter counted once (model/tp_shared.h).
+  double grad_norm() {
+    const FlatRange range = zero.optimizer_range();
+    double squares = zero.sum_over_partitions(tp_shared.sum_squares(zero.optimizer_grads(), range));
     if (tp_comm.size() > 1) tp_comm.all_reduce(&squares, 1).wait();
     if (pp_comm.size() > 1) pp_comm.all_reduce(&squares, 1).wait();  // each stage holds its own tensors
     return std::sqrt(squares);
@@ -207,12 +206,9 @@ struct Logged {
   void add(double dt, const CommStats& d, const CommStats& t, const CommStats& p) {
     time += dt;
     ++steps;
-    for (auto [sum, s] : {std::pair{&dp, &d}, std::pair{&tp, &t}, std::pair{&pp, &p}}) {
-      sum->busy_ms += s->busy_ms;
-      sum->exposed_ms += s->exposed_ms;
-      sum->bytes_moved += s->bytes_moved;
-      sum->calls += s->calls;
-    }
+    dp += d;
+    tp += t;
+    pp += p;
   }
 };
 

@@ -40,7 +40,7 @@ struct OwnedStage {
   OwnedStage(const ModelConfig& cfg, StageRange range, int slots)
       : layout(gpt_param_layout(cfg, TpCoord{}, false, range)), params(layout.total()), grads(layout.total()),
         state(gpt_param_units(layout, range), params.data(), grads.data()),
-        stage(cfg, kB, kT, range, slots, state, TensorParallel(int64_t{kB} * kT, cfg.d_model)) {
+        stage(cfg, kB, kT, layout, range, slots, state, TensorParallel(int64_t{kB} * kT, cfg.d_model)) {
     init_params(layout, params.data(), cfg, kSeed);
   }
 };

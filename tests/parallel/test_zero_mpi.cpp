@@ -33,12 +33,14 @@ void forward_backward(Stage& stage, int rank, int m) {
 
 // One data-parallel replica: ZeRO state, the model stage reading through it, AdamW over its range.
 struct Replica {
+  ParamLayout layout;
   ZeroState zero;
   Stage model;
   AdamW opt;
   Replica(const ModelConfig& cfg, const Comm& dp, int stage, int64_t bucket_floats, bool overlap)
-      : zero(gpt_param_units(gpt_param_layout(cfg), whole_model(cfg)), dp, ZeroOptions{stage, bucket_floats, overlap}),
-        model(cfg, kB, kT, whole_model(cfg), 1, zero, TensorParallel(int64_t{kB} * kT, cfg.d_model)),
+      : layout(gpt_param_layout(cfg)),
+        zero(gpt_param_units(layout, whole_model(cfg)), dp, ZeroOptions{stage, bucket_floats, overlap}),
+        model(cfg, kB, kT, layout, whole_model(cfg), 1, zero, TensorParallel(int64_t{kB} * kT, cfg.d_model)),
         opt(model.layout(), AdamWOptions{}, zero.optimizer_range(), zero.optimizer_padded()) {
     init_params_range(model.layout(), zero.held_params(), zero.held_params_range(), cfg, 7);
   }
