@@ -1,6 +1,7 @@
 // Dispatch: checks shapes, dtypes and devices once, then calls the backend with plain pointers.
 #include "kernels/ops.h"
 
+#include <cstring>
 #include <initializer_list>
 
 #include "kernels/cpu/cpu.h"
@@ -44,10 +45,11 @@ void matmul_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dbias,
                      Tensor weight) {
   on_cpu(s);
   const int64_t N = rows(inp);
-  const int C = last(inp), OC = static_cast<int>(weight.shape[0]);
+  const int C = last(inp), OC = static_cast<int>((weight.data != nullptr ? weight : dweight).shape[0]);
   expect_f32(dout, "dout", N * OC);
+  MT_CHECK(weight.data != nullptr || dinp.data == nullptr, "matmul_backward: dinp needs the weight");
   cpu::matmul_backward(opt(dinp, "dinp", N * C), opt(dweight, "dweight", static_cast<int64_t>(OC) * C),
-                       opt(dbias, "dbias", OC), dout.f32(), inp.f32(), weight.f32(), N, C, OC);
+                       opt(dbias, "dbias", OC), dout.f32(), inp.f32(), opt(weight, "weight", int64_t{OC} * C), N, C, OC);
 }
 
 void layernorm_forward(const Stream& s, Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
@@ -224,6 +226,12 @@ void add_forward(const Stream& s, Tensor out, Tensor a, Tensor b) {
   expect_f32(a, "a", out.numel());
   expect_f32(b, "b", out.numel());
   cpu::add_forward(out.f32(), a.f32(), b.f32(), out.numel());
+}
+
+void copy(const Stream& s, Tensor out, Tensor inp) {
+  on_cpu(s);
+  expect_f32(out, "out", inp.numel());
+  std::memcpy(out.f32(), inp.f32(), inp.bytes());
 }
 
 void dropout_apply(const Stream& s, Tensor x, float p, const RngKey& key) {

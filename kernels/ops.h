@@ -22,7 +22,7 @@ void matmul_backward(const Stream& s, Tensor dinp,  // (N, C)   =, or empty
                      Tensor dbias,                  // (OC)     +=, or empty
                      Tensor dout,                   // (N, OC)
                      Tensor inp,                    // (N, C)
-                     Tensor weight);                // (OC, C)
+                     Tensor weight);                // (OC, C), may be empty when dinp is
 
 // ---- normalisation (eps inside the square root) ----
 void layernorm_forward(const Stream& s, Tensor out,  // (N, C)
@@ -104,6 +104,7 @@ void position_embedding_backward(const Stream& s, Tensor dwpe,  // (P, C) +=
 
 // ---- elementwise ----
 void add_forward(const Stream& s, Tensor out, Tensor a, Tensor b);  // out = a + b, (N) each
+void copy(const Stream& s, Tensor out, Tensor inp);                 // out = inp, (N) each
 // Inverted dropout in place: keep with probability 1 − p, scale kept values by 1/(1 − p).
 // The mask is a pure function of (key, key.offset + element index), so backward regenerates it and
 // a slice of a tensor given its first element's index as offset gets the slice of the whole mask.

@@ -19,8 +19,12 @@ struct AttentionActivations {
   Tensor att;            // (N, Hl·D)
   Tensor lse;            // (B, Hl, T)
 };
+// With core = false, att and lse are left empty for the caller to point at shared buffers (the
+// attention core recomputed in backward: Stage's selective recompute).
 AttentionActivations attention_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                                           int T);
+                                           int T, bool core = true);
+WeightGradInputs attention_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
+                                              int T);
 
 // Norm, QKV projection and RoPE at positions first_position + t: fills a.norm and a.qkv.
 void attention_in(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, AttentionActivations& a,
@@ -32,9 +36,15 @@ void attention_out(const Stream& s, const TensorParallel& tp, Tensor x_mid, Bloc
 void attention_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor x_mid,
                                 AttentionActivations& a, BlockScratch& sc, Tensor inp, const AttentionWeights& w,
                                 const DropoutSite& drop);
-// dinp = gradient at inp, from dmid (the gradient at x_mid, residual included); `+=` into grad.
+// dinp = gradient at inp, from dmid (the gradient at x_mid, residual included); `+=` into grad —
+// but for the two projections' weights and biases when `defer` is given: their output gradients
+// are kept there for attention_weight_backward().
 void attention_sublayer_backward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor dinp,
                                  const AttentionWeights& grad, Tensor dmid, const AttentionActivations& a,
-                                 BlockScratch& sc, Tensor inp, const AttentionWeights& w, const DropoutSite& drop);
+                                 BlockScratch& sc, Tensor inp, const AttentionWeights& w, const DropoutSite& drop,
+                                 const WeightGradInputs& defer = {});
+// The deferred half: `+=` the projections' weight and bias gradients from what `defer` kept.
+void attention_weight_backward(const Stream& s, const TensorParallel& tp, const AttentionWeights& grad,
+                               const AttentionActivations& a, BlockScratch& sc, const WeightGradInputs& defer);
 
 }  // namespace megatrain

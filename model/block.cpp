@@ -19,9 +19,14 @@ BlockWeights block_weights(const ParamLayout& layout, const BlockParamIndex& x, 
   return w;
 }
 
-BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T) {
+BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
+                                   const AttentionActivations* shared_core) {
   BlockActivations a;
-  a.attn = attention_activations(arena, cfg, tp, B, T);
+  a.attn = attention_activations(arena, cfg, tp, B, T, shared_core == nullptr);
+  if (shared_core != nullptr) {
+    a.attn.att = shared_core->att;
+    a.attn.lse = shared_core->lse;
+  }
   a.x_mid = arena.tensor(Shape{tp.local_rows(), cfg.d_model});
   a.mlp = mlp_activations(arena, cfg, tp, static_cast<int64_t>(B) * T);
   return a;
@@ -45,6 +50,11 @@ BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorPar
   return sc;
 }
 
+BlockWeightGradInputs block_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
+                                               int T) {
+  return {attention_weight_grad_inputs(arena, cfg, tp, B, T), mlp_weight_grad_inputs(arena, cfg, tp, int64_t{B} * T)};
+}
+
 void block_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,
                    BlockActivations& a, BlockScratch& sc, Tensor inp, const BlockWeights& w, const DropoutSite& drop) {
   attention_sublayer_forward(s, cfg, tp, a.x_mid, a.attn, sc, inp, w.attn, drop);
@@ -53,9 +63,15 @@ void block_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel
 
 void block_backward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor dinp,
                     const BlockWeights& grad, Tensor dout, const BlockActivations& a, BlockScratch& sc, Tensor inp,
-                    const BlockWeights& w, const DropoutSite& drop) {
-  mlp_sublayer_backward(s, cfg, tp, sc.dmid, grad.mlp, dout, a.mlp, sc, a.x_mid, w.mlp, drop);
-  attention_sublayer_backward(s, cfg, tp, dinp, grad.attn, sc.dmid, a.attn, sc, inp, w.attn, drop);
+                    const BlockWeights& w, const DropoutSite& drop, const BlockWeightGradInputs& defer) {
+  mlp_sublayer_backward(s, cfg, tp, sc.dmid, grad.mlp, dout, a.mlp, sc, a.x_mid, w.mlp, drop, defer.mlp);
+  attention_sublayer_backward(s, cfg, tp, dinp, grad.attn, sc.dmid, a.attn, sc, inp, w.attn, drop, defer.attn);
+}
+
+void block_weight_backward(const Stream& s, const TensorParallel& tp, const BlockWeights& grad,
+                           const BlockActivations& a, BlockScratch& sc, const BlockWeightGradInputs& defer) {
+  mlp_weight_backward(s, tp, grad.mlp, a.mlp, sc, defer.mlp);
+  attention_weight_backward(s, tp, grad.attn, a.attn, sc, defer.attn);
 }
 
 }  // namespace megatrain

@@ -31,14 +31,26 @@ struct BlockActivations {
   Tensor x_mid;  // (Nl, C)
   MlpActivations mlp;
 };
-// Sizes: micro-batch B × T = N rows, this rank's share of heads and MLP units (local_dims).
-BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T);
+// Sizes: micro-batch B × T = N rows, this rank's share of heads and MLP units (local_dims). With
+// `shared_core`, the attention core's output and log-sum-exp are that block's, not allocated.
+BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
+                                   const AttentionActivations* shared_core = nullptr);
 BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T);
+
+// What a split backward keeps of one block for its deferred weight-gradient step (model/linear.h).
+struct BlockWeightGradInputs {
+  WeightGradInputs attn, mlp;
+};
+BlockWeightGradInputs block_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
+                                               int T);
 
 void block_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,
                    BlockActivations& a, BlockScratch& sc, Tensor inp, const BlockWeights& w, const DropoutSite& drop);
+// With `defer`, the four projections' weight and bias gradients are left to block_weight_backward().
 void block_backward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor dinp,
                     const BlockWeights& grad, Tensor dout, const BlockActivations& a, BlockScratch& sc, Tensor inp,
-                    const BlockWeights& w, const DropoutSite& drop);
+                    const BlockWeights& w, const DropoutSite& drop, const BlockWeightGradInputs& defer = {});
+void block_weight_backward(const Stream& s, const TensorParallel& tp, const BlockWeights& grad,
+                           const BlockActivations& a, BlockScratch& sc, const BlockWeightGradInputs& defer);
 
 }  // namespace megatrain

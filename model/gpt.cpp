@@ -5,7 +5,7 @@ namespace megatrain {
 GptModel::GptModel(const ModelConfig& cfg, int micro_batch_size, int seq_len)
     : layout_(gpt_param_layout(cfg)), params_(layout_.total()), grads_(layout_.total()),
       state_(gpt_param_units(layout_, whole_model(cfg)), params_.data(), grads_.data()),
-      stage_(cfg, micro_batch_size, seq_len, layout_, whole_model(cfg), 1, state_,
+      stage_(cfg, micro_batch_size, seq_len, layout_, whole_model(cfg), StageOptions{}, state_,
              TensorParallel(static_cast<int64_t>(micro_batch_size) * seq_len, cfg.d_model)) {
   float* p = params_.data();
   for (int l = 0; l < cfg.n_layers; ++l) blocks_.push_back(block_weights(layout_, block_param_index(layout_, l), p, 0));

@@ -11,7 +11,7 @@ void column_parallel_backward(const Stream& s, const TensorParallel& tp, Tensor 
   matmul_backward(s, dinp_full, Tensor{}, Tensor{}, dout, inp, weight);
   Work reduce = tp.enter_backward(dinp, dinp_full);
   if (!tp.overlap()) reduce.wait();
-  matmul_backward(s, Tensor{}, dweight, dbias, dout, inp, weight);
+  if (dweight.data != nullptr) matmul_backward(s, Tensor{}, dweight, dbias, dout, inp, weight);
   reduce.wait();
 }
 
@@ -24,7 +24,12 @@ void row_parallel_forward(const Stream& s, const TensorParallel& tp, Tensor out,
 void row_parallel_backward(const Stream& s, const TensorParallel& tp, Tensor dinp, Tensor dweight, Tensor dbias,
                            Tensor dout_full, Tensor dout, Tensor inp, Tensor weight) {
   tp.leave_backward(dout_full, dout);
+  if (dweight.data == nullptr) dbias = Tensor{};
   matmul_backward(s, dinp, dweight, dbias, dout_full, inp, weight);
+}
+
+void linear_weight_backward(const Stream& s, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp) {
+  matmul_backward(s, Tensor{}, dweight, dbias, dout, inp, Tensor{});
 }
 
 }  // namespace megatrain

@@ -7,6 +7,9 @@
 // Row-parallel: this rank holds columns W_r, reads its slice X_r of the input features and produces
 // a partial Y; leaving the region sums the partials over tp. The (replicated) bias is added once,
 // by tp rank 0 before the sum, so every element of Y has it exactly once.
+//
+// An empty dweight leaves the weight (and bias) gradient to a later linear_weight_backward() on the
+// same output gradient and input: the split backward of zero-bubble pipelines (model/stage.h).
 #pragma once
 #include "kernels/ops.h"
 #include "parallel/mappings.h"
@@ -33,5 +36,9 @@ void row_parallel_forward(const Stream& s, const TensorParallel& tp, Tensor out,
 void row_parallel_backward(const Stream& s, const TensorParallel& tp, Tensor dinp,  // (N, C_r) =
                            Tensor dweight, Tensor dbias,  // (OC, C_r) +=, (OC) += or empty
                            Tensor dout_full, Tensor dout, Tensor inp, Tensor weight);
+
+// dweight += doutᵀ·inp, dbias += Σ rows of dout (dbias may be empty): the deferred half of a
+// backward above, dout and inp as it had them (full rows).
+void linear_weight_backward(const Stream& s, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp);
 
 }  // namespace megatrain

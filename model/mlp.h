@@ -18,13 +18,18 @@ struct MlpActivations {
   Tensor act;            // (N, Fl)
 };
 MlpActivations mlp_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows);
+WeightGradInputs mlp_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows);
 
 void mlp_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,
                           MlpActivations& a, BlockScratch& sc, Tensor x_mid, const MlpWeights& w,
                           const DropoutSite& drop);
-// dmid = gradient at x_mid (residual included), from dout; `+=` into grad.
+// dmid = gradient at x_mid (residual included), from dout; `+=` into grad — but for the two
+// projections' weights and biases when `defer` is given (kept for mlp_weight_backward()).
 void mlp_sublayer_backward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor dmid,
                            const MlpWeights& grad, Tensor dout, const MlpActivations& a, BlockScratch& sc,
-                           Tensor x_mid, const MlpWeights& w, const DropoutSite& drop);
+                           Tensor x_mid, const MlpWeights& w, const DropoutSite& drop,
+                           const WeightGradInputs& defer = {});
+void mlp_weight_backward(const Stream& s, const TensorParallel& tp, const MlpWeights& grad, const MlpActivations& a,
+                         BlockScratch& sc, const WeightGradInputs& defer);
 
 }  // namespace megatrain

@@ -9,15 +9,19 @@
 namespace megatrain {
 
 Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const ParamLayout& layout, StageRange range,
-             int slots, UnitState& state, TensorParallel tp)
-    : cfg_(cfg), B_(micro_batch_size), T_(seq_len), range_(range), tp_(std::move(tp)),
+             const StageOptions& options, UnitState& state, TensorParallel tp)
+    : cfg_(cfg), B_(micro_batch_size), T_(seq_len), range_(range), options_(options), tp_(std::move(tp)),
       local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})), layout_(layout),
       units_(gpt_param_units(layout_, range)), state_(state) {
   MT_CHECK(layout.tp().rank == tp_.rank() && layout.tp().size == tp_.size(),
            "the layout is for tp rank {} of {}, the stage runs as rank {} of {}", layout.tp().rank, layout.tp().size,
            tp_.rank(), tp_.size());
   MT_CHECK(seq_len <= cfg.max_seq_len, "seq_len {} > max_seq_len {}", seq_len, cfg.max_seq_len);
-  MT_CHECK(slots >= 1, "a stage needs at least one micro-batch slot, got {}", slots);
+  MT_CHECK(options.slots >= 1, "a stage needs at least one micro-batch slot, got {}", options.slots);
+  MT_CHECK(options.recompute == Recompute::none || !options.split_backward,
+           "a split backward reads in its weight step the activations its input step used; recompute would "
+           "have to rebuild them twice");
+  MT_CHECK(options.recompute_layers >= 0, "recompute_layers = {} < 0", options.recompute_layers);
   for (int l = 0; l < range_.layers; ++l) block_index_.push_back(block_param_index(layout_, range_.first_layer + l));
   if (range_.embedding) {
     wte_index_ = layout_.index_of("embed.wte");
@@ -31,7 +35,7 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
     final_w_index_ = layout_.index_of("final_norm.weight");
     if (layout_.contains("final_norm.bias")) final_b_index_ = layout_.index_of("final_norm.bias");
   }
-  acts_.resize(static_cast<size_t>(slots));
+  acts_.resize(static_cast<size_t>(options.slots));
   Arena measure = Arena::measuring();
   plan(measure);
   arena_ = Arena(measure.used());
@@ -69,13 +73,29 @@ void Stage::bind_unit(int unit, float* p, UnitViews v) const {
 void Stage::plan(Arena& arena) {
   const int64_t N = static_cast<int64_t>(B_) * T_, Nl = tp_.local_rows(), C = cfg_.d_model;
   const bool sp = tp_.sequence_parallel();
+  if (options_.recompute == Recompute::full) {
+    scratch_.recomputed = block_activations(arena, cfg_, tp_, B_, T_);
+    scratch_.recomputed_out = arena.tensor(Shape{Nl, C});
+  } else if (options_.recompute == Recompute::selective) {
+    Arena shapes_only = Arena::measuring();
+    const AttentionActivations like = attention_activations(shapes_only, cfg_, tp_, B_, T_);
+    scratch_.recomputed.attn.att = arena.tensor(like.att.shape);
+    scratch_.recomputed.attn.lse = arena.tensor(like.lse.shape);
+  }
+  const AttentionActivations* shared_core =
+      options_.recompute == Recompute::selective ? &scratch_.recomputed.attn : nullptr;
   for (Activations& a : acts_) {
     a.tokens = Tensor(arena.alloc_i32(N), Shape{B_, T_});
     a.targets = Tensor(arena.alloc_i32(N), Shape{B_, T_});
     a.residual.clear();
     a.blocks.clear();
     for (int l = 0; l <= range_.layers; ++l) a.residual.push_back(arena.tensor(Shape{Nl, C}));
-    for (int l = 0; l < range_.layers; ++l) a.blocks.push_back(block_activations(arena, cfg_, tp_, B_, T_));
+    for (int l = 0; l < range_.layers; ++l)
+      a.blocks.push_back(fully_recomputed(l) ? scratch_.recomputed
+                                             : block_activations(arena, cfg_, tp_, B_, T_, shared_core));
+    a.deferred.clear();
+    if (options_.split_backward)
+      for (int l = 0; l < range_.layers; ++l) a.deferred.push_back(block_weight_grad_inputs(arena, cfg_, tp_, B_, T_));
     if (!range_.head) continue;
     a.final_norm = norm_activations(arena, cfg_, Nl);
     a.head_in = sp ? arena.tensor(Shape{N, C}) : a.final_norm.out;
@@ -98,6 +118,18 @@ DropoutSite Stage::dropout_site(const ForwardOptions& o, int layer) const {
   d.offset = (o.first_sample * static_cast<uint64_t>(T_) + static_cast<uint64_t>(tp_.first_row())) *
              static_cast<uint64_t>(cfg_.d_model);
   return d;
+}
+
+void Stage::recompute(int l, Activations& a) {
+  const auto li = static_cast<size_t>(l);
+  if (fully_recomputed(l)) {
+    block_forward(stream_, cfg_, tp_, scratch_.recomputed_out, a.blocks[li], scratch_.block, a.residual[li], w_[li],
+                  dropout_site(a.options, range_.first_layer + l));
+  } else if (options_.recompute == Recompute::selective) {
+    const LocalDims L = local_of(cfg_, tp_);
+    AttentionActivations& at = a.blocks[li].attn;
+    attention_forward(stream_, at.att, at.lse, at.qkv, L.heads, L.kv_heads);
+  }
 }
 
 Tensor Stage::logits(int slot) const {
@@ -156,9 +188,14 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
   return static_cast<float>(sum / static_cast<double>(N));
 }
 
-Tensor Stage::backward(int slot, Tensor dout) {
+Tensor Stage::backward_pass(int slot, Tensor dout, bool defer) {
   Activations& a = acts_[static_cast<size_t>(slot)];
   MT_CHECK(a.options.grad == LossGrad::in_place, "backward() needs a forward() with LossGrad::in_place");
+  MT_CHECK(!defer || options_.split_backward, "backward_input() needs a stage built with split_backward");
+  // A split backward hands the gradients back in backward_weights(), after their last write.
+  const auto grads_done = [&](int unit) {
+    if (!defer) state_.unit_grads_done(unit);
+  };
   const Stream& s = stream_;
   Tensor dres = scratch_.dres_a, dnext = scratch_.dres_b;
   const bool tied = shares_embedding();
@@ -172,12 +209,14 @@ Tensor Stage::backward(int slot, Tensor dout) {
       acquire_params(0);
       acquire_grads(0);
     }
-    column_parallel_backward(s, tp_, sc.dnorm, sp ? sc.dfull : sc.dnorm, dhead_, Tensor{}, a.logits, a.head_in,
-                             head_);
+    // [Note: tied head] a head tied to this stage's embedding keeps its weight gradient in B, so the
+    // two contributions to the one gradient add in the same order as without the split.
+    column_parallel_backward(s, tp_, sc.dnorm, sp ? sc.dfull : sc.dnorm, defer && !tied ? Tensor{} : dhead_,
+                             Tensor{}, a.logits, a.head_in, head_);
     norm_backward(s, cfg_, dres, final_g_, sc.dnorm, Tensor{}, a.final_norm, a.residual.back(), final_w_);
     state_.unit_params_done(head_unit());
     if (tied) state_.unit_params_done(0);
-    state_.unit_grads_done(head_unit());
+    grads_done(head_unit());
   } else {
     MT_CHECK(dout.numel() == dres.numel(), "stage output gradient of {} floats, expected {}", dout.numel(),
              dres.numel());
@@ -186,18 +225,38 @@ Tensor Stage::backward(int slot, Tensor dout) {
   for (int l = range_.layers - 1; l >= 0; --l) {
     const auto li = static_cast<size_t>(l);
     acquire_params(block_unit(l));
+    recompute(l, a);
     acquire_grads(block_unit(l));
     block_backward(s, cfg_, tp_, dnext, g_[li], dres, a.blocks[li], sc, a.residual[li], w_[li],
-                   dropout_site(a.options, range_.first_layer + l));
+                   dropout_site(a.options, range_.first_layer + l), defer ? a.deferred[li] : BlockWeightGradInputs{});
     state_.unit_params_done(block_unit(l));
-    state_.unit_grads_done(block_unit(l));
+    grads_done(block_unit(l));
     std::swap(dres, dnext);
   }
   if (!range_.embedding) return dres;
   acquire_grads(0);
   embedding_layer_backward(s, tp_, local_, {dwte_, dwpe_}, dres, sc.partial, a.tokens, T_, dropout_site(a.options, -1));
-  state_.unit_grads_done(0);
+  grads_done(0);
   return Tensor{};
+}
+
+void Stage::backward_weights(int slot) {
+  Activations& a = acts_[static_cast<size_t>(slot)];
+  MT_CHECK(options_.split_backward && a.options.grad == LossGrad::in_place,
+           "backward_weights() needs a stage built with split_backward and a training forward");
+  const Stream& s = stream_;
+  if (range_.head) {
+    acquire_grads(head_unit());
+    if (!shares_embedding()) linear_weight_backward(s, dhead_, Tensor{}, a.logits, a.head_in);  // [Note: tied head]
+    state_.unit_grads_done(head_unit());
+  }
+  for (int l = range_.layers - 1; l >= 0; --l) {
+    const auto li = static_cast<size_t>(l);
+    acquire_grads(block_unit(l));
+    block_weight_backward(s, tp_, g_[li], a.blocks[li], scratch_.block, a.deferred[li]);
+    state_.unit_grads_done(block_unit(l));
+  }
+  if (range_.embedding) state_.unit_grads_done(0);
 }
 
 }  // namespace megatrain

@@ -22,6 +22,7 @@
 #include "model/block.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/recompute.h"
 #include "parallel/mappings.h"
 #include "parallel/unit_state.h"
 
@@ -33,6 +34,17 @@ struct ForwardOptions {
   bool dropout = false;         // training mode
   uint64_t dropout_seed = 0;
   uint64_t first_sample = 0;    // global index of the micro-batch's first sample (keys dropout)
+};
+
+// Activation recompute (model/recompute.h): full covers recompute_layers blocks, the first ones of
+// the stage (all when 0). Results are bitwise those without: the recomputation runs the same
+// kernels on the same inputs, and dropout masks are keyed, not drawn.
+
+struct StageOptions {
+  int slots = 1;                // micro-batches in flight (see above)
+  bool split_backward = false;  // keep what backward_input() leaves to backward_weights()
+  Recompute recompute = Recompute::none;
+  int recompute_layers = 0;     // full recompute: blocks covered, from the stage's first; 0: all
 };
 
 // One micro-batch: (B, T) token ids, read by the first stage, and targets, read by the last.
@@ -48,7 +60,7 @@ class Stage {
   // caller sized `state` by; both must outlive the stage, and `state` provides the units of
   // gpt_param_units(layout, range).
   Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const ParamLayout& layout, StageRange range,
-        int slots, UnitState& state, TensorParallel tp);
+        const StageOptions& options, UnitState& state, TensorParallel tp);
 
   const ModelConfig& config() const { return cfg_; }
   const StageRange& range() const { return range_; }
@@ -66,7 +78,14 @@ class Stage {
   // Backward of the micro-batch in `slot` (its forward used LossGrad::in_place): from the loss on
   // the last stage, else from `dout`, the gradient of output(slot). Returns the gradient of the
   // stage's input (empty on the first stage), valid until the next backward().
-  Tensor backward(int slot, Tensor dout = {});
+  Tensor backward(int slot, Tensor dout = {}) { return backward_pass(slot, dout, false); }
+  // The split backward of zero-bubble schedules (needs StageOptions::split_backward): backward_input
+  // is backward() without the weight gradients of the linear layers (QKV, projections, MLP, head),
+  // whose output gradients it keeps in the slot; backward_weights(slot) then adds those. Together
+  // they add bitwise what backward() adds. Gradients are handed back (UnitState::unit_grads_done)
+  // by backward_weights, so ZeRO must not reduce them per backward (stages 0 and 1).
+  Tensor backward_input(int slot, Tensor dout = {}) { return backward_pass(slot, dout, true); }
+  void backward_weights(int slot);
 
   // Logits (B·T, Vl) of the slot's last forward: this rank's vocabulary rows; columns past the
   // vocabulary are padding. Only after LossGrad::none (in_place overwrites them with their gradient).
@@ -84,13 +103,24 @@ class Stage {
     Tensor row_max;                      // (N)
     Tensor sums;                         // (2, N): exp-sums, then target logits (one reduction)
     ForwardOptions options;              // of the slot's forward, for its backward
+    std::vector<BlockWeightGradInputs> deferred;  // per block, with split_backward
   };
   struct Scratch {
     BlockScratch block;
     Tensor dres_a, dres_b;               // (Nl, C) residual-stream gradients, ping-pong
+    BlockActivations recomputed;         // what recomputed blocks save while they run (full), or only
+                                         // the attention core's att and lse (selective)
+    Tensor recomputed_out;               // (Nl, C) a full-recompute block's output, rerun in backward
   };
   void plan(Arena& arena);
+  Tensor backward_pass(int slot, Tensor dout, bool defer);
   DropoutSite dropout_site(const ForwardOptions& o, int layer) const;
+  // Whether block l (of the stage) saves nothing but its input (full recompute).
+  bool fully_recomputed(int l) const {
+    return options_.recompute == Recompute::full && (options_.recompute_layers == 0 || l < options_.recompute_layers);
+  }
+  // Rebuilds in backward what the forward of block l did not keep.
+  void recompute(int l, Activations& a);
   // Points the parameter (or gradient) views of `unit` at p, which holds the unit's flat range.
   struct UnitViews {
     std::vector<BlockWeights>& blocks;
@@ -108,6 +138,7 @@ class Stage {
   ModelConfig cfg_;
   int B_, T_;
   StageRange range_;
+  StageOptions options_;
   TensorParallel tp_;
   LocalDims local_;
   const ParamLayout& layout_;

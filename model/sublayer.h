@@ -21,6 +21,14 @@ struct DropoutSite {
 };
 inline constexpr uint32_t kSiteAttn = 0, kSiteMlp = 1;  // the site of each sublayer's output dropout
 
+// What a split backward (model/linear.h) keeps of one sublayer for its deferred weight-gradient
+// step: the output gradients of its input projection (QKV or FC; full rows) and of its output
+// projection ((N, C), gathered with sequence parallelism). Empty: weight gradients at once.
+struct WeightGradInputs {
+  Tensor d_in_proj, d_out_proj;
+  bool deferred() const { return d_in_proj.data != nullptr; }
+};
+
 // Buffers reused by every block of a micro-batch step (not saved).
 struct BlockScratch {
   Tensor proj;     // (Nl, C)  projection outputs / dropout-masked gradients

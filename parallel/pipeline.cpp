@@ -12,8 +12,9 @@ int dir_of(PipeOp op) { return op == PipeOp::forward ? 0 : 1; }
 }  // namespace
 
 int peak_held(const std::vector<PipeStep>& steps) {
+  const PipeOp frees = splits_backward(steps) ? PipeOp::weight : PipeOp::backward;
   int held = 0, peak = 0;
-  for (const PipeStep& s : steps) peak = std::max(peak, held += s.op == PipeOp::forward ? 1 : -1);
+  for (const PipeStep& s : steps) peak = std::max(peak, held += s.op == PipeOp::forward ? 1 : s.op == frees ? -1 : 0);
   return peak;
 }
 
@@ -51,7 +52,19 @@ void PipelineExecutor::run(const std::vector<PipeStep>& steps, PipelineWork& wor
   int micro_batches = 0;
   for (const PipeStep& s : steps) micro_batches = std::max(micro_batches, s.micro + 1);
   slot_of_.assign(static_cast<size_t>(micro_batches), -1);
+  const bool split = splits_backward(steps);
+  const auto release = [&](int micro) {
+    busy_[static_cast<size_t>(slot_of_[static_cast<size_t>(micro)])] = false;
+    slot_of_[static_cast<size_t>(micro)] = -1;
+  };
   for (const PipeStep& s : steps) {
+    if (s.op == PipeOp::weight) {
+      const int slot = slot_of_[static_cast<size_t>(s.micro)];
+      MT_CHECK(slot >= 0, "pipeline: weight step of micro-batch {} before its forward", s.micro);
+      work.weight(slot);
+      release(s.micro);
+      continue;
+    }
     post_ahead();
     const int d = dir_of(s.op);
     const bool remote = s.op == PipeOp::forward ? !first() : !last();
@@ -69,8 +82,7 @@ void PipelineExecutor::run(const std::vector<PipeStep>& steps, PipelineWork& wor
       const int slot = slot_of_[static_cast<size_t>(s.micro)];
       MT_CHECK(slot >= 0, "pipeline: backward of micro-batch {} before its forward", s.micro);
       const Tensor din = work.backward(slot, in);
-      busy_[static_cast<size_t>(slot)] = false;
-      slot_of_[static_cast<size_t>(s.micro)] = -1;
+      if (!split) release(s.micro);
       if (!first()) {
         out_work_[out_next_].wait();
         std::memcpy(out_[out_next_].data(), din.f32(), sizeof(float) * static_cast<size_t>(floats_));

@@ -8,8 +8,9 @@
 // runs here without deadlock: sends never block, and each receive is waited for only by the step
 // that consumes it.
 //
-// Micro-batch slots: a forward takes the lowest free slot and its backward frees it, so the stage
-// needs as many slots as the list holds micro-batches at once (peak_held()).
+// Micro-batch slots: a forward takes the lowest free slot and its backward frees it (its weight
+// step, in a list that splits backwards), so the stage needs as many slots as the list holds
+// micro-batches at once (peak_held()). Weight steps communicate nothing.
 #pragma once
 #include <vector>
 
@@ -29,11 +30,13 @@ class PipelineWork {
   virtual Tensor forward(int slot, int micro, Tensor input) = 0;
   // Backward of the micro-batch in `slot`; `dout` is the gradient of its output from the next
   // stage (empty on the last). Returns the input gradient (ignored on the first), valid until the
-  // next backward.
+  // next backward. In a list with weight steps this is the input-gradient half only.
   virtual Tensor backward(int slot, Tensor dout) = 0;
+  // The weight-gradient half of the slot's backward (lists that split backwards).
+  virtual void weight(int slot) = 0;
 };
 
-// The most micro-batches `steps` holds at once (forward done, backward not yet).
+// The most micro-batches `steps` holds at once (forward done, backward — or weight step — not yet).
 int peak_held(const std::vector<PipeStep>& steps);
 
 class PipelineExecutor {

@@ -39,12 +39,15 @@ constexpr Spelling<PositionKind> kPositionSpellings[] = {{PositionKind::learned,
                                                          {PositionKind::rope, "rope"}};
 constexpr Spelling<ActivationKind> kActivationSpellings[] = {{ActivationKind::gelu, "gelu"},
                                                              {ActivationKind::swiglu, "swiglu"}};
+constexpr Spelling<Recompute> kRecomputeSpellings[] = {
+    {Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}};
 constexpr Spelling<DecayKind> kDecaySpellings[] = {
     {DecayKind::cosine, "cosine"}, {DecayKind::linear, "linear"}, {DecayKind::constant, "constant"}};
 std::span<const Spelling<NormKind>> spellings(NormKind) { return kNormSpellings; }
 std::span<const Spelling<PositionKind>> spellings(PositionKind) { return kPositionSpellings; }
 std::span<const Spelling<ActivationKind>> spellings(ActivationKind) { return kActivationSpellings; }
 std::span<const Spelling<DecayKind>> spellings(DecayKind) { return kDecaySpellings; }
+std::span<const Spelling<Recompute>> spellings(Recompute) { return kRecomputeSpellings; }
 
 // [Note: the field table] Every config key, in printing order. C is Config or const Config; V is
 // called as v(section, key, field&). Adding a key here makes it parsed, checked and printed.
@@ -62,12 +65,13 @@ void for_each_field(C& c, V&& v) {
   v("parallel", "dp", p.dp), v("parallel", "zero_stage", p.zero_stage);
   v("parallel", "bucket_size_mb", p.bucket_size_mb), v("parallel", "overlap_grad_reduce", p.overlap_grad_reduce);
   v("parallel", "sequence_parallel", p.sequence_parallel), v("parallel", "overlap_tp_comm", p.overlap_tp_comm);
-  v("parallel", "pipeline_schedule", p.pipeline_schedule);
+  v("parallel", "pipeline_schedule", p.pipeline_schedule), v("parallel", "pipeline_layers", p.pipeline_layers);
   auto& t = c.train;
   v("train", "seq_len", t.seq_len), v("train", "micro_batch_size", t.micro_batch_size);
   v("train", "global_batch_size", t.global_batch_size), v("train", "steps", t.steps);
   v("train", "seed", t.seed), v("train", "eval_interval", t.eval_interval);
-  v("train", "eval_steps", t.eval_steps);
+  v("train", "eval_steps", t.eval_steps), v("train", "recompute", t.recompute);
+  v("train", "recompute_layers", t.recompute_layers);
   auto& o = c.optimizer;
   v("optimizer", "lr", o.lr), v("optimizer", "min_lr", o.min_lr), v("optimizer", "beta1", o.beta1);
   v("optimizer", "beta2", o.beta2), v("optimizer", "eps", o.eps), v("optimizer", "weight_decay", o.weight_decay);
@@ -171,6 +175,7 @@ std::string to_toml_value(float v) { return float_text(v); }
 std::string to_toml_value(double v) { return float_text(v); }
 std::string to_toml_value(bool v) { return v ? "true" : "false"; }
 std::string to_toml_value(const std::string& v) { return quote(v); }
+std::string to_toml_value(const std::vector<int>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
 std::string to_toml_value(const PeakTflops& v) { return v.automatic ? quote("auto") : float_text(v.value); }
 // data.train / data.valid: "" when empty, the bare prefix for one entry of weight 1, else the pairs.
 std::string to_toml_value(const std::vector<WeightedPrefix>& v) {
@@ -260,6 +265,17 @@ struct Reader {
     double d = number(n, key);
     if (std::abs(d) > std::numeric_limits<float>::max()) fail(key, "a number in float32 range", n);
     out = static_cast<float>(d);
+  }
+  void read(std::vector<int>& out, const toml::node& n, const std::string& key) const {
+    constexpr std::string_view kWant = "an array of integers, e.g. [3, 4, 4, 3]";
+    if (!n.is_array()) fail(key, kWant, n);
+    out.clear();
+    for (const toml::node& e : *n.as_array()) {
+      int v = 0;
+      if (!e.is_integer()) fail(key, kWant, n);
+      read(v, e, key);
+      out.push_back(v);
+    }
   }
   void read(PeakTflops& out, const toml::node& n, const std::string& key) const {
     if (n.is_string() && n.as_string()->get() == "auto") {

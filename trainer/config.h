@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/recompute.h"
 
 namespace megatrain {
 
@@ -22,7 +23,8 @@ struct ParallelConfig {
   bool overlap_grad_reduce = true;  // start each bucket's reduction during backward
   bool sequence_parallel = false;   // norms, dropout and residuals on N/tp rows (parallel/mappings.h)
   bool overlap_tp_comm = true;      // reduce column-parallel input gradients during the weight GEMM
-  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b (parallel/pipeline_schedule.h)
+  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | zero_bubble (parallel/pipeline_schedule.h)
+  std::vector<int> pipeline_layers;        // blocks per stage; empty = n_layers / pp each
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
@@ -34,6 +36,8 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int eval_interval = 0;  // 0 = never
   int eval_steps = 10;
+  Recompute recompute = Recompute::none;  // model/recompute.h
+  int recompute_layers = 0;               // full: blocks per stage, from its first; 0 = all
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 

@@ -33,6 +33,10 @@ void validate_config_fields(const Config& c) {
   r.at_least("train.steps", t.steps, int64_t{1});
   r.at_least("train.eval_interval", t.eval_interval, 0, "(0 = never)");
   r.at_least("train.eval_steps", t.eval_steps, 1);
+  r.at_least("train.recompute_layers", t.recompute_layers, 0, "(0 = every block of a stage)");
+  for (size_t i = 0; i < p.pipeline_layers.size(); ++i)
+    r.at_least(fmt::format("parallel.pipeline_layers[{}]", i), p.pipeline_layers[i], 1,
+               "(every stage holds at least one block)");
 
   const OptimizerConfig& o = c.optimizer;
   r.at_least("optimizer.lr", o.lr, 0.0f);
@@ -105,13 +109,32 @@ void resolve_config(Config& c, int world_size) {
 
   // Pipeline parallelism splits the blocks evenly over pp stages; the micro-batches of a step go
   // through them by parallel.pipeline_schedule.
-  MT_INPUT_CHECK(p.pipeline_schedule == "gpipe" || p.pipeline_schedule == "1f1b",
-                 "{}: parallel.pipeline_schedule = \"{}\" is not one of \"gpipe\", \"1f1b\"", f, p.pipeline_schedule);
+  MT_INPUT_CHECK(p.pipeline_schedule == "gpipe" || p.pipeline_schedule == "1f1b" || p.pipeline_schedule == "zero_bubble",
+                 "{}: parallel.pipeline_schedule = \"{}\" is not one of \"gpipe\", \"1f1b\", \"zero_bubble\"", f,
+                 p.pipeline_schedule);
+  MT_INPUT_CHECK(p.pipeline_schedule != "zero_bubble" || c.train.recompute == Recompute::none,
+                 "{}: parallel.pipeline_schedule = \"zero_bubble\" with train.recompute: a weight-gradient step reads "
+                 "the activations its micro-batch's backward used, so recomputed ones would be rebuilt twice; set "
+                 "train.recompute = \"none\" or use the 1f1b schedule",
+                 f);
+  MT_INPUT_CHECK(p.pipeline_schedule != "zero_bubble" || p.zero_stage < 2,
+                 "{}: parallel.pipeline_schedule = \"zero_bubble\" with parallel.zero_stage = {}: zero-bubble defers "
+                 "each micro-batch's weight gradients past its backward, but ZeRO 2 and 3 reduce-scatter a "
+                 "micro-batch's gradients as its backward ends; use zero_stage 0 or 1 with it",
+                 f, p.zero_stage);
+  if (!p.pipeline_layers.empty()) {
+    int sum = 0;
+    for (int n : p.pipeline_layers) sum += n;
+    MT_INPUT_CHECK(static_cast<int>(p.pipeline_layers.size()) == p.pp && sum == m.n_layers,
+                   "{}: parallel.pipeline_layers = [{}] must give each of the pp = {} stages its number of blocks, "
+                   "adding up to model.n_layers = {} (got {} entries adding up to {})",
+                   f, fmt::join(p.pipeline_layers, ", "), p.pp, m.n_layers, p.pipeline_layers.size(), sum);
+  }
   if (p.pp > 1) {
-    MT_INPUT_CHECK(m.n_layers % p.pp == 0,
-                   "{}: parallel.pp = {} does not divide model.n_layers = {}: every pipeline stage holds the same "
-                   "number of blocks; pick pp from the divisors of n_layers",
-                   f, p.pp, m.n_layers);
+    MT_INPUT_CHECK(m.n_layers % p.pp == 0 || !p.pipeline_layers.empty(),
+                   "{}: parallel.pp = {} does not divide model.n_layers = {}: give the blocks of each stage in "
+                   "parallel.pipeline_layers (e.g. [{}]), or pick pp from the divisors of n_layers",
+                   f, p.pp, m.n_layers, fmt::join(std::vector<int>(static_cast<size_t>(p.pp), 1), ", "));
     MT_INPUT_CHECK(!m.tie_embeddings || p.zero_stage == 0,
                    "{}: parallel.pp = {} with model.tie_embeddings = true and parallel.zero_stage = {}: the last stage "
                    "keeps a copy of the embedding whose gradient is summed with the first stage's, which needs the "

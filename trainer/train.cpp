@@ -25,10 +25,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The blocks pipeline stage `stage` of `stages` holds (an even split, checked by the config).
-StageRange stage_range(const ModelConfig& m, int stage, int stages) {
-  const int per = m.n_layers / stages;
-  return {stage * per, per, stage == 0, stage + 1 == stages};
+// The blocks pipeline stage `stage` of `stages` holds: parallel.pipeline_layers, or an even split
+// (both checked by the config).
+StageRange stage_range(const Config& c, int stage, int stages) {
+  const std::vector<int>& given = c.parallel.pipeline_layers;
+  int first = 0;
+  for (int s = 0; s < stage; ++s) first += given.empty() ? c.model.n_layers / stages : given[static_cast<size_t>(s)];
+  const int layers = given.empty() ? c.model.n_layers / stages : given[static_cast<size_t>(stage)];
+  return {first, layers, stage == 0, stage + 1 == stages};
 }
 
 // Data, model and optimizer of one run: this rank's pipeline stage, its micro-batch steps, and the
@@ -56,7 +60,8 @@ struct Run : PipelineWork {
   std::optional<Comm> embedding_comm;
   FlatRange embedding_range;
   std::vector<int32_t> inputs, targets;
-  // The training step the executor is running: its number, loss sum, backwards left.
+  // The training step the executor is running: its number, loss sum, backwards (the weight steps,
+  // when the schedule splits them) left.
   int64_t step_ = 0;
   double loss_sum_ = 0.0;
   int backwards_left_ = 0;
@@ -66,14 +71,15 @@ struct Run : PipelineWork {
   Run(const Config& c, const Comm& world)
       : cfg(c), groups(world, parallel_dims(c)), dp_comm(groups.dp()), tp_comm(groups.tp()), pp_comm(groups.pp()),
         dp_rank(dp_comm.rank()), dp(dp_comm.size()), data(c, dp_rank, dp),
-        range(stage_range(c.model, pp_comm.rank(), pp_comm.size())),
+        range(stage_range(c, pp_comm.rank(), pp_comm.size())),
         steps(pipeline_schedule(c.parallel.pipeline_schedule, pp_comm.rank(),
                                 PipeShape{pp_comm.size(), data.train().micro_batches_per_step(), 1})),
         layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel,
                                 range)),
         stored_layout(gpt_param_layout(c.model)),
         zero(gpt_param_units(layout, range), dp_comm, zero_options(c)),
-        model(c.model, c.train.micro_batch_size, c.train.seq_len, layout, range, peak_held(steps), zero,
+        model(c.model, c.train.micro_batch_size, c.train.seq_len, layout, range,
+              StageOptions{peak_held(steps), splits_backward(steps), c.train.recompute, c.train.recompute_layers}, zero,
               TensorParallel(tp_comm, TpOptions{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm},
                              int64_t{c.train.micro_batch_size} * c.train.seq_len, c.model.d_model)),
         tp_shared(layout, tp_comm),
@@ -112,10 +118,17 @@ struct Run : PipelineWork {
   }
 
   Tensor backward(int slot, Tensor dout) override {
+    if (splits_backward(steps)) return model.backward_input(slot, dout);  // ZeRO's hooks bracket weight()
     zero.micro_batch_begin(--backwards_left_ == 0);
     const Tensor din = model.backward(slot, dout);
     zero.micro_batch_end();
     return din;
+  }
+
+  void weight(int slot) override {
+    zero.micro_batch_begin(--backwards_left_ == 0);
+    model.backward_weights(slot);
+    zero.micro_batch_end();
   }
 
   // The mean over the global batch of a loss summed on the last stages of the dp replicas.

@@ -46,7 +46,7 @@ TEST_F(PpE2E, EveryPipelineLayoutMatchesOneProcess) {
     const auto single = run(1, 1, 1, model, std::string(family) + "_single");
     ASSERT_EQ(single.size(), 12u);  // 10 steps + 2 validations
     for (const auto& [tp, pp, dp, stage] : layouts)
-      for (const char* schedule : {"gpipe", "1f1b"}) {
+      for (const char* schedule : {"gpipe", "1f1b", "zero_bubble"}) {
         const std::string name = fmt::format("{}_tp{}_pp{}_dp{}_zero{}_{}", family, tp, pp, dp, stage, schedule);
         const std::string set = fmt::format("{} --set parallel.zero_stage={} --set parallel.pipeline_schedule='\"{}\"'",
                                             model, stage, schedule);

@@ -3,7 +3,10 @@
 // gradient handed back, computes bitwise the loss and every parameter gradient of the whole model,
 // and each stage initialises its own tensors to the whole model's values. Micro-batch slots: two
 // micro-batches in flight, run forward A, forward B, backward B, backward A, accumulate exactly
-// what running them one after the other does.
+// what running them one after the other does. The split backward of zero-bubble schedules (input
+// gradients, then the linear layers' weight gradients later) adds bitwise what the whole backward
+// adds, however late the weight steps run. Activation recompute (selective: the attention core;
+// full: whole blocks) gives bitwise the same loss and gradients with less activation memory.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,10 +40,10 @@ struct OwnedStage {
   FlatBuffer params, grads;
   FullState state;
   Stage stage;
-  OwnedStage(const ModelConfig& cfg, StageRange range, int slots)
+  OwnedStage(const ModelConfig& cfg, StageRange range, StageOptions options)
       : layout(gpt_param_layout(cfg, TpCoord{}, false, range)), params(layout.total()), grads(layout.total()),
         state(gpt_param_units(layout, range), params.data(), grads.data()),
-        stage(cfg, kB, kT, layout, range, slots, state, TensorParallel(int64_t{kB} * kT, cfg.d_model)) {
+        stage(cfg, kB, kT, layout, range, options, state, TensorParallel(int64_t{kB} * kT, cfg.d_model)) {
     init_params(layout, params.data(), cfg, kSeed);
   }
 };
@@ -67,7 +70,7 @@ TEST(Stage, TwoStagesComputeTheWholeModelsLossAndGradients) {
     const float want = whole.forward(in.data(), tg.data(), training(4));
     whole.backward();
 
-    OwnedStage first(c, StageRange{0, 1, true, false}, 1), last(c, StageRange{1, 1, false, true}, 1);
+    OwnedStage first(c, StageRange{0, 1, true, false}, {1}), last(c, StageRange{1, 1, false, true}, {1});
     ASSERT_EQ(first.layout.size() + last.layout.size(), whole.layout().size());
     expect_same_tensors(first.layout, first.params.data(), whole.layout(), whole.params(), "first stage init");
     expect_same_tensors(last.layout, last.params.data(), whole.layout(), whole.params(), "last stage init");
@@ -87,7 +90,7 @@ TEST(Stage, SlotsKeepMicroBatchesApart) {
     const auto a_in = test::tokens(kB * kT, c.vocab_size, 1), a_tg = test::tokens(kB * kT, c.vocab_size, 2);
     const auto b_in = test::tokens(kB * kT, c.vocab_size, 3), b_tg = test::tokens(kB * kT, c.vocab_size, 4);
     const MicroBatch a{a_in.data(), a_tg.data(), training(0)}, b{b_in.data(), b_tg.data(), training(2)};
-    OwnedStage one(c, whole_model(c), 1), two(c, whole_model(c), 2);
+    OwnedStage one(c, whole_model(c), {1}), two(c, whole_model(c), {2});
     const float la = one.stage.forward(0, a);
     one.stage.backward(0);
     const float lb = one.stage.forward(0, b);
@@ -101,6 +104,72 @@ TEST(Stage, SlotsKeepMicroBatchesApart) {
       ASSERT_NEAR(two.grads.data()[i], one.grads.data()[i], 1e-7f + 1e-6f * std::abs(one.grads.data()[i]))
           << "flat " << i;
     EXPECT_GT(two.stage.activation_bytes(), one.stage.activation_bytes());
+  }
+}
+
+TEST(Stage, RecomputeGivesBitwiseTheSameGradientsWithLessMemory) {
+  for (const ModelConfig& c : {test::gpt2_like(), test::llama_like()}) {
+    const auto a_in = test::tokens(kB * kT, c.vocab_size, 1), a_tg = test::tokens(kB * kT, c.vocab_size, 2);
+    const auto b_in = test::tokens(kB * kT, c.vocab_size, 3), b_tg = test::tokens(kB * kT, c.vocab_size, 4);
+    const MicroBatch a{a_in.data(), a_tg.data(), training(0)}, b{b_in.data(), b_tg.data(), training(2)};
+    OwnedStage none(c, whole_model(c), {2});
+    const float la = none.stage.forward(0, a), lb = none.stage.forward(1, b);
+    none.stage.backward(1);
+    none.stage.backward(0);
+    size_t previous = none.stage.activation_bytes();
+    // Each mode keeps less than the one before it: selective, full of the first block, full of all.
+    for (const StageOptions opt : {StageOptions{2, false, Recompute::selective, 0},
+                                   StageOptions{2, false, Recompute::full, 1}, StageOptions{2, false, Recompute::full, 0}}) {
+      const std::string where = "recompute " + std::to_string(static_cast<int>(opt.recompute)) + " of " +
+                                std::to_string(opt.recompute_layers) + " blocks, vocab " + std::to_string(c.vocab_size);
+      OwnedStage re(c, whole_model(c), opt);
+      // Two micro-batches in flight, so the shared recompute buffers serve both.
+      EXPECT_EQ(re.stage.forward(0, a), la) << where;
+      EXPECT_EQ(re.stage.forward(1, b), lb) << where;
+      re.stage.backward(1);
+      re.stage.backward(0);
+      expect_same_tensors(re.layout, re.grads.data(), none.layout, none.grads.data(), where);
+      EXPECT_LT(re.stage.activation_bytes(), previous) << where;
+      previous = re.stage.activation_bytes();
+    }
+  }
+}
+
+TEST(Stage, SplitBackwardAddsBitwiseTheWholeBackwardsGradients) {
+  ModelConfig untied = test::gpt2_like();
+  untied.tie_embeddings = false;
+  for (const ModelConfig& c : {test::gpt2_like(), untied, test::llama_like()}) {
+    std::vector<float> hidden(static_cast<size_t>(kB * kT * c.d_model)), dhidden(hidden.size());
+    for (size_t i = 0; i < hidden.size(); ++i) {
+      hidden[i] = std::sin(0.37f * static_cast<float>(i));
+      dhidden[i] = 1e-3f * std::cos(0.11f * static_cast<float>(i));
+    }
+    const auto a_in = test::tokens(kB * kT, c.vocab_size, 1), a_tg = test::tokens(kB * kT, c.vocab_size, 2);
+    const auto b_in = test::tokens(kB * kT, c.vocab_size, 3), b_tg = test::tokens(kB * kT, c.vocab_size, 4);
+    const MicroBatch a{a_in.data(), a_tg.data(), training(0)}, b{b_in.data(), b_tg.data(), training(2)};
+    for (const StageRange range : {whole_model(c), StageRange{1, 1, false, true}, StageRange{0, 1, true, false}}) {
+      const std::string where = "vocab " + std::to_string(c.vocab_size) + " tied " +
+                                std::to_string(c.tie_embeddings) + " blocks from " + std::to_string(range.first_layer);
+      OwnedStage whole(c, range, {2}), split(c, range, {2, true});
+      const Shape rows{kB * kT, c.d_model};
+      const Tensor x = range.embedding ? Tensor{} : Tensor(hidden.data(), rows);
+      const Tensor dout = range.head ? Tensor{} : Tensor(dhidden.data(), rows);
+      for (OwnedStage* st : {&whole, &split}) {
+        st->stage.forward(0, a, x);
+        st->stage.forward(1, b, x);
+      }
+      const auto values = [](Tensor t) {
+        return t.data == nullptr ? std::vector<float>{} : std::vector<float>(t.f32(), t.f32() + t.numel());
+      };
+      const std::vector<float> want_a = values(whole.stage.backward(0, dout));
+      whole.stage.backward(1, dout);
+      EXPECT_EQ(values(split.stage.backward_input(0, dout)), want_a) << where;
+      split.stage.backward_input(1, dout);
+      split.stage.backward_weights(0);
+      split.stage.backward_weights(1);
+      expect_same_tensors(split.layout, split.grads.data(), whole.layout, whole.grads.data(), where);
+      EXPECT_GT(split.stage.activation_bytes(), whole.stage.activation_bytes()) << where;
+    }
   }
 }
 

@@ -2,7 +2,9 @@
 // deadlock) with every step once; GPipe and 1F1B take (m + p − 1) forward-plus-backward slots,
 // a bubble of (p − 1)/(m + p − 1); GPipe holds all m micro-batches on every stage, 1F1B at most
 // p − stage; the interleaved schedule with v chunks shrinks the bubble to (p − 1)/(v·m + p − 1)
-// while holding no more than 1F1B's memory per chunk; a list in a deadlocking order is reported.
+// while holding no more than 1F1B's memory per chunk; zero-bubble (ZB-H1) runs each W after its
+// B, holds 1F1B's memory and, with equal F, B and W costs, idles (p − 1)(F + B − W) per stage
+// against 1F1B's (p − 1)(F + B + W); a list in a deadlocking order is reported.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,7 +45,7 @@ TEST(PipelineSchedule, InterleavedShrinksTheBubbleByTheChunkCount) {
         const PipeShape shape{p, m, v};
         const std::string where = "p " + std::to_string(p) + " v " + std::to_string(v) + " m " + std::to_string(m);
         // Each chunk is 1/v of the model: forward 1/v, backward 2/v.
-        const ScheduleStats st = simulate(lists("interleaved", shape), shape, 1.0 / v, 2.0 / v);
+        const ScheduleStats st = simulate(lists("interleaved", shape), shape, {1.0 / v, 1.0 / v, 1.0 / v});
         EXPECT_NEAR(st.bubble, (p - 1.0) / (v * m + p - 1.0), 1e-9) << where;
         const ScheduleStats plain = simulate(lists("1f1b", {p, m, 1}), {p, m, 1});
         EXPECT_LT(st.bubble, plain.bubble) << where;
@@ -60,19 +62,63 @@ TEST(PipelineSchedule, LargeShapesRunWithoutDeadlock) {
   for (int p = 1; p <= 8; ++p)
     for (int m = 1; m <= 32; ++m)
       for (int v = 1; v <= 4; ++v)
-        for (const std::string name : {"gpipe", "1f1b", "interleaved"}) {
+        for (const std::string name : {"gpipe", "1f1b", "interleaved", "zero_bubble"}) {
           const PipeShape shape{p, m, v};
           if (!schedule_problem(name, shape).empty()) continue;
           const ScheduleStats st = simulate(lists(name, shape), shape);
           EXPECT_GE(st.bubble, 0.0) << name << " p " << p << " m " << m << " v " << v;
           ++played;
         }
-  EXPECT_GT(played, 1000);  // 768 of one chunk, 255 interleaved ones
+  EXPECT_GT(played, 1250);  // 3 × 256 of one chunk, 255 interleaved ones
+}
+
+// Zero-bubble (ZB-H1, Qi et al. 2024): each micro-batch's W comes after its B on the same stage,
+// and no stage holds more micro-batches than under 1F1B (held until their W). With every step
+// costing 1 the bubble per stage is (p − 1)(F + B) = 2(p − 1) time units against 1F1B's
+// (p − 1)(F + B + W) = 3(p − 1): the input-gradient chain back through the stages no longer waits
+// for weight gradients. That is the least this memory limit allows: the last stage holds one
+// micro-batch, so it runs F B W in turn and its last B ends no earlier than (p − 1)F + 3m − W;
+// the B chain then takes (p − 1)B to reach stage 0, which still has its last W to run. (The
+// paper's (p − 1)(F + B − W) lets later stages hold more, deferring their W's too.)
+TEST(PipelineSchedule, ZeroBubbleDefersWeightStepsIntoTheBubble) {
+  for (int p : {1, 2, 3, 4, 6, 8})
+    for (int m = 1; m <= 24; ++m) {
+      const PipeShape shape{p, m, 1};
+      const std::string where = "p " + std::to_string(p) + " m " + std::to_string(m);
+      const auto zb = lists("zero_bubble", shape);
+      for (int s = 0; s < p; ++s) {
+        const auto& l = zb[static_cast<size_t>(s)];
+        for (size_t i = 0; i < l.size(); ++i)
+          if (l[i].op == PipeOp::weight) {
+            const auto b = std::find(l.begin(), l.end(), PipeStep{PipeOp::backward, l[i].micro, 0});
+            EXPECT_LT(b - l.begin(), static_cast<std::ptrdiff_t>(i)) << where << " stage " << s;
+          }
+      }
+      const ScheduleStats z = simulate(zb, shape), f = simulate(lists("1f1b", shape), shape);
+      for (int s = 0; s < p; ++s) {
+        const auto si = static_cast<size_t>(s);
+        EXPECT_LE(z.peak_held[si], f.peak_held[si]) << where << " stage " << s;
+        if (m >= p) {
+          EXPECT_DOUBLE_EQ(z.makespan - 3.0 * m, 2.0 * (p - 1)) << where;
+        }
+        EXPECT_DOUBLE_EQ(f.makespan - 3.0 * m, 3.0 * (p - 1)) << where;
+      }
+      if (p > 1) {
+        EXPECT_LT(z.bubble, f.bubble) << where;
+      }
+    }
+}
+
+TEST(PipelineSchedule, AWeightStepBeforeItsBackwardIsRefused) {
+  const PipeShape shape{1, 1, 1};
+  EXPECT_THROW(simulate({{{PipeOp::forward, 0, 0}, {PipeOp::weight, 0, 0}, {PipeOp::backward, 0, 0}}}, shape), Error);
+  EXPECT_NO_THROW(simulate({{{PipeOp::forward, 0, 0}, {PipeOp::backward, 0, 0}, {PipeOp::weight, 0, 0}}}, shape));
 }
 
 TEST(PipelineSchedule, ShapesTheScheduleCannotRunAreNamed) {
   EXPECT_NE(schedule_problem("interleaved", {4, 6, 2}).find("multiple of 4"), std::string::npos);
   EXPECT_NE(schedule_problem("1f1b", {4, 8, 2}).find("interleaved"), std::string::npos);
+  EXPECT_NE(schedule_problem("zero_bubble", {4, 8, 2}).find("interleaved"), std::string::npos);
   EXPECT_NE(schedule_problem("zigzag", {4, 8, 1}).find("unknown pipeline schedule"), std::string::npos);
   EXPECT_EQ(schedule_problem("interleaved", {4, 8, 2}), "");
 }

@@ -40,7 +40,7 @@ struct Replica {
   Replica(const ModelConfig& cfg, const Comm& dp, int stage, int64_t bucket_floats, bool overlap)
       : layout(gpt_param_layout(cfg)),
         zero(gpt_param_units(layout, whole_model(cfg)), dp, ZeroOptions{stage, bucket_floats, overlap}),
-        model(cfg, kB, kT, layout, whole_model(cfg), 1, zero, TensorParallel(int64_t{kB} * kT, cfg.d_model)),
+        model(cfg, kB, kT, layout, whole_model(cfg), StageOptions{}, zero, TensorParallel(int64_t{kB} * kT, cfg.d_model)),
         opt(model.layout(), AdamWOptions{}, zero.optimizer_range(), zero.optimizer_padded()) {
     init_params_range(model.layout(), zero.held_params(), zero.held_params_range(), cfg, 7);
   }

@@ -159,6 +159,11 @@ seq_len = 64
 global_batch_size = 16
 seed = 99
 eval_interval = 5
+recompute = "full"
+recompute_layers = 2
+[parallel]
+pp = 2
+pipeline_layers = [1, 2]
 [optimizer]
 lr = 6e-4
 min_lr = 1e-5
@@ -210,6 +215,32 @@ peak_tflops = 989.5
   b.source = a.source;
   EXPECT_EQ(config_to_toml(b), text);
   EXPECT_EQ(b.data.train, (std::vector<WeightedPrefix>{{1.0, "tr\"ain\\x"}}));
+  EXPECT_EQ(b.parallel.pipeline_layers, (std::vector<int>{1, 2}));
+  EXPECT_EQ(b.train.recompute, Recompute::full);
+}
+
+// Pipeline stages and schedules: each refusal names the key and what to do instead.
+TEST_F(ConfigTest, PipelineRules) {
+  const std::string four = "[model]\nn_layers = 4\n[parallel]\npp = 2\n";
+  EXPECT_CONTAINS(load_error("[model]\nn_layers = 3\n[parallel]\npp = 2\n", "parallel.pipeline_layers", {}, 2),
+                  "e.g. [1, 1]");
+  EXPECT_CONTAINS(load_error(four + "pipeline_layers = [1, 2]\n", "parallel.pipeline_layers", {}, 2),
+                  "adding up to model.n_layers = 4 (got 2 entries adding up to 3)");
+  EXPECT_CONTAINS(load_error(four + "pipeline_layers = [4]\n", "parallel.pipeline_layers", {}, 2), "pp = 2 stages");
+  load_error(four + "pipeline_layers = [0, 4]\n", "parallel.pipeline_layers[0]", {}, 2);
+  load_error(four + "pipeline_layers = [\"a\"]\n", "parallel.pipeline_layers", {}, 2);
+  EXPECT_CONTAINS(load_error(four + "pipeline_schedule = \"zero_bubble\"\n[train]\nrecompute = \"full\"\n",
+                             "train.recompute", {}, 2),
+                  "rebuilt twice");
+  EXPECT_CONTAINS(load_error(four + "pipeline_schedule = \"zero_bubble\"\nzero_stage = 2\n", "parallel.zero_stage", {},
+                             4),
+                  "use zero_stage 0 or 1");
+  load_error(four + "pipeline_schedule = \"zigzag\"\n", "parallel.pipeline_schedule", {}, 2);
+  load_error("[train]\nrecompute = \"most\"\n", "train.recompute");
+  load_error("[train]\nrecompute_layers = -1\n", "train.recompute_layers");
+  Config c = load_config(write("[model]\nn_layers = 5\n[parallel]\npp = 2\npipeline_layers = [2, 3]\n"), {});
+  resolve_config(c, 2);
+  EXPECT_EQ(c.parallel.pipeline_layers, (std::vector<int>{2, 3}));
 }
 
 TEST_F(ConfigTest, TomlHasEveryKeyInSectionOrder) {
