@@ -49,6 +49,22 @@ const float* ZeroState::optimizer_grads() const { return opt_.stage == 1 ? recei
 
 void ZeroState::step_begin() { zero_floats(grads_.data(), grads_.size()); }
 
+void ZeroState::hold(FlatRange r) {
+  held_ = -1;
+  for (int b = 0; b < buckets_.size() && held_ < 0; ++b)
+    if (flat_intersect(buckets_[b].range, r).size() == r.size()) held_ = b;
+  MT_CHECK(held_ >= 0 && r.size() > 0, "ZeRO: no gradient bucket holds [{}, {})", r.begin, r.end);
+  held_range_ = r;
+}
+
+float* ZeroState::held_grads() {
+  const FlatRange bucket = buckets_[held_].range;
+  if (opt_.stage < 2) return grads_.data() + held_range_.begin;
+  Bucket& st = bucket_state_[static_cast<size_t>(held_)];
+  if (st.buffer < 0) st.buffer = grad_buffer_take(bucket.size());  // nothing written this step (no units)
+  return grad_pool_[static_cast<size_t>(st.buffer)].data() + (held_range_.begin - bucket.begin);
+}
+
 void ZeroState::micro_batch_begin(bool last) {
   last_micro_ = last;
   for (int b = 0; b < buckets_.size(); ++b) {
@@ -77,9 +93,10 @@ void ZeroState::micro_batch_end() {
   for (int b = 0; b < buckets_.size(); ++b) {
     Bucket& st = bucket_state_[static_cast<size_t>(b)];
     MT_CHECK(st.pending == 0, "bucket {} still waits for {} units after backward", b, st.pending);
-    if (!st.issued) bucket_issue(b);
+    if (!st.issued && b != held_) bucket_issue(b);
   }
-  for (int b = 0; b < buckets_.size(); ++b) bucket_complete(b);
+  for (int b = 0; b < buckets_.size(); ++b)
+    if (b != held_) bucket_complete(b);
 }
 
 // Waits for bucket b's reduction; at stages 2/3 adds its reduced partition to the gradient shard
@@ -209,7 +226,7 @@ void ZeroState::unit_grads_done(int unit) {
   const int b = buckets_.bucket_of(unit);
   Bucket& st = bucket_state_[static_cast<size_t>(b)];
   MT_CHECK(st.pending > 0, "unit_grads_done({}) twice in one micro-batch", unit);
-  if (--st.pending == 0 && opt_.overlap && (opt_.stage >= 2 || last_micro_)) bucket_issue(b);
+  if (--st.pending == 0 && opt_.overlap && (opt_.stage >= 2 || last_micro_) && b != held_) bucket_issue(b);
 }
 
 ZeroMemory ZeroState::memory() const {

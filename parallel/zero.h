@@ -84,6 +84,19 @@ class ZeroState final : public UnitState {
   void step_begin();
   void micro_batch_begin(bool last);
   void micro_batch_end();
+  // [Note: held bucket] The bucket holding flat range r is not reduced during the step: its
+  // gradients accumulate over the micro-batches (in its working buffer at stages 2/3) until
+  // reduce_held(), called after the last micro-batch, hands them to `before` (r's gradients, in
+  // place) and then reduces the bucket as usual. A tied embedding uses it to sum its two stages'
+  // gradients before the data-parallel reduction, whatever the ZeRO stage.
+  void hold(FlatRange r);
+  template <class F>
+  void reduce_held(F&& before) {
+    if (held_ < 0) return;
+    before(held_grads());
+    bucket_issue(held_);
+    bucket_complete(held_);
+  }
   // A statistic of optimizer_grads() (such as Σ g²) summed over the data-parallel ranks that
   // partition them (stages ≥ 1); at stage 0 every rank holds it all and it is returned as is.
   double sum_over_partitions(double local) const;
@@ -116,6 +129,7 @@ class ZeroState final : public UnitState {
     Work work;
     FlatBuffer buffer;
   };
+  float* held_grads();  // the held range's gradients
   void bucket_issue(int b);
   void bucket_complete(int b);
   int grad_buffer_take(int64_t n);
@@ -132,6 +146,8 @@ class ZeroState final : public UnitState {
   std::vector<std::vector<int64_t>> unit_counts_;
   std::vector<Bucket> bucket_state_;
   bool last_micro_ = true;
+  int held_ = -1;           // [Note: held bucket]
+  FlatRange held_range_;
   // Prefetch (stage 3): the current pass's order of unit_params calls and the position in it.
   std::vector<int> order_;
   size_t order_pos_ = 0;

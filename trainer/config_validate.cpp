@@ -135,12 +135,6 @@ void resolve_config(Config& c, int world_size) {
                    "{}: parallel.pp = {} does not divide model.n_layers = {}: give the blocks of each stage in "
                    "parallel.pipeline_layers (e.g. [{}]), or pick pp from the divisors of n_layers",
                    f, p.pp, m.n_layers, fmt::join(std::vector<int>(static_cast<size_t>(p.pp), 1), ", "));
-    MT_INPUT_CHECK(!m.tie_embeddings || p.zero_stage == 0,
-                   "{}: parallel.pp = {} with model.tie_embeddings = true and parallel.zero_stage = {}: the last stage "
-                   "keeps a copy of the embedding whose gradient is summed with the first stage's, which needs the "
-                   "whole gradient on every data-parallel rank (ZeRO 0) for now; set zero_stage = 0 or "
-                   "tie_embeddings = false",
-                   f, p.pp, p.zero_stage);
   }
 
   // 3. Batch: global = micro · dp · accumulation steps.

@@ -95,6 +95,7 @@ struct Run : PipelineWork {
         embedding_comm.emplace(std::move(group));
         const size_t i = layout.index_of("embed.wte");
         embedding_range = {layout.offset(i), layout.offset(i) + layout.local_shape(i).numel()};
+        zero.hold(embedding_range);  // summed over the group before the data-parallel reduction
       }
     }
   }
@@ -180,14 +181,12 @@ struct Run : PipelineWork {
     backwards_left_ = data.train().micro_batches_per_step();
     zero.step_begin();
     pipeline.run(steps, *this);
-    // The gradients of values held twice: partial ones summed over their tensor-parallel sharers,
-    // and a tied embedding's two copies (first and last stage) summed over the embedding group —
-    // ZeRO 0 only, checked by the config, so every rank holds the whole local gradient.
-    float* g = zero.optimizer_grads();
-    const FlatRange range = zero.optimizer_range();
-    tp_shared.reduce_partial_grads(g, range);
-    if (embedding_comm)
-      embedding_comm->all_reduce(g + (embedding_range.begin - range.begin), embedding_range.size()).wait();
+    // The gradients of values held twice: a tied embedding's two copies (first and last stage)
+    // summed over the embedding group before their bucket's data-parallel reduction (parallel/zero.h
+    // [Note: held bucket]), so both stages reduce and update the same values at any ZeRO stage;
+    // then partial ones summed over their tensor-parallel sharers.
+    zero.reduce_held([&](float* g) { embedding_comm->all_reduce(g, embedding_range.size()).wait(); });
+    tp_shared.reduce_partial_grads(zero.optimizer_grads(), zero.optimizer_range());
     return mean_over_replicas(loss_sum_, data.train().micro_batches_per_step());
   }
 

@@ -1,13 +1,14 @@
-// Pipeline parallelism end to end: every (pp, schedule) layout of a 4-block GPT-2 (tied embedding
-// and head on the first and last stage, dropout on) and Llama (GQA, untied), alone and combined with
-// tensor and data parallelism and ZeRO — up to the 3D layout tp = pp = dp = 2 on 8 ranks — trains
-// like one process: loss and gradient norm of each of 10 steps within 1e-5 relative; a layout run
-// twice is bitwise identical. GPipe holds every micro-batch's activations on stage 0,
-// 1F1B only pp of them, and the metrics show it. A checkpoint saved at (tp, pp) = (2, 2) resumes
+// Pipeline parallelism end to end: every factorisation of 2, 4 and 8 ranks into (tp, pp, dp), with
+// every schedule where pp > 1, of an 8-block GPT-2 (tied embedding and head on the first and last
+// stage, dropout on) and Llama (GQA, untied), with ZeRO 0 and 1, sequence parallelism, activation
+// recompute and uneven stages taking turns, trains like one process: loss and gradient norm of
+// each of 10 steps within 1e-5 relative; a layout run twice is bitwise identical. GPipe holds
+// every micro-batch's activations on stage 0, 1F1B only pp of them, and the metrics show it. A checkpoint saved at (tp, pp) = (2, 2) resumes
 // at pp = 1 and pp = 4, and one saved at (tp, pp, dp) = (2, 2, 2) at five other 3D layouts.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <tuple>
 #include <vector>
 
@@ -22,14 +23,18 @@ class PpE2E : public test::TrainE2E {
  protected:
   // tp·pp·dp ranks on the tiny config with 4 blocks for 10 steps: micro-batches of 4 from a global
   // batch of 16; validation after step 5 and 10.
-  std::vector<json> run(int tp, int pp, int dp, const std::string& extra, const std::string& name) {
+  std::vector<json> run(int tp, int pp, int dp, const std::string& extra, const std::string& name,
+                        const std::string& model = "--set model.n_layers=4") {
     return train_mpi(tp * pp * dp,
-                     fmt::format("--set model.n_layers=4 --set train.steps=10 "
-                                 "--set train.micro_batch_size=4 --set train.eval_interval=5 "
-                                 "--set parallel.bucket_size_mb=0.05 --set parallel.tp={} --set parallel.pp={} {}",
-                                 tp, pp, extra),
+                     fmt::format("--set train.steps=10 --set train.micro_batch_size=4 --set train.eval_interval=5 "
+                                 "--set parallel.bucket_size_mb=0.05 --set parallel.tp={} --set parallel.pp={} {} {}",
+                                 tp, pp, model, extra),
                      name);
   }
+  void parity_matrix(int world);
+  // 8 blocks of 8 heads, so that tp and pp reach 8; micro-batches of 2, so that dp does.
+  static constexpr const char* kMatrix =
+      "--set model.n_layers=8 --set model.n_heads=8 --set train.micro_batch_size=2";
 };
 
 // Llama-style: RMSNorm, RoPE, SwiGLU, no biases, untied head, 2 key/value heads for 4 query heads.
@@ -37,30 +42,61 @@ constexpr const char* kLlama =
     "--set model.norm='\"rmsnorm\"' --set model.position='\"rope\"' --set model.activation='\"swiglu\"' "
     "--set model.bias=false --set model.tie_embeddings=false --set model.n_kv_heads=2";
 
-TEST_F(PpE2E, EveryPipelineLayoutMatchesOneProcess) {
-  using Layout = std::tuple<int, int, int, int>;  // tp, pp, dp, ZeRO stage
-  // The tied GPT-2 needs ZeRO 0 with pp > 1 (README "Pipeline parallelism").
-  const std::vector<Layout> gpt2{{1, 2, 1, 0}, {1, 4, 1, 0}, {1, 2, 2, 0}, {2, 2, 1, 0}, {2, 2, 2, 0}};
-  const std::vector<Layout> llama{{1, 2, 1, 0}, {1, 2, 2, 1}, {1, 2, 2, 3}, {2, 2, 1, 0}, {2, 2, 2, 1}, {1, 4, 1, 0}};
-  for (const auto& [family, model, layouts] : {std::tuple{"gpt2", "", gpt2}, std::tuple{"llama", kLlama, llama}}) {
-    const auto single = run(1, 1, 1, model, std::string(family) + "_single");
-    ASSERT_EQ(single.size(), 12u);  // 10 steps + 2 validations
-    for (const auto& [tp, pp, dp, stage] : layouts)
-      for (const char* schedule : {"gpipe", "1f1b", "zero_bubble"}) {
-        const std::string name = fmt::format("{}_tp{}_pp{}_dp{}_zero{}_{}", family, tp, pp, dp, stage, schedule);
-        const std::string set = fmt::format("{} --set parallel.zero_stage={} --set parallel.pipeline_schedule='\"{}\"'",
-                                            model, stage, schedule);
-        const auto a = run(tp, pp, dp, set, name);
-        EXPECT_EQ(test::compare_runs(single, a, 1e-5, name + " vs one process"), 10 * 2 + 2);
-        ASSERT_FALSE(a.empty());
-        EXPECT_EQ(a[0]["pp_idle_ms"].size(), static_cast<size_t>(pp)) << name;  // every stage's idle time
-        EXPECT_GT(a[0]["pp_comm_ms"].get<double>(), 0.0) << name;
-        if (pp == 2 && dp == 1 && tp == 1) {
-          EXPECT_EQ(test::compare_runs(a, run(tp, pp, dp, set, name + "_again"), 0.0, name + " rerun"), 22);
-        }
+// The parity matrix of one world size: every (tp, pp, dp) with tp·pp·dp = world; on each layout
+// with pp > 1 every schedule, else one case. The cases take turns over the model (tied GPT-2 with
+// dropout, GQA Llama), ZeRO 0 and 1, sequence parallelism (where tp > 1), recompute (none,
+// selective, full; not with zero-bubble) and even or uneven stages, so each of those meets every
+// world size. Each case's 10 steps equal the single process's within 1e-5; each layout's first
+// case is run twice and must agree bitwise.
+void PpE2E::parity_matrix(int world) {
+  struct Case {
+    int tp, pp, dp;
+    std::string schedule;
+  };
+  std::vector<Case> cases;
+  for (int tp = 1; tp <= world; tp *= 2)
+    for (int pp = 1; tp * pp <= world; pp *= 2)
+      for (const char* schedule : {"1f1b", "gpipe", "zero_bubble"}) {
+        if (pp == 1 && std::string(schedule) != "1f1b") continue;
+        cases.push_back({tp, pp, world / (tp * pp), schedule});
       }
+  const std::string family[2] = {"gpt2", "llama"};
+  std::vector<json> single[2];
+  for (int f = 0; f < 2; ++f) {
+    single[f] = run(1, 1, 1, f == 1 ? kLlama : "", fmt::format("{}_single_{}", family[f], world), kMatrix);
+    ASSERT_EQ(single[f].size(), 12u);  // 10 steps + 2 validations
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const int f = static_cast<int>(i % 2), zero = static_cast<int>(i / 2 % 2);
+    const bool sp = c.tp > 1 && i / 3 % 2 == 0;
+    const char* recompute = c.schedule == "zero_bubble" ? "none" : std::array{"none", "full", "selective"}[i % 3];
+    // pp = 2 and 4 take turns between an even and an uneven split of the 8 blocks.
+    const std::string uneven = c.pp == 2 ? "[3, 5]" : c.pp == 4 ? "[1, 3, 2, 2]" : "";
+    const bool use_uneven = !uneven.empty() && i / 2 % 2 == 1;
+    const std::string name = fmt::format("{}_tp{}_pp{}_dp{}_zero{}_{}{}_recompute_{}{}", family[f], c.tp, c.pp, c.dp,
+                                         zero, c.schedule, sp ? "_sp" : "", recompute, use_uneven ? "_uneven" : "");
+    const std::string set = fmt::format(
+        "{} --set parallel.zero_stage={} --set parallel.pipeline_schedule='\"{}\"' --set parallel.sequence_parallel={} "
+        "--set train.recompute='\"{}\"' {}",
+        f == 1 ? kLlama : "", zero, c.schedule, sp, recompute,
+        use_uneven ? "--set 'parallel.pipeline_layers=" + uneven + "'" : "");
+    const auto a = run(c.tp, c.pp, c.dp, set, name, kMatrix);
+    EXPECT_EQ(test::compare_runs(single[f], a, 1e-5, name + " vs one process"), 10 * 2 + 2);
+    ASSERT_FALSE(a.empty()) << name;
+    EXPECT_EQ(a[0]["pp_idle_ms"].size(), static_cast<size_t>(c.pp)) << name;  // every stage's idle time
+    if (c.pp > 1) {
+      EXPECT_GT(a[0]["pp_comm_ms"].get<double>(), 0.0) << name;
+    }
+    if (c.schedule == "1f1b") {
+      EXPECT_EQ(test::compare_runs(a, run(c.tp, c.pp, c.dp, set, name + "_again", kMatrix), 0.0, name + " rerun"), 22);
+    }
   }
 }
+
+TEST_F(PpE2E, EveryLayoutOfTwoRanksMatchesOneProcess) { parity_matrix(2); }
+TEST_F(PpE2E, EveryLayoutOfFourRanksMatchesOneProcess) { parity_matrix(4); }
+TEST_F(PpE2E, EveryLayoutOfEightRanksMatchesOneProcess) { parity_matrix(8); }
 
 // Stage 0 of pp = 2 with 4 micro-batches per step: GPipe keeps 4 micro-batches of activations,
 // 1F1B 2 — the accounting in the metrics shows twice the slots' bytes, never less.
