@@ -127,10 +127,16 @@ LocalDims local_dims(const ModelConfig& cfg, TpCoord tp) {
   return d;
 }
 
-ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel, const StageRange& range) {
-  MT_CHECK(range.first_layer >= 0 && range.layers >= 0 && range.first_layer + range.layers <= cfg.n_layers,
-           "stage blocks [{}, {}) outside the model's {}", range.first_layer, range.first_layer + range.layers,
-           cfg.n_layers);
+ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel,
+                             const std::vector<StageRange>& chunks) {
+  bool embedding = false, head = false;
+  for (const StageRange& range : chunks) {
+    MT_CHECK(range.first_layer >= 0 && range.layers >= 0 && range.first_layer + range.layers <= cfg.n_layers,
+             "stage blocks [{}, {}) outside the model's {}", range.first_layer, range.first_layer + range.layers,
+             cfg.n_layers);
+    embedding |= range.embedding;
+    head |= range.head;
+  }
   const int64_t C = cfg.d_model, D = cfg.head_dim(), H = cfg.n_heads, Hkv = cfg.kv_heads();
   const int64_t F = cfg.ffn_dim(), Vp = cfg.padded_vocab(tp.size);
   const int kv_shards = static_cast<int>(std::min<int64_t>(Hkv, tp.size));
@@ -182,21 +188,20 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
   if (!cfg.tie_embeddings)
     p.push_back({"lm_head.weight", Shape{Vp, C}, TpSplit::rows, {}, ParamGroup::matrix, InitKind::normal,
                  cfg.vocab_size});
-  // Keep the stage's tensors (blocks by their layer, the rest by position), each with its stream.
+  // Keep the chunks' tensors (blocks by their layer, the rest by position), each with its stream.
   std::vector<ParamSpec> mine;
-  const int blocks_end = range.first_layer + range.layers;
   for (size_t i = 0; i < p.size(); ++i) {
     ParamSpec& s = p[i];
     s.init_stream = static_cast<int>(i);
     bool keep = false;
-    if (s.name.starts_with("embed.")) keep = range.embedding;
+    if (s.name.starts_with("embed.")) keep = embedding;
     else if (s.name.starts_with("layers.")) {
       const int l = std::stoi(s.name.substr(7));
-      keep = l >= range.first_layer && l < blocks_end;
-    } else keep = range.head;
+      for (const StageRange& range : chunks) keep |= l >= range.first_layer && l < range.first_layer + range.layers;
+    } else keep = head;
     if (keep) mine.push_back(std::move(s));
   }
-  if (range.head && cfg.tie_embeddings && !range.embedding) {
+  if (head && cfg.tie_embeddings && !embedding) {
     mine.push_back(p.front());  // embed.wte, stream 0
     mine.back().tied_copy = true;
   }
@@ -238,9 +243,25 @@ std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const StageRan
   for (int l = range.first_layer; l < range.first_layer + range.layers; ++l)
     starts.push_back(layout.offset(layout.index_of("layers." + std::to_string(l) + ".attn_norm.weight")));
   if (range.head) starts.push_back(layout.offset(layout.index_of("final_norm.weight")));
-  starts.push_back(layout.total());
+  // The end: the first tensor after the last block's MLP projection (weight, then bias), if any.
+  size_t after = layout.size();
+  if (!range.head && range.layers > 0) {
+    const std::string proj = "layers." + std::to_string(range.first_layer + range.layers - 1) + ".mlp.proj.";
+    after = layout.index_of(proj + (layout.contains(proj + "bias") ? "bias" : "weight")) + 1;
+  }
+  starts.push_back(after < layout.size() ? layout.offset(after) : layout.total());
   std::vector<FlatRange> units;
   for (size_t u = 0; u + 1 < starts.size(); ++u) units.push_back({starts[u], starts[u + 1]});
+  return units;
+}
+
+std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const std::vector<StageRange>& chunks) {
+  std::vector<FlatRange> units;
+  for (const StageRange& range : chunks) {
+    const std::vector<FlatRange> mine = gpt_param_units(layout, range);
+    MT_CHECK(units.empty() || mine.front().begin == units.back().end, "model chunks out of order in the layout");
+    units.insert(units.end(), mine.begin(), mine.end());
+  }
   return units;
 }
 

@@ -123,19 +123,28 @@ struct StageRange {
 };
 inline StageRange whole_model(const ModelConfig& cfg) { return {0, cfg.n_layers, true, true}; }
 
-// The parameters of the GPT decoder described by `cfg` that stage `range` holds (in model order),
-// as rank `tp` holds them; `sequence_parallel` marks norm weights as having partial gradients. A
-// tied head on a stage without the embedding gets a copy of it (tied_copy) after the final norm.
-ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel, const StageRange& range);
+// The parameters of the GPT decoder described by `cfg` that a pipeline rank holds — the model
+// chunks `chunks` (one, or several for an interleaved pipeline; in model order, not overlapping) —
+// in model order, as rank `tp` holds them; `sequence_parallel` marks norm weights as having
+// partial gradients. A tied head on a rank without the embedding gets a copy of it (tied_copy)
+// after the final norm.
+ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel,
+                             const std::vector<StageRange>& chunks);
+inline ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel, const StageRange& range) {
+  return gpt_param_layout(cfg, tp, sequence_parallel, std::vector<StageRange>{range});
+}
 inline ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel) {
   return gpt_param_layout(cfg, tp, sequence_parallel, whole_model(cfg));
 }
 // The whole, unsplit model (tp = 1): the global tensors checkpoints and Hugging Face files hold.
 inline ParamLayout gpt_param_layout(const ModelConfig& cfg) { return gpt_param_layout(cfg, TpCoord{}, false); }
 
-// The units of a stage's layout (parallel/unit_state.h), which cover [0, total()) back to back:
-// the embeddings (first stage), one per block, then the final norm and the untied head (last stage).
+// The units (parallel/unit_state.h) of chunk `range` of a layout: the embeddings (first stage), one
+// per block, then the final norm and the untied head (last stage), back to back up to the next
+// chunk's first tensor (or the end).
 std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const StageRange& range);
+// Every chunk's units, in order: they cover [0, total()) back to back.
+std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const std::vector<StageRange>& chunks);
 
 // Deterministic initialisation: global element g of parameter p is rng_normal(seed, init, p, g) · std
 // (std / √(2·n_layers) for residual projections, GPT-2), ones for norm weights, zeros for biases

@@ -1,8 +1,10 @@
 #include "parallel/grad_buckets.h"
 
+#include <algorithm>
+
 namespace megatrain {
 
-GradBuckets::GradBuckets(const std::vector<FlatRange>& units, int64_t bucket_floats) {
+GradBuckets::GradBuckets(const std::vector<FlatRange>& units, int64_t bucket_floats, const std::vector<int>& breaks) {
   MT_CHECK(!units.empty() && bucket_floats >= 1, "GradBuckets: {} units, bucket of {} floats", units.size(),
            bucket_floats);
   for (size_t u = 1; u < units.size(); ++u)
@@ -10,7 +12,8 @@ GradBuckets::GradBuckets(const std::vector<FlatRange>& units, int64_t bucket_flo
   bucket_of_.resize(units.size());
   int last = static_cast<int>(units.size()) - 1;
   for (int u = last; u >= 0; --u) {
-    const bool close = u == 0 || units[static_cast<size_t>(last)].end - units[static_cast<size_t>(u)].begin >= bucket_floats;
+    const bool close = u == 0 || std::find(breaks.begin(), breaks.end(), u) != breaks.end() ||
+                       units[static_cast<size_t>(last)].end - units[static_cast<size_t>(u)].begin >= bucket_floats;
     if (!close) continue;
     buckets_.push_back({FlatRange{units[static_cast<size_t>(u)].begin, units[static_cast<size_t>(last)].end}, u, last});
     for (int k = u; k <= last; ++k) bucket_of_[static_cast<size_t>(k)] = static_cast<int>(buckets_.size()) - 1;

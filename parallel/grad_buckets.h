@@ -4,7 +4,9 @@
 // Buckets are built from the model's units (parallel/unit_state.h), which backward completes in
 // decreasing order: walking the units from the last down, a bucket closes once it holds at least
 // `bucket_floats` floats (a unit is never split, so one large unit may make a larger bucket).
-// Bucket 0 therefore holds the highest units and is reduced first. Invariant: the buckets tile
+// Bucket 0 therefore holds the highest units and is reduced first. A bucket also closes at each
+// of `breaks` (unit indices starting a group: the model chunks of an interleaved pipeline, whose
+// backwards run apart), so no bucket spans two groups. Invariant: the buckets tile
 // [units.front().begin, units.back().end) without gaps, each is a union of consecutive units, and
 // bucket_of(u) is the one that contains unit u.
 #pragma once
@@ -24,7 +26,7 @@ struct GradBucket {
 class GradBuckets {
  public:
   // units: contiguous, in increasing order; bucket_floats ≥ 1.
-  GradBuckets(const std::vector<FlatRange>& units, int64_t bucket_floats);
+  GradBuckets(const std::vector<FlatRange>& units, int64_t bucket_floats, const std::vector<int>& breaks = {});
 
   int size() const { return static_cast<int>(buckets_.size()); }
   const GradBucket& operator[](int b) const { return buckets_[static_cast<size_t>(b)]; }

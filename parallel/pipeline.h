@@ -1,16 +1,18 @@
 // The pipeline executor: runs one stage's list of steps (parallel/pipeline_schedule.h) over the
-// pipeline group's point-to-point links. Activations go to the next stage and input gradients back
-// to the previous one as non-blocking sends; the receive for the next forward and the next backward
-// is posted as soon as the step before it starts, so it overlaps that step's compute. Shapes come
-// from the config (every message is `floats` floats), so no handshake is needed; a message is
-// tagged with its micro-batch and direction, and MPI's in-order delivery per (source, tag) keeps
-// the steps of consecutive training steps apart. Any list the simulator plays without deadlock
-// runs here without deadlock: sends never block, and each receive is waited for only by the step
-// that consumes it.
+// pipeline group's point-to-point links. Activations go to the next virtual stage and input
+// gradients back to the previous one as non-blocking sends; the receives of the next two inputs of
+// each direction stay posted, so they overlap the steps before them. With v model chunks per rank,
+// virtual stage c·pp + s is chunk c of rank s: forward inputs always come from rank s − 1 (rank
+// pp − 1, chunk c − 1, on rank 0) and backward inputs from rank s + 1. Shapes come from the config
+// (every message is `floats` floats), so no handshake is needed; a message is tagged with the
+// receiving step's micro-batch, chunk and direction, and MPI's in-order delivery per (source, tag)
+// keeps the steps of consecutive training steps apart. Any list the simulator plays without
+// deadlock runs here without deadlock: sends never block, and each receive is waited for only by
+// the step that consumes it.
 //
-// Micro-batch slots: a forward takes the lowest free slot and its backward frees it (its weight
-// step, in a list that splits backwards), so the stage needs as many slots as the list holds
-// micro-batches at once (peak_held()). Weight steps communicate nothing.
+// Micro-batch slots, per chunk: a forward takes the chunk's lowest free slot and its backward
+// frees it (its weight step, in a list that splits backwards), so chunk c needs as many slots as
+// the list holds its micro-batches at once (peak_held(steps, c)). Weight steps communicate nothing.
 #pragma once
 #include <vector>
 
@@ -24,48 +26,55 @@ namespace megatrain {
 class PipelineWork {
  public:
   virtual ~PipelineWork() = default;
-  // Forward of micro-batch `micro` into `slot`; `input` is the previous stage's output (empty on
-  // the first stage). Returns the output for the next stage (ignored on the last), valid until the
-  // slot's backward.
-  virtual Tensor forward(int slot, int micro, Tensor input) = 0;
-  // Backward of the micro-batch in `slot`; `dout` is the gradient of its output from the next
-  // stage (empty on the last). Returns the input gradient (ignored on the first), valid until the
-  // next backward. In a list with weight steps this is the input-gradient half only.
-  virtual Tensor backward(int slot, Tensor dout) = 0;
+  // Forward of micro-batch `micro` through model chunk `chunk` into its `slot`; `input` is the
+  // previous virtual stage's output (empty on the first). Returns the output for the next virtual
+  // stage (ignored on the last), valid until the slot's backward.
+  virtual Tensor forward(int chunk, int slot, int micro, Tensor input) = 0;
+  // Backward of the micro-batch in the chunk's `slot`; `dout` is the gradient of its output from
+  // the next virtual stage (empty on the last). Returns the input gradient (ignored on the first),
+  // valid until the next backward. In a list with weight steps this is the input-gradient half.
+  virtual Tensor backward(int chunk, int slot, Tensor dout) = 0;
   // The weight-gradient half of the slot's backward (lists that split backwards).
-  virtual void weight(int slot) = 0;
+  virtual void weight(int chunk, int slot) = 0;
 };
 
-// The most micro-batches `steps` holds at once (forward done, backward — or weight step — not yet).
-int peak_held(const std::vector<PipeStep>& steps);
+// The most micro-batches of model chunk `chunk` that `steps` holds at once (forward done, backward
+// — or weight step — not yet).
+int peak_held(const std::vector<PipeStep>& steps, int chunk = 0);
 
 class PipelineExecutor {
  public:
-  // `pp` is the pipeline group (rank = stage); every message is `floats` floats.
-  PipelineExecutor(const Comm& pp, int64_t floats, int slots);
+  // `pp` is the pipeline group (rank = stage); every message is `floats` floats; `slots[c]` is
+  // model chunk c's number of slots.
+  PipelineExecutor(const Comm& pp, int64_t floats, std::vector<int> slots);
 
   // Runs the list; returns when every step ran and every send completed.
   void run(const std::vector<PipeStep>& steps, PipelineWork& work);
-  // Forwards only (evaluation): micro-batches 0 … n − 1 through slot 0, stage after stage.
+  // Forwards only (evaluation): micro-batches 0 … n − 1 through every chunk in slot 0, in order.
   void run_forward(int micro_batches, PipelineWork& work);
 
  private:
   struct Posted {
-    int micro = -1;  // the micro-batch whose message is (being) received into buf, −1: none
+    int tag = -1;  // the tag of the message (being) received into the buffer, −1: none
     Work work;
   };
-  bool first() const { return pp_.rank() == 0; }
-  bool last() const { return pp_.rank() + 1 == pp_.size(); }
+  int chunks() const { return static_cast<int>(slots_.size()); }
+  bool first(int chunk) const { return pp_.rank() == 0 && chunk == 0; }
+  bool last(int chunk) const { return pp_.rank() + 1 == pp_.size() && chunk + 1 == chunks(); }
+  int tag_of(PipeOp op, int micro, int chunk) const;
+  // Runs the forward of (micro, chunk) from `in` in `slot` and sends its output on.
+  void forward(int chunk, int slot, int micro, Tensor in, PipelineWork& work);
 
   const Comm& pp_;
   int64_t floats_;
-  std::vector<int> slot_of_;                     // micro-batch → slot, −1 when none
-  std::vector<bool> busy_;                       // per slot
+  std::vector<int> slots_;                       // per chunk
+  std::vector<std::vector<int>> slot_of_;        // [chunk][micro-batch] → slot, −1 when none
+  std::vector<std::vector<bool>> busy_;          // [chunk][slot]
   std::vector<float> in_[2][2];                  // [forward, backward] × two receive buffers
   Posted posted_[2][2];                          // what each receive buffer is getting
   std::vector<float> out_[2];                    // two send buffers for input gradients
   Work out_work_[2];
-  std::vector<Work> act_sends_;                  // per slot: the send of its forward output
+  std::vector<std::vector<Work>> act_sends_;     // [chunk][slot]: the send of its forward output
   int out_next_ = 0;
 };
 

@@ -45,4 +45,25 @@ class FullState final : public UnitState {
   float* grads_;
 };
 
+// Units [first, first + n) of another UnitState as units 0 … n − 1: one model chunk's view of a
+// state shared by the chunks of an interleaved pipeline.
+class UnitSlice final : public UnitState {
+ public:
+  UnitSlice(UnitState& whole, int first) : whole_(whole), first_(first) {}
+  void begin_pass(std::span<const int> param_order) override {
+    order_.assign(param_order.begin(), param_order.end());
+    for (int& u : order_) u += first_;
+    whole_.begin_pass(order_);
+  }
+  float* unit_params(int unit) override { return whole_.unit_params(first_ + unit); }
+  void unit_params_done(int unit) override { whole_.unit_params_done(first_ + unit); }
+  float* unit_grads(int unit) override { return whole_.unit_grads(first_ + unit); }
+  void unit_grads_done(int unit) override { whole_.unit_grads_done(first_ + unit); }
+
+ private:
+  UnitState& whole_;
+  int first_;
+  std::vector<int> order_;  // the pass's order in the whole state's numbering
+};
+
 }  // namespace megatrain

@@ -12,10 +12,11 @@ void zero_floats(float* p, int64_t n) {
 
 }  // namespace
 
-ZeroState::ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOptions& opt)
+ZeroState::ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOptions& opt,
+                     const std::vector<int>& breaks)
     : units_(std::move(units)), dp_(dp), opt_(opt), total_(units_.empty() ? 0 : units_.back().end),
       shard_(flat_shard_size(total_, dp.size())), part_(flat_partition(total_, dp.rank(), dp.size())),
-      buckets_(units_, opt.bucket_floats) {
+      buckets_(units_, opt.bucket_floats, breaks) {
   MT_CHECK(opt.stage >= 0 && opt.stage <= 3, "ZeRO stage {} (0..3)", opt.stage);
   part_counts_ = counts_of(FlatRange{0, total_});
   for (const FlatRange& u : units_) {
@@ -65,9 +66,15 @@ float* ZeroState::held_grads() {
   return grad_pool_[static_cast<size_t>(st.buffer)].data() + (held_range_.begin - bucket.begin);
 }
 
-void ZeroState::micro_batch_begin(bool last) {
+void ZeroState::micro_batch_begin(bool last, int first_unit, int end_unit) {
   last_micro_ = last;
-  for (int b = 0; b < buckets_.size(); ++b) {
+  // Buckets are numbered from the highest units down, so the range's are consecutive.
+  const int last_unit = end_unit < 0 ? static_cast<int>(units_.size()) - 1 : end_unit - 1;
+  first_bucket_ = buckets_.bucket_of(last_unit);
+  end_bucket_ = buckets_.bucket_of(first_unit) + 1;
+  MT_CHECK(buckets_[first_bucket_].last_unit == last_unit && buckets_[end_bucket_ - 1].first_unit == first_unit,
+           "ZeRO: units [{}, {}] do not start and end buckets", first_unit, last_unit);
+  for (int b = first_bucket_; b < end_bucket_; ++b) {
     Bucket& st = bucket_state_[static_cast<size_t>(b)];
     st.pending = buckets_[b].num_units();
     st.issued = false;
@@ -90,12 +97,12 @@ void ZeroState::bucket_issue(int b) {
 void ZeroState::micro_batch_end() {
   const bool reduce = opt_.stage >= 2 || last_micro_;
   if (!reduce) return;
-  for (int b = 0; b < buckets_.size(); ++b) {
+  for (int b = first_bucket_; b < end_bucket_; ++b) {
     Bucket& st = bucket_state_[static_cast<size_t>(b)];
     MT_CHECK(st.pending == 0, "bucket {} still waits for {} units after backward", b, st.pending);
     if (!st.issued && b != held_) bucket_issue(b);
   }
-  for (int b = 0; b < buckets_.size(); ++b)
+  for (int b = first_bucket_; b < end_bucket_; ++b)
     if (b != held_) bucket_complete(b);
 }
 

@@ -55,8 +55,9 @@ struct ZeroMemory {
 
 class ZeroState final : public UnitState {
  public:
-  // units: the model's units (contiguous from 0); dp: the data-parallel communicator (a handle, copied).
-  ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOptions& opt);
+  // units: the model's units (contiguous from 0); dp: the data-parallel communicator (a handle,
+  // copied); breaks: the first units of the model chunks after the first (interleaved pipelines).
+  ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOptions& opt, const std::vector<int>& breaks = {});
   ZeroState(const ZeroState&) = delete;
   ZeroState& operator=(const ZeroState&) = delete;
 
@@ -82,7 +83,9 @@ class ZeroState final : public UnitState {
   float* held_params() { return params_.data(); }
 
   void step_begin();
-  void micro_batch_begin(bool last);
+  // A micro-batch's backward over units [first_unit, end_unit) (a model chunk; −1: to the last):
+  // only the buckets of those units are reduced by it. `last`: the chunk's last backward of the step.
+  void micro_batch_begin(bool last, int first_unit = 0, int end_unit = -1);
   void micro_batch_end();
   // [Note: held bucket] The bucket holding flat range r is not reduced during the step: its
   // gradients accumulate over the micro-batches (in its working buffer at stages 2/3) until
@@ -146,6 +149,7 @@ class ZeroState final : public UnitState {
   std::vector<std::vector<int64_t>> unit_counts_;
   std::vector<Bucket> bucket_state_;
   bool last_micro_ = true;
+  int first_bucket_ = 0, end_bucket_ = 0;  // the buckets of the current backward's units
   int held_ = -1;           // [Note: held bucket]
   FlatRange held_range_;
   // Prefetch (stage 3): the current pass's order of unit_params calls and the position in it.

@@ -23,8 +23,9 @@ struct ParallelConfig {
   bool overlap_grad_reduce = true;  // start each bucket's reduction during backward
   bool sequence_parallel = false;   // norms, dropout and residuals on N/tp rows (parallel/mappings.h)
   bool overlap_tp_comm = true;      // reduce column-parallel input gradients during the weight GEMM
-  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | zero_bubble (parallel/pipeline_schedule.h)
-  std::vector<int> pipeline_layers;        // blocks per stage; empty = n_layers / pp each
+  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zero_bubble (parallel/pipeline_schedule.h)
+  int virtual_stages = 1;                  // model chunks per pipeline rank (interleaved)
+  std::vector<int> pipeline_layers;        // blocks per virtual stage; empty = n_layers / (pp·virtual_stages) each
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

@@ -10,6 +10,7 @@
 #include "kernels/check.h"
 #include "kernels/field_rules.h"
 #include "parallel/groups.h"
+#include "parallel/pipeline_schedule.h"
 #include "trainer/config.h"
 
 namespace megatrain {
@@ -20,6 +21,7 @@ void validate_config_fields(const Config& c) {
   const ParallelConfig& p = c.parallel;
   r.at_least("parallel.tp", p.tp, 1);
   r.at_least("parallel.pp", p.pp, 1);
+  r.at_least("parallel.virtual_stages", p.virtual_stages, 1);
   r.at_least("parallel.cp", p.cp, 1);
   r.at_least("parallel.ep", p.ep, 1);
   r.at_least("parallel.dp", p.dp, 0, "(0 = world size / (tp·cp·ep·pp))");
@@ -109,9 +111,12 @@ void resolve_config(Config& c, int world_size) {
 
   // Pipeline parallelism splits the blocks evenly over pp stages; the micro-batches of a step go
   // through them by parallel.pipeline_schedule.
-  MT_INPUT_CHECK(p.pipeline_schedule == "gpipe" || p.pipeline_schedule == "1f1b" || p.pipeline_schedule == "zero_bubble",
-                 "{}: parallel.pipeline_schedule = \"{}\" is not one of \"gpipe\", \"1f1b\", \"zero_bubble\"", f,
-                 p.pipeline_schedule);
+  MT_INPUT_CHECK(schedule_problem(p.pipeline_schedule, {p.pp, p.pp, 1}).empty(),
+                 "{}: parallel.pipeline_schedule = \"{}\" is not one of \"gpipe\", \"1f1b\", \"interleaved\", "
+                 "\"zero_bubble\"", f, p.pipeline_schedule);
+  MT_INPUT_CHECK(p.virtual_stages == 1 || (p.pipeline_schedule == "interleaved" && p.pp > 1),
+                 "{}: parallel.virtual_stages = {} needs parallel.pipeline_schedule = \"interleaved\" and pp > 1 "
+                 "(got \"{}\", pp = {})", f, p.virtual_stages, p.pipeline_schedule, p.pp);
   MT_INPUT_CHECK(p.pipeline_schedule != "zero_bubble" || c.train.recompute == Recompute::none,
                  "{}: parallel.pipeline_schedule = \"zero_bubble\" with train.recompute: a weight-gradient step reads "
                  "the activations its micro-batch's backward used, so recomputed ones would be rebuilt twice; set "
@@ -122,19 +127,20 @@ void resolve_config(Config& c, int world_size) {
                  "each micro-batch's weight gradients past its backward, but ZeRO 2 and 3 reduce-scatter a "
                  "micro-batch's gradients as its backward ends; use zero_stage 0 or 1 with it",
                  f, p.zero_stage);
+  const int stages = p.pp * p.virtual_stages;  // virtual stages
   if (!p.pipeline_layers.empty()) {
     int sum = 0;
     for (int n : p.pipeline_layers) sum += n;
-    MT_INPUT_CHECK(static_cast<int>(p.pipeline_layers.size()) == p.pp && sum == m.n_layers,
-                   "{}: parallel.pipeline_layers = [{}] must give each of the pp = {} stages its number of blocks, "
-                   "adding up to model.n_layers = {} (got {} entries adding up to {})",
-                   f, fmt::join(p.pipeline_layers, ", "), p.pp, m.n_layers, p.pipeline_layers.size(), sum);
+    MT_INPUT_CHECK(static_cast<int>(p.pipeline_layers.size()) == stages && sum == m.n_layers,
+                   "{}: parallel.pipeline_layers = [{}] must give each of the pp · virtual_stages = {} stages its "
+                   "number of blocks, adding up to model.n_layers = {} (got {} entries adding up to {})",
+                   f, fmt::join(p.pipeline_layers, ", "), stages, m.n_layers, p.pipeline_layers.size(), sum);
   }
-  if (p.pp > 1) {
-    MT_INPUT_CHECK(m.n_layers % p.pp == 0 || !p.pipeline_layers.empty(),
-                   "{}: parallel.pp = {} does not divide model.n_layers = {}: give the blocks of each stage in "
-                   "parallel.pipeline_layers (e.g. [{}]), or pick pp from the divisors of n_layers",
-                   f, p.pp, m.n_layers, fmt::join(std::vector<int>(static_cast<size_t>(p.pp), 1), ", "));
+  if (stages > 1) {
+    MT_INPUT_CHECK(m.n_layers % stages == 0 || !p.pipeline_layers.empty(),
+                   "{}: parallel.pp · virtual_stages = {} does not divide model.n_layers = {}: give the blocks of "
+                   "each stage in parallel.pipeline_layers (e.g. [{}]), or pick sizes that divide n_layers",
+                   f, stages, m.n_layers, fmt::join(std::vector<int>(static_cast<size_t>(stages), 1), ", "));
   }
 
   // 3. Batch: global = micro · dp · accumulation steps.
@@ -149,6 +155,11 @@ void resolve_config(Config& c, int world_size) {
                  "{}: train.global_batch_size = {} is not divisible by train.micro_batch_size · dp = {} · {} = {}; "
                  "pick a multiple of {} (or 0 for {})",
                  f, t.global_batch_size, t.micro_batch_size, p.dp, per_step, per_step, per_step);
+
+  const int micro_per_step = static_cast<int>(t.global_batch_size / per_step);
+  const std::string pipe = schedule_problem(p.pipeline_schedule, {p.pp, micro_per_step, p.virtual_stages});
+  MT_INPUT_CHECK(pipe.empty(), "{}: parallel.pipeline_schedule: {} (global_batch_size / (micro_batch_size · dp) = {} "
+                 "micro-batches per step); adjust train.global_batch_size", f, pipe, micro_per_step);
 
   // 4. Learning-rate schedule.
   OptimizerConfig& o = c.optimizer;

@@ -4,7 +4,7 @@
 // recompute and uneven stages taking turns, trains like one process: loss and gradient norm of
 // each of 10 steps within 1e-5 relative; a layout run twice is bitwise identical. GPipe holds
 // every micro-batch's activations on stage 0, 1F1B only pp of them, and the metrics show it. A checkpoint saved at (tp, pp) = (2, 2) resumes
-// at pp = 1 and pp = 4, and one saved at (tp, pp, dp) = (2, 2, 2) at five other 3D layouts.
+// at pp = 1 and pp = 4, and one saved at (tp, pp, dp) = (2, 2, 2) at six other 3D layouts.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -46,7 +46,7 @@ constexpr const char* kLlama =
 // with pp > 1 every schedule, else one case. The cases take turns over the model (tied GPT-2 with
 // dropout, GQA Llama), ZeRO 0 and 1, sequence parallelism (where tp > 1), recompute (none,
 // selective, full; not with zero-bubble) and even or uneven stages, so each of those meets every
-// world size. Each case's 10 steps equal the single process's within 1e-5; each layout's first
+// world size; the interleaved schedule runs 2 model chunks per rank. Each case's 10 steps equal the single process's within 1e-5; each layout's first
 // case is run twice and must agree bitwise.
 void PpE2E::parity_matrix(int world) {
   struct Case {
@@ -56,8 +56,9 @@ void PpE2E::parity_matrix(int world) {
   std::vector<Case> cases;
   for (int tp = 1; tp <= world; tp *= 2)
     for (int pp = 1; tp * pp <= world; pp *= 2)
-      for (const char* schedule : {"1f1b", "gpipe", "zero_bubble"}) {
+      for (const char* schedule : {"1f1b", "gpipe", "zero_bubble", "interleaved"}) {
         if (pp == 1 && std::string(schedule) != "1f1b") continue;
+        if (pp == 8 && std::string(schedule) == "interleaved") continue;  // 2 chunks of 8 stages > 8 blocks
         cases.push_back({tp, pp, world / (tp * pp), schedule});
       }
   const std::string family[2] = {"gpt2", "llama"};
@@ -73,13 +74,14 @@ void PpE2E::parity_matrix(int world) {
     const char* recompute = c.schedule == "zero_bubble" ? "none" : std::array{"none", "full", "selective"}[i % 3];
     // pp = 2 and 4 take turns between an even and an uneven split of the 8 blocks.
     const std::string uneven = c.pp == 2 ? "[3, 5]" : c.pp == 4 ? "[1, 3, 2, 2]" : "";
-    const bool use_uneven = !uneven.empty() && i / 2 % 2 == 1;
+    const bool interleaved = c.schedule == "interleaved";  // 2 model chunks per rank
+    const bool use_uneven = !uneven.empty() && i / 2 % 2 == 1 && !interleaved;
     const std::string name = fmt::format("{}_tp{}_pp{}_dp{}_zero{}_{}{}_recompute_{}{}", family[f], c.tp, c.pp, c.dp,
                                          zero, c.schedule, sp ? "_sp" : "", recompute, use_uneven ? "_uneven" : "");
     const std::string set = fmt::format(
         "{} --set parallel.zero_stage={} --set parallel.pipeline_schedule='\"{}\"' --set parallel.sequence_parallel={} "
-        "--set train.recompute='\"{}\"' {}",
-        f == 1 ? kLlama : "", zero, c.schedule, sp, recompute,
+        "--set train.recompute='\"{}\"' --set parallel.virtual_stages={} {}",
+        f == 1 ? kLlama : "", zero, c.schedule, sp, recompute, interleaved ? 2 : 1,
         use_uneven ? "--set 'parallel.pipeline_layers=" + uneven + "'" : "");
     const auto a = run(c.tp, c.pp, c.dp, set, name, kMatrix);
     EXPECT_EQ(test::compare_runs(single[f], a, 1e-5, name + " vs one process"), 10 * 2 + 2);
@@ -129,7 +131,8 @@ TEST_F(PpE2E, CheckpointFromTp2Pp2ResumesAtOtherPipelineSizes) {
 }
 
 // Full 3D resharding: the Llama saved at (tp, pp, dp, zero) = (2, 2, 2, 1) on 8 ranks after step 3
-// resumes at (1,1,1,0), (4,1,2,3), (1,2,4,1), (2,1,4,2) and (1,4,2,0), steps 4–6 within 1e-5.
+// resumes at (1,1,1,0), (4,1,2,3), (1,2,4,1), (2,1,4,2), (1,4,2,0) and, interleaved with two
+// model chunks per rank, (2,2,2,1), steps 4–6 within 1e-5.
 TEST_F(PpE2E, CheckpointFrom3dLayoutResumesAtOtherLayouts) {
   const fs::path ckpt = dir_ / "ckpt3d";
   const auto saved = run(2, 2, 2,
@@ -139,13 +142,15 @@ TEST_F(PpE2E, CheckpointFrom3dLayoutResumesAtOtherLayouts) {
   std::vector<json> tail;
   for (const json& j : saved)
     if (j["step"].get<int64_t>() > 3) tail.push_back(j);
-  using Layout = std::tuple<int, int, int, int>;
-  for (const auto& [tp, pp, dp, stage] : {Layout{1, 1, 1, 0}, Layout{4, 1, 2, 3}, Layout{1, 2, 4, 1},
-                                          Layout{2, 1, 4, 2}, Layout{1, 4, 2, 0}}) {
-    const std::string name = fmt::format("resumed_tp{}_pp{}_dp{}_zero{}", tp, pp, dp, stage);
+  using Layout = std::tuple<int, int, int, int, const char*>;
+  const char* interleaved = "--set parallel.pipeline_schedule=interleaved --set parallel.virtual_stages=2";
+  for (const auto& [tp, pp, dp, stage, extra] :
+       {Layout{1, 1, 1, 0, ""}, Layout{4, 1, 2, 3, ""}, Layout{1, 2, 4, 1, ""}, Layout{2, 1, 4, 2, ""},
+        Layout{1, 4, 2, 0, ""}, Layout{2, 2, 2, 1, interleaved}}) {
+    const std::string name = fmt::format("resumed_tp{}_pp{}_dp{}_zero{}{}", tp, pp, dp, stage, *extra ? "_interleaved" : "");
     const auto resumed = run(tp, pp, dp,
-                             fmt::format("{} --set train.steps=6 --set parallel.zero_stage={} --set checkpoint.load={}",
-                                         kLlama, stage, (ckpt / "step_0000003").string()),
+                             fmt::format("{} --set train.steps=6 --set parallel.zero_stage={} --set checkpoint.load={} {}",
+                                         kLlama, stage, (ckpt / "step_0000003").string(), extra),
                              name);
     EXPECT_EQ(test::compare_runs(tail, resumed, 1e-5, "(2,2,2) zero 1 -> " + name), 3 * 2 + 2);
   }

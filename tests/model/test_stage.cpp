@@ -107,6 +107,45 @@ TEST(Stage, SlotsKeepMicroBatchesApart) {
   }
 }
 
+// A rank of an interleaved pipeline (pp = 2, two chunks of a 4-block model: blocks 0 with the
+// embedding, and block 2) keeps both chunks in one layout and one state, each chunk reaching its
+// units through a UnitSlice; each computes bitwise what the same stage alone computes.
+TEST(Stage, ChunksOfOneRankShareALayoutAndComputeLikeStagesAlone) {
+  ModelConfig c = test::llama_like();
+  c.n_layers = 4;
+  const std::vector<StageRange> ranges{{0, 1, true, false}, {2, 1, false, false}};
+  const ParamLayout layout = gpt_param_layout(c, TpCoord{}, false, ranges);
+  const std::vector<FlatRange> units = gpt_param_units(layout, ranges);
+  ASSERT_EQ(units.size(), 3u);  // embedding, block 0, block 2
+  EXPECT_EQ(units.front().begin, 0);
+  EXPECT_EQ(units.back().end, layout.total());
+  FlatBuffer params(layout.total()), grads(layout.total());
+  init_params(layout, params.data(), c, kSeed);
+  FullState state(units, params.data(), grads.data());
+  UnitSlice first_units(state, 0), second_units(state, 2);
+  const TensorParallel tp(int64_t{kB} * kT, c.d_model);
+  Stage first(c, kB, kT, layout, ranges[0], {1}, first_units, tp), second(c, kB, kT, layout, ranges[1], {1}, second_units, tp);
+  OwnedStage first_alone(c, ranges[0], {1}), second_alone(c, ranges[1], {1});
+
+  const auto in = test::tokens(kB * kT, c.vocab_size, 1), tg = test::tokens(kB * kT, c.vocab_size, 2);
+  std::vector<float> dhidden(static_cast<size_t>(kB * kT * c.d_model));
+  for (size_t i = 0; i < dhidden.size(); ++i) dhidden[i] = 1e-3f * std::cos(0.11f * static_cast<float>(i));
+  const Tensor dout(dhidden.data(), Shape{kB * kT, c.d_model});
+  const MicroBatch mb{in.data(), tg.data(), training(0)};
+  for (auto [a, b] : {std::pair{&first, &second}, std::pair{&first_alone.stage, &second_alone.stage}}) {
+    a->forward(0, mb);
+    b->forward(0, mb, a->output(0));
+    a->backward(0, b->backward(0, dout));
+  }
+  const auto values = [](Tensor t) { return std::vector<float>(t.f32(), t.f32() + t.numel()); };
+  EXPECT_EQ(values(second.output(0)), values(second_alone.stage.output(0)));
+  expect_same_tensors(first_alone.layout, first_alone.grads.data(), layout, grads.data(), "chunk 0 grads");
+  expect_same_tensors(second_alone.layout, second_alone.grads.data(), layout, grads.data(), "chunk 1 grads");
+  GptModel whole(c, kB, kT);
+  whole.init(kSeed);
+  expect_same_tensors(layout, params.data(), whole.layout(), whole.params(), "initial values");
+}
+
 TEST(Stage, RecomputeGivesBitwiseTheSameGradientsWithLessMemory) {
   for (const ModelConfig& c : {test::gpt2_like(), test::llama_like()}) {
     const auto a_in = test::tokens(kB * kT, c.vocab_size, 1), a_tg = test::tokens(kB * kT, c.vocab_size, 2);

@@ -46,6 +46,18 @@ TEST(GradBuckets, OneBucketWhenTheSizeExceedsEverythingAndOnePerUnitWhenTiny) {
   for (int k = 0; k < 3; ++k) EXPECT_EQ(each[k].range, units[static_cast<size_t>(2 - k)]);
 }
 
+// Groups (the chunks of an interleaved pipeline) split buckets at their first units: units
+// {16, 32 | 48, 8} with room for everything make one bucket per group, the higher group first.
+TEST(GradBuckets, NoBucketSpansTwoGroups) {
+  const auto units = units_of({16, 32, 48, 8});
+  const GradBuckets b(units, 1 << 30, {2});
+  ASSERT_EQ(b.size(), 2);
+  EXPECT_EQ(b[0].range, (FlatRange{48, 104}));
+  EXPECT_EQ(b[1].range, (FlatRange{0, 48}));
+  EXPECT_EQ(b.bucket_of(1), 1);
+  EXPECT_EQ(b.bucket_of(2), 0);
+}
+
 TEST(GradBuckets, RejectsGapsBetweenUnits) {
   EXPECT_THROW(GradBuckets({{0, 10}, {12, 20}}, 5), Error);
 }

@@ -226,7 +226,7 @@ TEST_F(ConfigTest, PipelineRules) {
                   "e.g. [1, 1]");
   EXPECT_CONTAINS(load_error(four + "pipeline_layers = [1, 2]\n", "parallel.pipeline_layers", {}, 2),
                   "adding up to model.n_layers = 4 (got 2 entries adding up to 3)");
-  EXPECT_CONTAINS(load_error(four + "pipeline_layers = [4]\n", "parallel.pipeline_layers", {}, 2), "pp = 2 stages");
+  EXPECT_CONTAINS(load_error(four + "pipeline_layers = [4]\n", "parallel.pipeline_layers", {}, 2), "= 2 stages");
   load_error(four + "pipeline_layers = [0, 4]\n", "parallel.pipeline_layers[0]", {}, 2);
   load_error(four + "pipeline_layers = [\"a\"]\n", "parallel.pipeline_layers", {}, 2);
   EXPECT_CONTAINS(load_error(four + "pipeline_schedule = \"zero_bubble\"\n[train]\nrecompute = \"full\"\n",
@@ -236,6 +236,14 @@ TEST_F(ConfigTest, PipelineRules) {
                              4),
                   "use zero_stage 0 or 1");
   load_error(four + "pipeline_schedule = \"zigzag\"\n", "parallel.pipeline_schedule", {}, 2);
+  EXPECT_CONTAINS(load_error(four + "virtual_stages = 2\n", "parallel.virtual_stages", {}, 2), "\"interleaved\"");
+  EXPECT_CONTAINS(load_error("[model]\nn_layers = 8\n[parallel]\npp = 4\nvirtual_stages = 2\npipeline_schedule = "
+                             "\"interleaved\"\n[train]\nmicro_batch_size = 1\nglobal_batch_size = 6\n",
+                             "parallel.pipeline_schedule", {}, 4),
+                  "must be a multiple of 4");
+  EXPECT_CONTAINS(load_error(four + "virtual_stages = 2\npipeline_schedule = \"interleaved\"\npipeline_layers = [2, 2]\n",
+                             "parallel.pipeline_layers", {}, 2),
+                  "pp · virtual_stages = 4 stages");
   load_error("[train]\nrecompute = \"most\"\n", "train.recompute");
   load_error("[train]\nrecompute_layers = -1\n", "train.recompute_layers");
   Config c = load_config(write("[model]\nn_layers = 5\n[parallel]\npp = 2\npipeline_layers = [2, 3]\n"), {});

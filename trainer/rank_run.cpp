@@ -1,0 +1,192 @@
+#include "trainer/rank_run.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace megatrain {
+namespace {
+
+ParallelDims parallel_dims(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  return ParallelDims{p.tp, p.cp, p.ep, p.dp, p.pp};
+}
+
+ZeroOptions zero_options(const Config& c) {
+  const auto floats = static_cast<int64_t>(c.parallel.bucket_size_mb * 1024.0 * 1024.0 / sizeof(float));
+  return {c.parallel.zero_stage, std::max<int64_t>(1, floats), c.parallel.overlap_grad_reduce};
+}
+
+AdamWOptions adamw_options(const Config& c) {
+  const auto& o = c.optimizer;
+  return {o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip, o.decay_embeddings, o.decay_norms_and_biases};
+}
+
+// Model chunk c of pipeline rank s is virtual stage c·pp + s.
+std::vector<StageRange> chunk_ranges(const Config& c, int stage) {
+  std::vector<StageRange> out;
+  for (int chunk = 0; chunk < c.parallel.virtual_stages; ++chunk)
+    out.push_back(virtual_stage_range(c, chunk * c.parallel.pp + stage));
+  return out;
+}
+
+// The first unit of each chunk after the first: where gradient buckets must break.
+std::vector<int> chunk_breaks(const ParamLayout& layout, const std::vector<StageRange>& ranges) {
+  std::vector<int> out;
+  int first = 0;
+  for (size_t c = 0; c + 1 < ranges.size(); ++c) out.push_back(first += static_cast<int>(gpt_param_units(layout, ranges[c]).size()));
+  return out;
+}
+
+}  // namespace
+
+StageRange virtual_stage_range(const Config& c, int vs) {
+  const std::vector<int>& given = c.parallel.pipeline_layers;
+  const int stages = c.parallel.pp * c.parallel.virtual_stages;
+  const auto layers = [&](int k) { return given.empty() ? c.model.n_layers / stages : given[static_cast<size_t>(k)]; };
+  int first = 0;
+  for (int k = 0; k < vs; ++k) first += layers(k);
+  return {first, layers(vs), vs == 0, vs + 1 == stages};
+}
+
+RankRun::RankRun(const Config& c, const Comm& world)
+    : cfg(c), groups(world, parallel_dims(c)), dp_comm(groups.dp()), tp_comm(groups.tp()), pp_comm(groups.pp()),
+      dp_rank(dp_comm.rank()), dp(dp_comm.size()), data(c, dp_rank, dp), ranges(chunk_ranges(c, pp_comm.rank())),
+      steps(pipeline_schedule(c.parallel.pipeline_schedule, pp_comm.rank(),
+                              PipeShape{pp_comm.size(), data.train().micro_batches_per_step(), c.parallel.virtual_stages})),
+      layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel, ranges)),
+      stored_layout(gpt_param_layout(c.model)),
+      zero(gpt_param_units(layout, ranges), dp_comm, zero_options(c), chunk_breaks(layout, ranges)),
+      optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded()),
+      tp_shared_(layout, tp_comm),
+      inputs_(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
+      targets_(inputs_.size()) {
+  init_params_range(layout, zero.held_params(), zero.held_params_range(), c.model, c.train.seed);
+  const TpOptions tp_options{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm};
+  const int64_t rows = int64_t{c.train.micro_batch_size} * c.train.seq_len;
+  std::vector<int> slots;
+  int first_unit = 0;
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    Chunk ch;
+    ch.first_unit = first_unit;
+    ch.end_unit = first_unit += static_cast<int>(gpt_param_units(layout, ranges[k]).size());
+    ch.units = std::make_unique<UnitSlice>(zero, ch.first_unit);
+    slots.push_back(peak_held(steps, static_cast<int>(k)));
+    const StageOptions options{slots.back(), splits_backward(steps), c.train.recompute, c.train.recompute_layers};
+    ch.stage = std::make_unique<Stage>(c.model, c.train.micro_batch_size, c.train.seq_len, layout, ranges[k], options,
+                                       *ch.units, TensorParallel(tp_comm, tp_options, rows, c.model.d_model));
+    chunks_.push_back(std::move(ch));
+  }
+  for (int n : slots) peak_held_all_ += n;
+  pipeline_ = std::make_unique<PipelineExecutor>(pp_comm, chunks_[0].stage->output(0).numel(), slots);
+  const bool embedding = ranges.front().embedding, head = ranges.back().head;
+  if (c.model.tie_embeddings && pp_comm.size() > 1) {
+    Comm group = pp_comm.split(embedding || head ? 0 : 1, pp_comm.rank(), "embedding");
+    if (embedding || head) {
+      embedding_comm_.emplace(std::move(group));
+      const size_t i = layout.index_of("embed.wte");
+      embedding_range_ = {layout.offset(i), layout.offset(i) + layout.local_shape(i).numel()};
+      zero.hold(embedding_range_);  // summed over the group before the data-parallel reduction
+    }
+  }
+}
+
+Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
+  const int B = cfg.train.micro_batch_size, G = cfg.train.global_batch_size;
+  ForwardOptions opt;
+  Stage& stage = *chunks_[static_cast<size_t>(chunk)].stage;
+  if (stage.range().embedding || stage.range().head) {
+    if (evaluating_) {
+      data.valid()->load(eval_batch_, micro, inputs_.data(), targets_.data());
+    } else {
+      data.train().load(step_, micro, inputs_.data(), targets_.data());
+    }
+  }
+  if (!evaluating_) {
+    opt.grad = LossGrad::in_place;
+    opt.dloss_scale = 1.0f / static_cast<float>(tokens_per_step());
+    opt.dropout = true;
+    opt.dropout_seed = cfg.train.seed;
+    opt.first_sample = static_cast<uint64_t>(step_) * G + static_cast<uint64_t>(dp_rank) * (G / dp) +
+                       static_cast<uint64_t>(micro) * B;
+  }
+  loss_sum_ += stage.forward(slot, MicroBatch{inputs_.data(), targets_.data(), opt}, input);
+  return stage.output(slot);
+}
+
+Tensor RankRun::backward(int chunk, int slot, Tensor dout) {
+  Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  if (splits_backward(steps)) return ch.stage->backward_input(slot, dout);  // ZeRO's hooks bracket weight()
+  zero.micro_batch_begin(--ch.backwards_left == 0, ch.first_unit, ch.end_unit);
+  const Tensor din = ch.stage->backward(slot, dout);
+  zero.micro_batch_end();
+  return din;
+}
+
+void RankRun::weight(int chunk, int slot) {
+  Chunk& ch = chunks_[static_cast<size_t>(chunk)];
+  zero.micro_batch_begin(--ch.backwards_left == 0, ch.first_unit, ch.end_unit);
+  ch.stage->backward_weights(slot);
+  zero.micro_batch_end();
+}
+
+double RankRun::mean_over_replicas(double sum, int micro) const {
+  if (pp_comm.size() > 1) pp_comm.all_reduce(&sum, 1).wait();  // only the last stage's is not 0
+  if (dp > 1) dp_comm.all_reduce(&sum, 1).wait();
+  return sum / (micro * dp);
+}
+
+CheckpointTensors RankRun::checkpoint_tensors() {
+  const FlatRange held = zero.held_params_range(), opt = optimizer.range(), part = zero.partition();
+  return {&layout,
+          {zero.held_params(), held.begin, held.end},
+          {optimizer.exp_avg(), opt.begin, opt.end},
+          {optimizer.exp_avg_sq(), opt.begin, opt.end},
+          part.begin,
+          part.end,
+          &stored_layout};
+}
+
+size_t RankRun::activation_bytes() const {
+  size_t bytes = 0;
+  for (const Chunk& ch : chunks_) bytes += ch.stage->activation_bytes();
+  return bytes;
+}
+
+MemoryMetrics RankRun::memory() const {
+  const ZeroMemory z = zero.memory();
+  return {z.params, z.grads, optimizer.state_bytes(), static_cast<int64_t>(activation_bytes()), z.comm_buffers};
+}
+
+double RankRun::train_step(int64_t step) {
+  step_ = step;
+  loss_sum_ = 0.0;
+  for (Chunk& ch : chunks_) ch.backwards_left = data.train().micro_batches_per_step();
+  zero.step_begin();
+  pipeline_->run(steps, *this);
+  // The gradients of values held twice: a tied embedding's two copies (first and last stage)
+  // summed over the embedding group before their bucket's data-parallel reduction (parallel/zero.h
+  // [Note: held bucket]), so both stages reduce and update the same values at any ZeRO stage;
+  // then partial ones summed over their tensor-parallel sharers.
+  zero.reduce_held([&](float* g) { embedding_comm_->all_reduce(g, embedding_range_.size()).wait(); });
+  tp_shared_.reduce_partial_grads(zero.optimizer_grads(), zero.optimizer_range());
+  return mean_over_replicas(loss_sum_, data.train().micro_batches_per_step());
+}
+
+double RankRun::grad_norm() {
+  const FlatRange range = zero.optimizer_range();
+  double squares = zero.sum_over_partitions(tp_shared_.sum_squares(zero.optimizer_grads(), range));
+  if (tp_comm.size() > 1) tp_comm.all_reduce(&squares, 1).wait();
+  if (pp_comm.size() > 1) pp_comm.all_reduce(&squares, 1).wait();  // each stage holds its own tensors
+  return std::sqrt(squares);
+}
+
+double RankRun::evaluate() {
+  const int micro = data.valid()->micro_batches_per_step();
+  evaluating_ = true;
+  loss_sum_ = 0.0;
+  for (eval_batch_ = 0; eval_batch_ < cfg.train.eval_steps; ++eval_batch_) pipeline_->run_forward(micro, *this);
+  evaluating_ = false;
+  return mean_over_replicas(loss_sum_, static_cast<int>(cfg.train.eval_steps) * micro);
+}
+
+}  // namespace megatrain

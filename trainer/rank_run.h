@@ -1,0 +1,90 @@
+// What one rank trains: its data loaders, its model chunks (one pipeline stage, or several virtual
+// stages of an interleaved pipeline, over one parameter layout and one ZeRO state), the optimizer
+// over its shard, and the PipelineWork the executor drives through a step's schedule. The step
+// loop (trainer/train.cpp) calls train_step, grad_norm, the optimizer and evaluate.
+#pragma once
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/optimizer.h"
+#include "model/stage.h"
+#include "model/tp_shared.h"
+#include "parallel/groups.h"
+#include "parallel/pipeline.h"
+#include "parallel/zero.h"
+#include "trainer/checkpoint.h"
+#include "trainer/config.h"
+#include "trainer/metrics.h"
+#include "trainer/train_data.h"
+
+namespace megatrain {
+
+// The blocks of virtual stage `vs` of pp · virtual_stages: parallel.pipeline_layers, or an even
+// split (both checked by the config); the embedding on the first, the head on the last.
+StageRange virtual_stage_range(const Config& c, int vs);
+
+class RankRun final : public PipelineWork {
+ public:
+  RankRun(const Config& c, const Comm& world);
+
+  // Forward + backward over this rank's micro-batches of `step` through the pipeline, gradients
+  // reduced over the data-parallel ranks (parallel/zero.h). Returns the mean loss over the global batch.
+  double train_step(int64_t step);
+  // Global L2 norm of the step's gradient: every global parameter counted once (model/tp_shared.h).
+  double grad_norm();
+  // Mean loss over the first eval_steps global batches of the validation set (same each time).
+  double evaluate();
+
+  CheckpointTensors checkpoint_tensors();
+  MemoryMetrics memory() const;
+  size_t activation_bytes() const;
+  int64_t tokens_per_step() const {
+    return static_cast<int64_t>(cfg.train.global_batch_size) * cfg.train.seq_len;
+  }
+  // The most micro-batches whose activations this rank holds at once (all chunks).
+  int held_micro_batches() const { return peak_held_all_; }
+
+  Tensor forward(int chunk, int slot, int micro, Tensor input) override;
+  Tensor backward(int chunk, int slot, Tensor dout) override;
+  void weight(int chunk, int slot) override;
+
+  const Config& cfg;
+  ProcessGroups groups;
+  const Comm& dp_comm;
+  const Comm& tp_comm;
+  const Comm& pp_comm;
+  int dp_rank, dp;
+  TrainData data;
+  std::vector<StageRange> ranges;  // per model chunk
+  std::vector<PipeStep> steps;     // this rank's schedule of one training step
+  ParamLayout layout;
+  ParamLayout stored_layout;       // the global tensors checkpoints hold
+  ZeroState zero;
+  AdamW optimizer;
+
+ private:
+  struct Chunk {
+    int first_unit = 0, end_unit = 0;  // its units in zero
+    std::unique_ptr<UnitSlice> units;
+    std::unique_ptr<Stage> stage;
+    int backwards_left = 0;            // in the running step
+  };
+  double mean_over_replicas(double sum, int micro) const;
+
+  std::vector<Chunk> chunks_;
+  TpSharedParams tp_shared_;
+  std::unique_ptr<PipelineExecutor> pipeline_;
+  int peak_held_all_ = 0;
+  // The first and last stage when a tied embedding spans them (Megatron's embedding group), and
+  // where this rank's embedding (or copy of it) lies in the layout.
+  std::optional<Comm> embedding_comm_;
+  FlatRange embedding_range_;
+  std::vector<int32_t> inputs_, targets_;
+  int64_t step_ = 0;
+  double loss_sum_ = 0.0;
+  bool evaluating_ = false;
+  int64_t eval_batch_ = 0;
+};
+
+}  // namespace megatrain
