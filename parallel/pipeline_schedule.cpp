@@ -213,6 +213,7 @@ ScheduleStats simulate(const std::vector<std::vector<PipeStep>>& lists, const Pi
     const auto si = static_cast<size_t>(s);
     stats.makespan = std::max(stats.makespan, clock[si]);
     stats.idle.push_back(clock[si] - busy[si]);
+    stats.busy.push_back(busy[si]);
     total_busy += busy[si];
     if (next[si] == lists[si].size()) continue;
     const PipeStep& st = lists[si][next[si]];

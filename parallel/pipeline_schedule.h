@@ -65,6 +65,7 @@ struct ScheduleStats {
   double makespan = 0;           // time until the last step ends
   double bubble = 0;             // idle share of stages × makespan
   std::vector<double> idle;      // per stage: idle time before its last step ends
+  std::vector<double> busy;      // per stage: time spent running steps
   std::vector<int> peak_held;    // per stage: most micro-batch activations held at once (all chunks)
 };
 // Plays `lists` (one per stage) with the given step costs. Throws Error naming the stage and step

@@ -1,5 +1,6 @@
-// Reading and printing Config. One table of fields (for_each_field) drives the TOML → struct
-// conversion, the unknown-key check and config_to_toml, so a key added there is known everywhere.
+// Reading Config. One table of fields (trainer/config_fields.h) drives the TOML → struct
+// conversion, the unknown-key check and config_to_toml (trainer/config_toml.cpp), so a key added
+// there is known everywhere.
 // Invariant: every key a file or --set names is either a field of that table or an InputError.
 #include "trainer/config.h"
 
@@ -21,73 +22,19 @@
 #include <type_traits>
 
 #include "kernels/check.h"
+#include "trainer/config_fields.h"
 
 namespace megatrain {
 namespace {
 
+using config_fields::float_text;
+using config_fields::for_each_field;
+using config_fields::quote;
+using config_fields::spellings;
+
 constexpr std::string_view kReference = "(see README, \"Config reference\")";
 constexpr std::array<std::string_view, 7> kSections = {"model", "parallel",   "train", "optimizer",
                                                        "data",  "checkpoint", "log"};
-
-template <class E>
-struct Spelling {
-  E value;
-  std::string_view name;
-};
-constexpr Spelling<NormKind> kNormSpellings[] = {{NormKind::layernorm, "layernorm"}, {NormKind::rmsnorm, "rmsnorm"}};
-constexpr Spelling<PositionKind> kPositionSpellings[] = {{PositionKind::learned, "learned"},
-                                                         {PositionKind::rope, "rope"}};
-constexpr Spelling<ActivationKind> kActivationSpellings[] = {{ActivationKind::gelu, "gelu"},
-                                                             {ActivationKind::swiglu, "swiglu"}};
-constexpr Spelling<Recompute> kRecomputeSpellings[] = {
-    {Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}};
-constexpr Spelling<DecayKind> kDecaySpellings[] = {
-    {DecayKind::cosine, "cosine"}, {DecayKind::linear, "linear"}, {DecayKind::constant, "constant"}};
-std::span<const Spelling<NormKind>> spellings(NormKind) { return kNormSpellings; }
-std::span<const Spelling<PositionKind>> spellings(PositionKind) { return kPositionSpellings; }
-std::span<const Spelling<ActivationKind>> spellings(ActivationKind) { return kActivationSpellings; }
-std::span<const Spelling<DecayKind>> spellings(DecayKind) { return kDecaySpellings; }
-std::span<const Spelling<Recompute>> spellings(Recompute) { return kRecomputeSpellings; }
-
-// [Note: the field table] Every config key, in printing order. C is Config or const Config; V is
-// called as v(section, key, field&). Adding a key here makes it parsed, checked and printed.
-template <class C, class V>
-void for_each_field(C& c, V&& v) {
-  auto& m = c.model;
-  v("model", "n_layers", m.n_layers), v("model", "d_model", m.d_model), v("model", "n_heads", m.n_heads);
-  v("model", "n_kv_heads", m.n_kv_heads), v("model", "d_ff", m.d_ff), v("model", "vocab_size", m.vocab_size);
-  v("model", "max_seq_len", m.max_seq_len), v("model", "norm", m.norm), v("model", "position", m.position);
-  v("model", "activation", m.activation), v("model", "bias", m.bias);
-  v("model", "tie_embeddings", m.tie_embeddings), v("model", "dropout", m.dropout);
-  v("model", "init_std", m.init_std), v("model", "norm_eps", m.norm_eps), v("model", "rope_theta", m.rope_theta);
-  auto& p = c.parallel;
-  v("parallel", "tp", p.tp), v("parallel", "pp", p.pp), v("parallel", "cp", p.cp), v("parallel", "ep", p.ep);
-  v("parallel", "dp", p.dp), v("parallel", "zero_stage", p.zero_stage);
-  v("parallel", "bucket_size_mb", p.bucket_size_mb), v("parallel", "overlap_grad_reduce", p.overlap_grad_reduce);
-  v("parallel", "sequence_parallel", p.sequence_parallel), v("parallel", "overlap_tp_comm", p.overlap_tp_comm);
-  v("parallel", "pipeline_schedule", p.pipeline_schedule), v("parallel", "virtual_stages", p.virtual_stages);
-  v("parallel", "pipeline_layers", p.pipeline_layers);
-  auto& t = c.train;
-  v("train", "seq_len", t.seq_len), v("train", "micro_batch_size", t.micro_batch_size);
-  v("train", "global_batch_size", t.global_batch_size), v("train", "steps", t.steps);
-  v("train", "seed", t.seed), v("train", "eval_interval", t.eval_interval);
-  v("train", "eval_steps", t.eval_steps), v("train", "recompute", t.recompute);
-  v("train", "recompute_layers", t.recompute_layers);
-  auto& o = c.optimizer;
-  v("optimizer", "lr", o.lr), v("optimizer", "min_lr", o.min_lr), v("optimizer", "beta1", o.beta1);
-  v("optimizer", "beta2", o.beta2), v("optimizer", "eps", o.eps), v("optimizer", "weight_decay", o.weight_decay);
-  v("optimizer", "grad_clip", o.grad_clip), v("optimizer", "warmup_steps", o.warmup_steps);
-  v("optimizer", "decay", o.decay), v("optimizer", "decay_steps", o.decay_steps);
-  v("optimizer", "decay_embeddings", o.decay_embeddings);
-  v("optimizer", "decay_norms_and_biases", o.decay_norms_and_biases);
-  v("data", "train", c.data.train), v("data", "valid", c.data.valid), v("data", "split", c.data.split);
-  v("data", "shuffle", c.data.shuffle), v("data", "cache_dir", c.data.cache_dir);
-  auto& k = c.checkpoint;
-  v("checkpoint", "dir", k.dir), v("checkpoint", "save_interval", k.save_interval);
-  v("checkpoint", "keep_last", k.keep_last), v("checkpoint", "load", k.load), v("checkpoint", "async", k.async);
-  v("log", "interval", c.log.interval), v("log", "metrics_file", c.log.metrics_file);
-  v("log", "peak_tflops", c.log.peak_tflops);
-}
 
 struct Key {
   std::string_view section, name;
@@ -140,58 +87,6 @@ bool is_section(std::string_view s) {
   for (std::string_view k : kSections)
     if (k == s) return true;
   return false;
-}
-
-// A TOML basic string: quoted, with \\, \" and control characters escaped.
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\')
-      out += '\\', out += ch;
-    else if (c == '\n')
-      out += "\\n";
-    else if (c == '\t')
-      out += "\\t";
-    else if (c < 0x20 || c == 0x7f)
-      out += fmt::format("\\u{:04X}", c);
-    else
-      out += ch;
-  }
-  return out + "\"";
-}
-
-// Shortest round-trip text that TOML reads back as a float (always has '.', 'e', "inf" or "nan").
-template <class F>
-std::string float_text(F x) {
-  std::string s = fmt::format("{}", x);
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
-}
-
-std::string to_toml_value(int v) { return fmt::format("{}", v); }
-std::string to_toml_value(int64_t v) { return fmt::format("{}", v); }
-std::string to_toml_value(uint64_t v) { return fmt::format("{}", v); }
-std::string to_toml_value(float v) { return float_text(v); }
-std::string to_toml_value(double v) { return float_text(v); }
-std::string to_toml_value(bool v) { return v ? "true" : "false"; }
-std::string to_toml_value(const std::string& v) { return quote(v); }
-std::string to_toml_value(const std::vector<int>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
-std::string to_toml_value(const PeakTflops& v) { return v.automatic ? quote("auto") : float_text(v.value); }
-// data.train / data.valid: "" when empty, the bare prefix for one entry of weight 1, else the pairs.
-std::string to_toml_value(const std::vector<WeightedPrefix>& v) {
-  if (v.empty()) return quote("");
-  if (v.size() == 1 && v[0].weight == 1.0) return quote(v[0].prefix);
-  std::vector<std::string> pairs;
-  for (const WeightedPrefix& w : v) pairs.push_back(fmt::format("[{}, {}]", float_text(w.weight), quote(w.prefix)));
-  return fmt::format("[{}]", fmt::join(pairs, ", "));
-}
-template <class E>
-requires std::is_enum_v<E> std::string to_toml_value(E v) {
-  for (const auto& sp : spellings(v))
-    if (sp.value == v) return quote(sp.name);
-  MT_CHECK(false, "enum value {} has no spelling", static_cast<int>(v));
-  return {};
 }
 
 // What a TOML node is, for "got ..." in messages: `string "four"`, `float 4.0`, `table`.
@@ -456,16 +351,6 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 Config load_config_text(const std::string& toml_text, const std::string& source_name) {
   return load_config_from_text(toml_text, source_name, {});
-}
-
-std::string config_to_toml(const Config& cfg) {
-  std::string out = fmt::format("# megatrain config; source = {}\n", quote(cfg.source));
-  std::string_view current;
-  for_each_field(cfg, [&](std::string_view s, std::string_view k, auto& field) {
-    if (s != current) out += fmt::format("\n[{}]\n", s), current = s;
-    out += fmt::format("{} = {}\n", k, to_toml_value(field));
-  });
-  return out;
 }
 
 }  // namespace megatrain

@@ -1,0 +1,102 @@
+// The config's field table, shared by reading (trainer/config.cpp) and printing
+// (trainer/config_toml.cpp): every key in printing order, the spellings of enum values, and the
+// TOML text of strings and floats.
+#pragma once
+#include <fmt/format.h>
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "trainer/config.h"
+
+namespace megatrain::config_fields {
+
+template <class E>
+struct Spelling {
+  E value;
+  std::string_view name;
+};
+constexpr Spelling<NormKind> kNormSpellings[] = {{NormKind::layernorm, "layernorm"}, {NormKind::rmsnorm, "rmsnorm"}};
+constexpr Spelling<PositionKind> kPositionSpellings[] = {{PositionKind::learned, "learned"},
+                                                         {PositionKind::rope, "rope"}};
+constexpr Spelling<ActivationKind> kActivationSpellings[] = {{ActivationKind::gelu, "gelu"},
+                                                             {ActivationKind::swiglu, "swiglu"}};
+constexpr Spelling<Recompute> kRecomputeSpellings[] = {
+    {Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}};
+constexpr Spelling<DecayKind> kDecaySpellings[] = {
+    {DecayKind::cosine, "cosine"}, {DecayKind::linear, "linear"}, {DecayKind::constant, "constant"}};
+inline std::span<const Spelling<NormKind>> spellings(NormKind) { return kNormSpellings; }
+inline std::span<const Spelling<PositionKind>> spellings(PositionKind) { return kPositionSpellings; }
+inline std::span<const Spelling<ActivationKind>> spellings(ActivationKind) { return kActivationSpellings; }
+inline std::span<const Spelling<DecayKind>> spellings(DecayKind) { return kDecaySpellings; }
+inline std::span<const Spelling<Recompute>> spellings(Recompute) { return kRecomputeSpellings; }
+
+// [Note: the field table] Every config key, in printing order. C is Config or const Config; V is
+// called as v(section, key, field&). Adding a key here makes it parsed, checked and printed.
+template <class C, class V>
+void for_each_field(C& c, V&& v) {
+  auto& m = c.model;
+  v("model", "n_layers", m.n_layers), v("model", "d_model", m.d_model), v("model", "n_heads", m.n_heads);
+  v("model", "n_kv_heads", m.n_kv_heads), v("model", "d_ff", m.d_ff), v("model", "vocab_size", m.vocab_size);
+  v("model", "max_seq_len", m.max_seq_len), v("model", "norm", m.norm), v("model", "position", m.position);
+  v("model", "activation", m.activation), v("model", "bias", m.bias);
+  v("model", "tie_embeddings", m.tie_embeddings), v("model", "dropout", m.dropout);
+  v("model", "init_std", m.init_std), v("model", "norm_eps", m.norm_eps), v("model", "rope_theta", m.rope_theta);
+  auto& p = c.parallel;
+  v("parallel", "tp", p.tp), v("parallel", "pp", p.pp), v("parallel", "cp", p.cp), v("parallel", "ep", p.ep);
+  v("parallel", "dp", p.dp), v("parallel", "zero_stage", p.zero_stage);
+  v("parallel", "bucket_size_mb", p.bucket_size_mb), v("parallel", "overlap_grad_reduce", p.overlap_grad_reduce);
+  v("parallel", "sequence_parallel", p.sequence_parallel), v("parallel", "overlap_tp_comm", p.overlap_tp_comm);
+  v("parallel", "pipeline_schedule", p.pipeline_schedule), v("parallel", "virtual_stages", p.virtual_stages);
+  v("parallel", "pipeline_layers", p.pipeline_layers);
+  auto& t = c.train;
+  v("train", "seq_len", t.seq_len), v("train", "micro_batch_size", t.micro_batch_size);
+  v("train", "global_batch_size", t.global_batch_size), v("train", "steps", t.steps);
+  v("train", "seed", t.seed), v("train", "eval_interval", t.eval_interval);
+  v("train", "eval_steps", t.eval_steps), v("train", "recompute", t.recompute);
+  v("train", "recompute_layers", t.recompute_layers);
+  auto& o = c.optimizer;
+  v("optimizer", "lr", o.lr), v("optimizer", "min_lr", o.min_lr), v("optimizer", "beta1", o.beta1);
+  v("optimizer", "beta2", o.beta2), v("optimizer", "eps", o.eps), v("optimizer", "weight_decay", o.weight_decay);
+  v("optimizer", "grad_clip", o.grad_clip), v("optimizer", "warmup_steps", o.warmup_steps);
+  v("optimizer", "decay", o.decay), v("optimizer", "decay_steps", o.decay_steps);
+  v("optimizer", "decay_embeddings", o.decay_embeddings);
+  v("optimizer", "decay_norms_and_biases", o.decay_norms_and_biases);
+  v("data", "train", c.data.train), v("data", "valid", c.data.valid), v("data", "split", c.data.split);
+  v("data", "shuffle", c.data.shuffle), v("data", "cache_dir", c.data.cache_dir);
+  auto& k = c.checkpoint;
+  v("checkpoint", "dir", k.dir), v("checkpoint", "save_interval", k.save_interval);
+  v("checkpoint", "keep_last", k.keep_last), v("checkpoint", "load", k.load), v("checkpoint", "async", k.async);
+  v("log", "interval", c.log.interval), v("log", "metrics_file", c.log.metrics_file);
+  v("log", "peak_tflops", c.log.peak_tflops);
+}
+
+// A TOML basic string: quoted, with \\, \" and control characters escaped.
+inline std::string quote(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\')
+      out += '\\', out += ch;
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c < 0x20 || c == 0x7f)
+      out += fmt::format("\\u{:04X}", c);
+    else
+      out += ch;
+  }
+  return out + "\"";
+}
+
+// Shortest round-trip text that TOML reads back as a float (always has '.', 'e', "inf" or "nan").
+template <class F>
+std::string float_text(F x) {
+  std::string s = fmt::format("{}", x);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace megatrain::config_fields
