@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline benchmark: pp = 4 stages, m = 8 micro-batches per step, one thread per rank, on an
-# 8-block model (d_model 384, 6 heads, byte vocabulary, seq 256, micro-batch 1). Per schedule,
+# 8-block model (d_model 384, 6 heads, byte vocabulary, seq 256, micro-batch 1); and the same at
+# pp = 2 (cases pp2_*), where the ranks do not outnumber a 2-core machine's cores. Per schedule,
 # every stage's idle time per step as the trainer measures it (pp_idle_ms) beside what the
 # simulator predicts from this machine's own F, B and W times (build/bench/pipeline_costs); and
 # rank 0's activation memory per schedule and recompute mode.
@@ -8,7 +9,7 @@
 # Environment: MEGATRAIN_BIN (default build/megatrain), REPS (3), STEPS (5; the first WARMUP=2 are
 # discarded), CASES (subset of the cases below), SKIP_RUNS=1 (only summarise DIR's metrics files).
 # Cases: gpipe, 1f1b, interleaved (2 chunks per rank), zero_bubble with no recompute; 1f1b_selective
-# and 1f1b_full with train.recompute = selective / full.
+# and 1f1b_full with train.recompute = selective / full; pp2_{gpipe,1f1b,interleaved,zero_bubble}.
 # Runs go through bench/run_cases.sh (mpirun, OMP_NUM_THREADS=1 per rank, OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE unset; bench/RESULTS.md), repetitions interleaved.
 set -euo pipefail
@@ -19,12 +20,14 @@ dir=${1:-runs/bench_pipeline}
 reps=${REPS:-3}
 steps=${STEPS:-5}
 warmup=${WARMUP:-2}
-all_cases="gpipe 1f1b interleaved zero_bubble 1f1b_selective 1f1b_full"
+all_cases="gpipe 1f1b interleaved zero_bubble 1f1b_selective 1f1b_full pp2_gpipe pp2_1f1b pp2_interleaved pp2_zero_bubble"
 cases=${CASES:-$all_cases}
 model="--set model.n_layers=8 --set model.d_model=384 --set model.n_heads=6 --set model.vocab_size=257 \
 --set model.max_seq_len=256 --set train.seq_len=256 --set parallel.pp=4"
 case_args() {
   case $1 in
+    pp2_interleaved) echo 2 ${model/pp=4/pp=2} --set parallel.pipeline_schedule=interleaved --set parallel.virtual_stages=2 ;;
+    pp2_*) echo 2 ${model/pp=4/pp=2} --set parallel.pipeline_schedule=${1#pp2_} ;;
     gpipe | 1f1b | zero_bubble) echo 4 $model --set parallel.pipeline_schedule=$1 ;;
     interleaved) echo 4 $model --set parallel.pipeline_schedule=interleaved --set parallel.virtual_stages=2 ;;
     1f1b_selective) echo 4 $model --set train.recompute=selective ;;
@@ -37,8 +40,10 @@ case_args() {
 global_batch=8
 source bench/run_cases.sh
 
-env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 "$costs_bin" --layers 8 --d-model 384 --heads 6 \
-  --stages 4 --micro-batches 8 --seq-len 256 > "$dir/predicted.txt"
+for p in 4 2; do
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 "$costs_bin" --layers 8 --d-model 384 --heads 6 \
+    --stages $p --micro-batches 8 --seq-len 256 | if [ $p = 2 ]; then sed 's/^predicted /predicted pp2_/'; else cat; fi
+done > "$dir/predicted.txt"
 cat "$dir/predicted.txt"
 
 /usr/bin/python3 - "$dir" "$warmup" "$all_cases" <<'PY'
