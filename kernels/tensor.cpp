@@ -57,6 +57,11 @@ int32_t* Tensor::i32() const {
   return static_cast<int32_t*>(data);
 }
 
+uint16_t* Tensor::bf16() const {
+  MT_CHECK(dtype == DType::bf16, "tensor is {}, expected bf16", dtype_name(dtype));
+  return static_cast<uint16_t*>(data);
+}
+
 Tensor Tensor::reshaped(Shape s) const {
   MT_CHECK(s.numel() == numel(), "reshape {} -> {} changes the element count", shape.str(), s.str());
   Tensor t = *this;

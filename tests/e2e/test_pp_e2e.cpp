@@ -67,11 +67,14 @@ void PpE2E::parity_matrix(int world) {
     single[f] = run(1, 1, 1, f == 1 ? kLlama : "", fmt::format("{}_single_{}", family[f], world), kMatrix);
     ASSERT_EQ(single[f].size(), 12u);  // 10 steps + 2 validations
   }
+  int interleaved_seen = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     const int f = static_cast<int>(i % 2);
-    // ZeRO 0–3 in turn; zero-bubble runs with 0 or 1 (the config refuses 2 and 3 with it).
-    const int zero = static_cast<int>(i / 2 % 4) % (c.schedule == "zero_bubble" ? 2 : 4);
+    // ZeRO 0–3 in turn (the interleaved cases on a count of their own, so that they meet every
+    // stage); zero-bubble runs with 0 or 1 (the config refuses 2 and 3 with it).
+    const int zero = c.schedule == "interleaved" ? interleaved_seen++ % 4
+                                                 : static_cast<int>(i / 2 % 4) % (c.schedule == "zero_bubble" ? 2 : 4);
     const bool sp = c.tp > 1 && i / 3 % 2 == 0;
     const char* recompute = c.schedule == "zero_bubble" ? "none" : std::array{"none", "full", "selective"}[i % 3];
     // pp = 2 and 4 take turns between an even and an uneven split of the 8 blocks.

@@ -1,0 +1,116 @@
+// bfloat16: the conversion from float32 against an independent definition of round-to-nearest-
+// even (the two bfloat16 neighbours of x, the nearer by exact double arithmetic, a tie to the even
+// mantissa), every bfloat16 value round-tripping exactly, NaN, infinity and overflow; and the
+// bfloat16 GEMM against a double-precision product of the same bfloat16 values, within the
+// float32 accumulation bound γ(K + 2)·(|α|·Σ|a·b| + |β|·|c|), for every transpose and odd sizes
+// with leading dimensions larger than the rows.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/rng.h"
+
+namespace megatrain {
+namespace {
+
+// The bfloat16 value nearest to x, ties to even, by comparing x with its two neighbours.
+float reference_round(float x) {
+  const uint32_t lo_bits = std::bit_cast<uint32_t>(x) >> 16;
+  const float lo = f32_from_bf16(static_cast<uint16_t>(lo_bits));       // x cut toward zero
+  const float up = f32_from_bf16(static_cast<uint16_t>(lo_bits + 1));   // the next one away from zero (maybe ∞)
+  // Past the largest finite value the next one is infinity, at 2^128 for rounding (IEEE overflow).
+  const double up_at = std::isinf(up) ? std::copysign(std::ldexp(1.0, 128), up) : static_cast<double>(up);
+  const double d_lo = std::fabs(static_cast<double>(x) - lo), d_up = std::fabs(up_at - x);
+  if (d_lo != d_up) return d_lo < d_up ? lo : up;
+  return (lo_bits & 1u) == 0 ? lo : up;
+}
+
+TEST(Bf16, RoundsToNearestEvenAsDefined) {
+  const RngKey k{3, static_cast<uint32_t>(RngPurpose::test), 0, 0};
+  for (uint64_t i = 0; i < 200000; ++i) {
+    // Random bits over the finite range (every exponent), and the exact midpoints.
+    uint32_t u = rng_words(k, i)[0];
+    if ((u & 0x7f800000u) == 0x7f800000u) continue;
+    if (i % 4 == 0) u = (u & 0xffff0000u) | 0x8000u;  // a tie
+    const float x = std::bit_cast<float>(u);
+    ASSERT_EQ(std::bit_cast<uint32_t>(f32_from_bf16(bf16_from_f32(x))), std::bit_cast<uint32_t>(reference_round(x)))
+        << std::hexfloat << x;
+  }
+  EXPECT_EQ(f32_from_bf16(bf16_from_f32(1.0f + 0x1p-8f)), 1.0f);                  // tie, 1.0 is even
+  EXPECT_EQ(f32_from_bf16(bf16_from_f32(1.0f + 0x3p-8f)), 1.0f + 0x1p-6f);        // tie, up to even
+  EXPECT_EQ(f32_from_bf16(bf16_from_f32(1.0f + 0x1p-8f + 0x1p-20f)), 1.0f + 0x1p-7f);  // past the tie
+  EXPECT_TRUE(std::isinf(f32_from_bf16(bf16_from_f32(std::numeric_limits<float>::max()))));
+  EXPECT_EQ(f32_from_bf16(bf16_from_f32(-std::numeric_limits<float>::infinity())),
+            -std::numeric_limits<float>::infinity());
+  const float nan = f32_from_bf16(bf16_from_f32(-std::numeric_limits<float>::quiet_NaN()));
+  EXPECT_TRUE(std::isnan(nan));
+  EXPECT_TRUE(std::signbit(nan));
+  EXPECT_TRUE(std::isnan(f32_from_bf16(bf16_from_f32(std::bit_cast<float>(0x7f800001u)))));  // a NaN whose top bits are inf's
+}
+
+TEST(Bf16, EveryValueRoundTripsExactly) {
+  std::vector<uint16_t> all(1 << 16), back(all.size());
+  std::vector<float> wide(all.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  cpu::bf16_to_f32(wide.data(), all.data(), static_cast<int64_t>(all.size()));
+  cpu::f32_to_bf16(back.data(), wide.data(), static_cast<int64_t>(all.size()));
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (std::isnan(wide[i])) {
+      EXPECT_TRUE(std::isnan(f32_from_bf16(back[i]))) << i;
+    } else {
+      ASSERT_EQ(back[i], all[i]) << i;
+    }
+  }
+}
+
+TEST(Bf16, GemmIsTheFloat32ProductOfTheBf16Values) {
+  using cpu::Trans;
+  const RngKey k{4, static_cast<uint32_t>(RngPurpose::test), 0, 0};
+  uint64_t draw = 0;
+  const double u = std::ldexp(1.0, -24);
+  for (Trans ta : {Trans::no, Trans::yes})
+    for (Trans tb : {Trans::no, Trans::yes})
+      for (int64_t M : {1, 7, 33})
+        for (int64_t N : {1, 9, 65})
+          for (int64_t K : {1, 5, 130}) {
+            const int64_t lda = (ta == Trans::no ? K : M) + 3, ldb = (tb == Trans::no ? N : K) + 2, ldc = N + 1;
+            std::vector<uint16_t> A(static_cast<size_t>((ta == Trans::no ? M : K) * lda)),
+                B(static_cast<size_t>((tb == Trans::no ? K : N) * ldb));
+            for (auto& x : A) x = bf16_from_f32(rng_normal(k, draw++));
+            for (auto& x : B) x = bf16_from_f32(rng_normal(k, draw++));
+            std::vector<float> C(static_cast<size_t>(M * ldc));
+            for (auto& x : C) x = rng_normal(k, draw++);
+            const std::vector<float> C0 = C;
+            const float alpha = 1.5f, beta = 0.5f;
+            cpu::gemm_bf16(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+            const auto a = [&](int64_t i, int64_t p) {
+              return f32_from_bf16(A[static_cast<size_t>(ta == Trans::no ? i * lda + p : p * lda + i)]);
+            };
+            const auto b = [&](int64_t p, int64_t j) {
+              return f32_from_bf16(B[static_cast<size_t>(tb == Trans::no ? p * ldb + j : j * ldb + p)]);
+            };
+            const double gamma = (K + 2) * u / (1 - (K + 2) * u);
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t j = 0; j < N; ++j) {
+                double exact = 0.0, mag = 0.0;
+                for (int64_t p = 0; p < K; ++p) {
+                  exact += static_cast<double>(a(i, p)) * b(p, j);
+                  mag += std::fabs(static_cast<double>(a(i, p)) * b(p, j));
+                }
+                const double c0 = C0[static_cast<size_t>(i * ldc + j)];
+                const double want = alpha * exact + beta * c0;
+                const double bound = gamma * (alpha * mag + beta * std::fabs(c0));
+                ASSERT_LE(std::fabs(C[static_cast<size_t>(i * ldc + j)] - want), bound)
+                    << "M " << M << " N " << N << " K " << K << " ta " << static_cast<char>(ta) << " tb "
+                    << static_cast<char>(tb) << " at " << i << "," << j;
+              }
+          }
+}
+
+}  // namespace
+}  // namespace megatrain
