@@ -2,7 +2,7 @@
 // Invariant: a Config returned by load_config has only known keys of the right types and passes the
 // single-field rules; after resolve_config it also passes the cross-field rules and its derived
 // values (parallel.dp, train.global_batch_size, optimizer.decay_steps) are filled in (never 0).
-// Every error is an InputError naming the file, the key and the fix. Keys: docs/config-reference.md.
+// Every error is an InputError naming the file, the key and the fix. Keys: README, "Config reference".
 #pragma once
 #include <cstdint>
 #include <string>
@@ -119,9 +119,10 @@ Config load_config_text(const std::string& toml_text, const std::string& source_
 // Cross-field rules, checked before any allocation: the model's (validate_model_config);
 // seq_len ≤ max_seq_len; world == tp·cp·ep·dp·pp (dp resolved from world when 0); tp against heads,
 // key/value heads, MLP width and sequence-parallel rows; global_batch_size divisible by
-// micro_batch_size·dp; min_lr ≤ lr; warmup_steps ≤ decay steps; pp/cp/ep other than 1 → "not
-// supported yet". Fills the derived values (dp, global_batch_size, decay_steps) in place. Throws
-// InputError. Idempotent.
+// micro_batch_size·dp; min_lr ≤ lr; warmup_steps ≤ decay steps; the pipeline's stages, schedule
+// and its micro-batch count (with ZeRO and recompute where a schedule refuses them); cp/ep other
+// than 1 → "not supported yet". Fills the derived values (dp, global_batch_size, decay_steps) in
+// place. Throws InputError. Idempotent.
 void resolve_config(Config& cfg, int world_size);
 
 // The config as TOML text, every key, sections and keys in declaration order (printed once at
