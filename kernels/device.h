@@ -5,10 +5,16 @@
 
 namespace megatrain {
 
+// What the linear layers' GEMMs (matmul_forward/backward) multiply: float32 values, or their
+// bfloat16 roundings (kernels/bf16.h) — products and sums in float32 either way, as mixed-precision
+// training does.
+enum class MatmulPrecision : uint8_t { fp32, bf16 };
+
 struct Stream {
   Device device = Device::cpu;
   void* handle = nullptr;  // cudaStream_t on CUDA, unused on CPU
-  static Stream cpu() { return Stream{}; }
+  MatmulPrecision matmul = MatmulPrecision::fp32;
+  static Stream cpu(MatmulPrecision matmul = MatmulPrecision::fp32) { return Stream{Device::cpu, nullptr, matmul}; }
 };
 
 }  // namespace megatrain

@@ -12,7 +12,7 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
              const StageOptions& options, UnitState& state, TensorParallel tp)
     : cfg_(cfg), B_(micro_batch_size), T_(seq_len), range_(range), options_(options), tp_(std::move(tp)),
       local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})), layout_(layout),
-      units_(gpt_param_units(layout_, range)), state_(state) {
+      units_(gpt_param_units(layout_, range)), state_(state), stream_(Stream::cpu(options.matmul)) {
   MT_CHECK(layout.tp().rank == tp_.rank() && layout.tp().size == tp_.size(),
            "the layout is for tp rank {} of {}, the stage runs as rank {} of {}", layout.tp().rank, layout.tp().size,
            tp_.rank(), tp_.size());

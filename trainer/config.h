@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "kernels/device.h"
 #include "model/recompute.h"
 
 namespace megatrain {
@@ -37,6 +38,9 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int eval_interval = 0;  // 0 = never
   int eval_steps = 10;
+  // bf16: the linear layers multiply bfloat16 roundings of weights and activations, float32 sums;
+  // master weights, gradients, optimizer state, norms, softmax and loss stay float32.
+  MatmulPrecision precision = MatmulPrecision::fp32;
   Recompute recompute = Recompute::none;  // model/recompute.h
   int recompute_layers = 0;               // full: blocks per stage, from its first; 0 = all
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;

@@ -22,6 +22,8 @@ constexpr Spelling<PositionKind> kPositionSpellings[] = {{PositionKind::learned,
                                                          {PositionKind::rope, "rope"}};
 constexpr Spelling<ActivationKind> kActivationSpellings[] = {{ActivationKind::gelu, "gelu"},
                                                              {ActivationKind::swiglu, "swiglu"}};
+constexpr Spelling<MatmulPrecision> kPrecisionSpellings[] = {{MatmulPrecision::fp32, "fp32"},
+                                                              {MatmulPrecision::bf16, "bf16"}};
 constexpr Spelling<Recompute> kRecomputeSpellings[] = {
     {Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}};
 constexpr Spelling<DecayKind> kDecaySpellings[] = {
@@ -31,6 +33,7 @@ inline std::span<const Spelling<PositionKind>> spellings(PositionKind) { return 
 inline std::span<const Spelling<ActivationKind>> spellings(ActivationKind) { return kActivationSpellings; }
 inline std::span<const Spelling<DecayKind>> spellings(DecayKind) { return kDecaySpellings; }
 inline std::span<const Spelling<Recompute>> spellings(Recompute) { return kRecomputeSpellings; }
+inline std::span<const Spelling<MatmulPrecision>> spellings(MatmulPrecision) { return kPrecisionSpellings; }
 
 // [Note: the field table] Every config key, in printing order. C is Config or const Config; V is
 // called as v(section, key, field&). Adding a key here makes it parsed, checked and printed.
@@ -54,7 +57,8 @@ void for_each_field(C& c, V&& v) {
   v("train", "seq_len", t.seq_len), v("train", "micro_batch_size", t.micro_batch_size);
   v("train", "global_batch_size", t.global_batch_size), v("train", "steps", t.steps);
   v("train", "seed", t.seed), v("train", "eval_interval", t.eval_interval);
-  v("train", "eval_steps", t.eval_steps), v("train", "recompute", t.recompute);
+  v("train", "eval_steps", t.eval_steps), v("train", "precision", t.precision);
+  v("train", "recompute", t.recompute);
   v("train", "recompute_layers", t.recompute_layers);
   auto& o = c.optimizer;
   v("optimizer", "lr", o.lr), v("optimizer", "min_lr", o.min_lr), v("optimizer", "beta1", o.beta1);

@@ -71,7 +71,8 @@ RankRun::RankRun(const Config& c, const Comm& world)
     ch.end_unit = first_unit += static_cast<int>(gpt_param_units(layout, ranges[k]).size());
     ch.units = std::make_unique<UnitSlice>(zero, ch.first_unit);
     slots.push_back(peak_held(steps, static_cast<int>(k)));
-    const StageOptions options{slots.back(), splits_backward(steps), c.train.recompute, c.train.recompute_layers};
+    const StageOptions options{slots.back(), splits_backward(steps), c.train.recompute, c.train.recompute_layers,
+                               c.train.precision};
     ch.stage = std::make_unique<Stage>(c.model, c.train.micro_batch_size, c.train.seq_len, layout, ranges[k], options,
                                        *ch.units, TensorParallel(tp_comm, tp_options, rows, c.model.d_model));
     chunks_.push_back(std::move(ch));

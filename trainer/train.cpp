@@ -71,6 +71,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     spdlog::info("model: {} parameters, {:.1f} MiB activations on rank 0; data: {} tokens, {} samples per epoch",
                  run.stored_layout.num_parameters(), static_cast<double>(run.activation_bytes()) / (1 << 20),
                  run.data.train_tokens(), run.data.train_samples_per_epoch());
+    if (cfg.train.precision == MatmulPrecision::bf16)
+      spdlog::info("precision bf16: the linear layers multiply bfloat16 roundings with float32 sums, by conversion "
+                   "to float32 GEMMs (kernels/cpu/gemm.h); weights, gradients and optimizer state are float32");
     spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} chunk(s) per rank, {} "
                  "micro-batch slots on rank 0), dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",
                  run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.tp_comm.size(),

@@ -3,7 +3,10 @@
 // mantissa), every bfloat16 value round-tripping exactly, NaN, infinity and overflow; and the
 // bfloat16 GEMM against a double-precision product of the same bfloat16 values, within the
 // float32 accumulation bound γ(K + 2)·(|α|·Σ|a·b| + |β|·|c|), for every transpose and odd sizes
-// with leading dimensions larger than the rows.
+// with leading dimensions larger than the rows. The linear layers on a bf16 stream
+// (MatmulPrecision::bf16) multiply the bfloat16 roundings of their inputs: forward and both
+// backward products within the same bound of the double product of the rounded values, and
+// measurably off the float32 result.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -13,6 +16,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/ops.h"
 #include "kernels/rng.h"
 
 namespace megatrain {
@@ -110,6 +114,51 @@ TEST(Bf16, GemmIsTheFloat32ProductOfTheBf16Values) {
                     << static_cast<char>(tb) << " at " << i << "," << j;
               }
           }
+}
+
+TEST(Bf16, LinearLayersMultiplyTheRoundedValues) {
+  constexpr int64_t N = 37, C = 45, OC = 29;
+  const RngKey k{5, static_cast<uint32_t>(RngPurpose::test), 0, 0};
+  std::vector<float> x(N * C), w(OC * C), b(OC), dy(N * OC);
+  uint64_t draw = 0;
+  for (auto* v : {&x, &w, &b, &dy})
+    for (float& e : *v) e = rng_normal(k, draw++);
+  const auto rounded = [](float v) { return f32_from_bf16(bf16_from_f32(v)); };
+  const Stream bf16 = Stream::cpu(MatmulPrecision::bf16), fp32 = Stream::cpu();
+  std::vector<float> y(N * OC), y32(N * OC), dx(N * C), dw(OC * C, 0.0f), db(OC, 0.0f);
+  matmul_forward(bf16, Tensor(y.data(), Shape{N, OC}), Tensor(x.data(), Shape{N, C}), Tensor(w.data(), Shape{OC, C}),
+                 Tensor(b.data(), Shape{OC}));
+  matmul_forward(fp32, Tensor(y32.data(), Shape{N, OC}), Tensor(x.data(), Shape{N, C}), Tensor(w.data(), Shape{OC, C}),
+                 Tensor(b.data(), Shape{OC}));
+  matmul_backward(bf16, Tensor(dx.data(), Shape{N, C}), Tensor(dw.data(), Shape{OC, C}), Tensor(db.data(), Shape{OC}),
+                  Tensor(dy.data(), Shape{N, OC}), Tensor(x.data(), Shape{N, C}), Tensor(w.data(), Shape{OC, C}));
+  const double u = std::ldexp(1.0, -24);
+  // got = Σ_p l(p)·r(p) (+ extra, exact) within γ(terms + 2)·Σ|l·r| (+ |extra|).
+  const auto check = [&](const char* what, float got, int terms, const auto& l, const auto& r, double extra) {
+    double exact = extra, mag = std::fabs(extra);
+    for (int p = 0; p < terms; ++p) {
+      exact += static_cast<double>(l(p)) * r(p);
+      mag += std::fabs(static_cast<double>(l(p)) * r(p));
+    }
+    const double gamma = (terms + 2) * u / (1 - (terms + 2) * u);
+    EXPECT_LE(std::fabs(got - exact), gamma * mag) << what;
+  };
+  double off = 0.0;  // how far the bf16 forward is from the float32 one
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t o = 0; o < OC; ++o) {
+      check("y", y[i * OC + o], C, [&](int p) { return rounded(x[i * C + p]); },
+            [&](int p) { return rounded(w[o * C + p]); }, b[o]);
+      off = std::max(off, std::fabs(static_cast<double>(y[i * OC + o]) - y32[i * OC + o]));
+    }
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < C; ++c)
+      check("dx", dx[i * C + c], OC, [&](int p) { return rounded(dy[i * OC + p]); },
+            [&](int p) { return rounded(w[p * C + c]); }, 0.0);
+  for (int64_t o = 0; o < OC; ++o)
+    for (int64_t c = 0; c < C; ++c)
+      check("dw", dw[o * C + c], N, [&](int p) { return rounded(dy[p * OC + o]); },
+            [&](int p) { return rounded(x[p * C + c]); }, 0.0);
+  EXPECT_GT(off, 1e-3);  // bf16 keeps 8 bits: products of unit normals move by about 2^-8 each
 }
 
 }  // namespace
