@@ -91,6 +91,7 @@ void MetricsLog::step(const StepMetrics& m) {
                        {"optimizer", b.optimizer},     {"activations", b.activations},
                        {"comm_buffers", b.comm_buffers}};
   j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
+  j["precision"] = m.precision;
   file_ << j.dump() << '\n';
   file_.flush();
 }

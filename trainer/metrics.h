@@ -34,6 +34,7 @@ struct StepMetrics {
   double pp_comm_ms = 0;
   std::vector<double> pp_idle_ms;
   MemoryMetrics memory;
+  std::string precision = "fp32";  // train.precision
 };
 
 class MetricsLog {

@@ -130,6 +130,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       if (run.pp_comm.size() > 1) run.pp_comm.all_reduce(m.pp_idle_ms.data(), run.pp_comm.size()).wait();
       m.compute_ms = m.step_time_ms - m.exposed_comm_ms - m.tp_exposed_ms - logged.pp.exposed_ms / n;
       m.memory = run.memory();
+      m.precision = cfg.train.precision == MatmulPrecision::bf16 ? "bf16" : "fp32";
       if (peak_tflops > 0.0) m.mfu = flops_per_step / avg / world.size() / (peak_tflops * 1e12);
       m.eta_s = std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(step + 1 - start_step) *
                 static_cast<double>(cfg.train.steps - step - 1);

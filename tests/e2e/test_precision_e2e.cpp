@@ -5,7 +5,7 @@
 // see the fp32 parity tests), and bf16 rounding turns a float32 difference at a rounding boundary
 // into a whole bf16 step (2^-8 relative) of that value, so the runs drift apart by more than in
 // fp32: the first step within 1e-4 relative, every step's loss within 1 %, the mean loss of the
-// last 10 steps within 0.5 %.
+// last 10 steps within 0.5 %. A bf16 checkpoint resumes bitwise and loads at fp32.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,6 +47,8 @@ TEST_F(PrecisionE2E, Bf16TrainsLikeFp32AndEveryLayoutLikeOneProcess) {
   const auto bf16 = train(std::string(kRun) + " --set train.precision=bf16", "bf16.jsonl");
   ASSERT_EQ(fp32.size(), 40u);
   ASSERT_EQ(bf16.size(), 40u);
+  EXPECT_EQ(fp32[0]["precision"], "fp32");
+  EXPECT_EQ(bf16[0]["precision"], "bf16");
   const double a = fp32.back()["loss"].get<double>(), b = bf16.back()["loss"].get<double>();
   EXPECT_NEAR(b, a, 0.02 * a) << "final loss, bf16 against fp32";
   bool differs = false;
@@ -55,6 +57,25 @@ TEST_F(PrecisionE2E, Bf16TrainsLikeFp32AndEveryLayoutLikeOneProcess) {
   const std::string bf16_run = std::string(kRun) + " --set train.precision=bf16";
   expect_close(bf16, train_mpi(2, bf16_run + " --set parallel.zero_stage=1", "dp2_zero1"), "bf16 dp 2 ZeRO 1");
   expect_close(bf16, train_mpi(4, bf16_run + " --set parallel.tp=2 --set parallel.pp=2", "tp2_pp2"), "bf16 tp 2 pp 2");
+}
+
+// Checkpoints hold the float32 master weights: a bf16 run saved after step 3 of 6 resumes in bf16
+// bitwise (steps 4–6 equal to the last bit), and the same checkpoint loads into an fp32 run, whose
+// step 4 is within 1 % of bf16's (same weights, float32 products).
+TEST_F(PrecisionE2E, Bf16ResumesBitwiseAndItsCheckpointLoadsInFp32) {
+  const std::string ckpt = (dir_ / "ckpt").string(), step3 = (dir_ / "ckpt" / "step_0000003").string();
+  const std::string run = "--set train.steps=6 --set train.eval_interval=0 --set train.precision=bf16";
+  const auto saved = train(run + " --set checkpoint.save_interval=3 --set checkpoint.dir=" + ckpt, "saved.jsonl");
+  ASSERT_EQ(saved.size(), 6u);
+  const std::vector<json> tail(saved.begin() + 3, saved.end());
+  EXPECT_EQ(test::compare_runs(tail, train(run + " --set checkpoint.load=" + step3, "resumed.jsonl"), 0.0,
+                               "bf16 resumed in bf16"),
+            3 * 2);
+  const auto fp32 = train("--set train.steps=6 --set train.eval_interval=0 --set checkpoint.load=" + step3,
+                          "resumed_fp32.jsonl");
+  ASSERT_EQ(fp32.size(), 3u);
+  EXPECT_EQ(fp32[0]["precision"], "fp32");
+  EXPECT_NEAR(fp32[0]["loss"].get<double>(), tail[0]["loss"].get<double>(), 0.01 * tail[0]["loss"].get<double>());
 }
 
 }  // namespace
