@@ -126,9 +126,8 @@ void Stage::recompute(int l, Activations& a) {
     block_forward(stream_, cfg_, tp_, scratch_.recomputed_out, a.blocks[li], scratch_.block, a.residual[li], w_[li],
                   dropout_site(a.options, range_.first_layer + l));
   } else if (options_.recompute == Recompute::selective) {
-    const LocalDims L = local_of(cfg_, tp_);
     AttentionActivations& at = a.blocks[li].attn;
-    attention_forward(stream_, at.att, at.lse, at.qkv, L.heads, L.kv_heads);
+    attention_forward(stream_, at.att, at.lse, at.qkv, local_.heads, local_.kv_heads);
   }
 }
 

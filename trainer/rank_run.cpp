@@ -29,11 +29,11 @@ std::vector<StageRange> chunk_ranges(const Config& c, int stage) {
   return out;
 }
 
-// The first unit of each chunk after the first: where gradient buckets must break.
-std::vector<int> chunk_breaks(const ParamLayout& layout, const std::vector<StageRange>& ranges) {
-  std::vector<int> out;
-  int first = 0;
-  for (size_t c = 0; c + 1 < ranges.size(); ++c) out.push_back(first += static_cast<int>(gpt_param_units(layout, ranges[c]).size()));
+// Where each chunk's units start in the rank's unit list, then the total: chunk k has units
+// [out[k], out[k + 1]).
+std::vector<int> chunk_unit_bounds(const ParamLayout& layout, const std::vector<StageRange>& ranges) {
+  std::vector<int> out{0};
+  for (const StageRange& r : ranges) out.push_back(out.back() + static_cast<int>(gpt_param_units(layout, r).size()));
   return out;
 }
 
@@ -54,9 +54,13 @@ RankRun::RankRun(const Config& c, const Comm& world)
       steps(pipeline_schedule(c.parallel.pipeline_schedule, pp_comm.rank(),
                               PipeShape{pp_comm.size(), data.train().micro_batches_per_step(), c.parallel.virtual_stages})),
       layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel, ranges)),
+      chunk_units(chunk_unit_bounds(layout, ranges)),
       stored_layout(gpt_param_layout(c.model)),
-      zero(gpt_param_units(layout, ranges), dp_comm, zero_options(c), chunk_breaks(layout, ranges)),
+      // Gradient buckets break where each chunk after the first starts.
+      zero(gpt_param_units(layout, ranges), dp_comm, zero_options(c),
+           std::vector<int>(chunk_units.begin() + 1, chunk_units.end() - 1)),
       optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded()),
+      split_backward_(splits_backward(steps)),
       tp_shared_(layout, tp_comm),
       inputs_(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
       targets_(inputs_.size()) {
@@ -64,14 +68,11 @@ RankRun::RankRun(const Config& c, const Comm& world)
   const TpOptions tp_options{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm};
   const int64_t rows = int64_t{c.train.micro_batch_size} * c.train.seq_len;
   std::vector<int> slots;
-  int first_unit = 0;
   for (size_t k = 0; k < ranges.size(); ++k) {
     Chunk ch;
-    ch.first_unit = first_unit;
-    ch.end_unit = first_unit += static_cast<int>(gpt_param_units(layout, ranges[k]).size());
-    ch.units = std::make_unique<UnitSlice>(zero, ch.first_unit);
+    ch.units = std::make_unique<UnitSlice>(zero, chunk_units[k]);
     slots.push_back(peak_held(steps, static_cast<int>(k)));
-    const StageOptions options{slots.back(), splits_backward(steps), c.train.recompute, c.train.recompute_layers,
+    const StageOptions options{slots.back(), split_backward_, c.train.recompute, c.train.recompute_layers,
                                c.train.precision};
     ch.stage = std::make_unique<Stage>(c.model, c.train.micro_batch_size, c.train.seq_len, layout, ranges[k], options,
                                        *ch.units, TensorParallel(tp_comm, tp_options, rows, c.model.d_model));
@@ -114,19 +115,23 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
   return stage.output(slot);
 }
 
+void RankRun::gradients_begin(int chunk) {
+  const auto k = static_cast<size_t>(chunk);
+  zero.micro_batch_begin(--chunks_[k].backwards_left == 0, chunk_units[k], chunk_units[k + 1]);
+}
+
 Tensor RankRun::backward(int chunk, int slot, Tensor dout) {
-  Chunk& ch = chunks_[static_cast<size_t>(chunk)];
-  if (splits_backward(steps)) return ch.stage->backward_input(slot, dout);  // ZeRO's hooks bracket weight()
-  zero.micro_batch_begin(--ch.backwards_left == 0, ch.first_unit, ch.end_unit);
-  const Tensor din = ch.stage->backward(slot, dout);
+  Stage& stage = *chunks_[static_cast<size_t>(chunk)].stage;
+  if (split_backward_) return stage.backward_input(slot, dout);  // ZeRO's hooks bracket weight()
+  gradients_begin(chunk);
+  const Tensor din = stage.backward(slot, dout);
   zero.micro_batch_end();
   return din;
 }
 
 void RankRun::weight(int chunk, int slot) {
-  Chunk& ch = chunks_[static_cast<size_t>(chunk)];
-  zero.micro_batch_begin(--ch.backwards_left == 0, ch.first_unit, ch.end_unit);
-  ch.stage->backward_weights(slot);
+  gradients_begin(chunk);
+  chunks_[static_cast<size_t>(chunk)].stage->backward_weights(slot);
   zero.micro_batch_end();
 }
 

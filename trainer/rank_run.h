@@ -59,19 +59,23 @@ class RankRun final : public PipelineWork {
   std::vector<StageRange> ranges;  // per model chunk
   std::vector<PipeStep> steps;     // this rank's schedule of one training step
   ParamLayout layout;
+  std::vector<int> chunk_units;    // chunk k's units in zero: [chunk_units[k], chunk_units[k + 1])
   ParamLayout stored_layout;       // the global tensors checkpoints hold
   ZeroState zero;
   AdamW optimizer;
 
  private:
   struct Chunk {
-    int first_unit = 0, end_unit = 0;  // its units in zero
     std::unique_ptr<UnitSlice> units;
     std::unique_ptr<Stage> stage;
     int backwards_left = 0;            // in the running step
   };
   double mean_over_replicas(double sum, int micro) const;
+  // ZeRO's hook before the step that writes the chunk's final gradients of a micro-batch (its
+  // backward, or its weight step when backwards are split); micro_batch_end() closes it.
+  void gradients_begin(int chunk);
 
+  bool split_backward_;             // the schedule has weight steps (zero-bubble)
   std::vector<Chunk> chunks_;
   TpSharedParams tp_shared_;
   std::unique_ptr<PipelineExecutor> pipeline_;
