@@ -149,6 +149,12 @@ void write_attr_i64(hid_t obj, const char* name, int64_t v) {
   MT_CHECK(a.ok() && H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0, "HDF5: cannot write attribute {}", name);
 }
 
+void write_attr_f64(hid_t obj, const char* name, double v) {
+  H5 space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5 a(H5Acreate2(obj, name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  MT_CHECK(a.ok() && H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0, "HDF5: cannot write attribute {}", name);
+}
+
 void write_attr_u32(hid_t obj, const char* name, uint32_t v) {
   H5 space(H5Screate(H5S_SCALAR), H5Sclose);
   H5 a(H5Acreate2(obj, name, H5T_STD_U32LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
@@ -175,18 +181,16 @@ struct Reader {
     if (H5Aexists(obj, name) <= 0) fail(fmt::format("{} has no attribute '{}' (not a megatrain checkpoint?)", where, name));
     return H5(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
   }
-  int64_t i64(hid_t obj, const char* name) const {
+  template <class T>
+  T scalar(hid_t obj, const char* name, hid_t native) const {
     H5 a = attr(obj, name, "root");
-    int64_t v = 0;
-    if (H5Aread(a, H5T_NATIVE_INT64, &v) < 0) fail(fmt::format("attribute '{}' is unreadable", name));
+    T v{};
+    if (H5Aread(a, native, &v) < 0) fail(fmt::format("attribute '{}' is unreadable", name));
     return v;
   }
-  uint32_t u32(hid_t obj, const char* name) const {
-    H5 a = attr(obj, name, "root");
-    uint32_t v = 0;
-    if (H5Aread(a, H5T_NATIVE_UINT32, &v) < 0) fail(fmt::format("attribute '{}' is unreadable", name));
-    return v;
-  }
+  int64_t i64(hid_t obj, const char* name) const { return scalar<int64_t>(obj, name, H5T_NATIVE_INT64); }
+  uint32_t u32(hid_t obj, const char* name) const { return scalar<uint32_t>(obj, name, H5T_NATIVE_UINT32); }
+  double f64(hid_t obj, const char* name) const { return scalar<double>(obj, name, H5T_NATIVE_DOUBLE); }
   std::string str(hid_t obj, const char* name) const {
     H5 a = attr(obj, name, "root");
     H5 type(H5Aget_type(a), H5Tclose);
@@ -202,8 +206,8 @@ CheckpointMeta read_meta(const Reader& r) {
   const std::string format = r.str(r.file, "format");
   if (format != kCheckpointFormat) r.fail(fmt::format("format is '{}', expected '{}'", format, kCheckpointFormat));
   const int64_t version = r.i64(r.file, "format_version");
-  if (version != 1 && version != kCheckpointVersion)
-    r.fail(fmt::format("format version {} is not supported (this megatrain reads versions 1 and {}); use the "
+  if (version < 1 || version > kCheckpointVersion)
+    r.fail(fmt::format("format version {} is not supported (this megatrain reads versions 1 to {}); use the "
                        "megatrain release that wrote it",
                        version, kCheckpointVersion));
   CheckpointMeta m;
@@ -212,10 +216,16 @@ CheckpointMeta read_meta(const Reader& r) {
   m.state.seed = static_cast<uint64_t>(r.i64(r.file, "seed"));
   m.config_toml = r.str(r.file, "config");
   m.layout_json = r.str(r.file, "parallel_layout");
-  // Version 1 files carry no checksum of these; version 2 files must match theirs.
-  if (version >= 2 && r.u32(r.file, "meta_crc32") != checkpoint_meta_crc32(m))
-    r.fail("its root attributes (step, consumed_samples, seed, config, parallel_layout) do not match meta_crc32: "
-           "the file is damaged; load another checkpoint");
+  if (version >= 3) {
+    m.state.skipped_steps = r.i64(r.file, "skipped_steps");
+    m.state.loss_scale = r.f64(r.file, "loss_scale");
+    m.state.loss_scale_growth_tracker = r.i64(r.file, "loss_scale_growth_tracker");
+    m.state.loss_scale_hysteresis_tracker = r.i64(r.file, "loss_scale_hysteresis_tracker");
+  }
+  // Version 1 files carry no checksum of these; later ones must match theirs.
+  if (version >= 2 && r.u32(r.file, "meta_crc32") != checkpoint_meta_crc32(m, version))
+    r.fail("its root attributes (step, consumed_samples, seed, config, parallel_layout and the loss scaler's) do "
+           "not match meta_crc32: the file is damaged; load another checkpoint");
   return m;
 }
 
@@ -327,10 +337,13 @@ CheckpointTensors checkpoint_tensors_full(const ParamLayout& layout, float* para
   return {&layout, {params, 0, n}, {exp_avg, 0, n}, {exp_avg_sq, 0, n}, part.begin, part.end};
 }
 
-uint32_t checkpoint_meta_crc32(const CheckpointMeta& meta) {
-  const std::string text = fmt::format("step={}\nconsumed_samples={}\nseed={}\nconfig={}\nparallel_layout={}\n",
-                                       meta.state.step, meta.state.consumed_samples, meta.state.seed,
-                                       meta.config_toml, meta.layout_json);
+uint32_t checkpoint_meta_crc32(const CheckpointMeta& meta, int64_t version) {
+  const TrainState& st = meta.state;
+  std::string text = fmt::format("step={}\nconsumed_samples={}\nseed={}\nconfig={}\nparallel_layout={}\n", st.step,
+                                 st.consumed_samples, st.seed, meta.config_toml, meta.layout_json);
+  if (version >= 3)
+    text += fmt::format("skipped_steps={}\nloss_scale={}\nloss_scale_growth_tracker={}\nloss_scale_hysteresis_tracker={}\n",
+                        st.skipped_steps, st.loss_scale, st.loss_scale_growth_tracker, st.loss_scale_hysteresis_tracker);
   return static_cast<uint32_t>(
       crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
 }
@@ -352,10 +365,16 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
   write_attr_i64(file, "seed", static_cast<int64_t>(meta.state.seed));
   write_attr_str(file, "config", meta.config_toml);
   write_attr_str(file, "parallel_layout", meta.layout_json);
+  write_attr_i64(file, "skipped_steps", meta.state.skipped_steps);
+  write_attr_f64(file, "loss_scale", meta.state.loss_scale);
+  write_attr_i64(file, "loss_scale_growth_tracker", meta.state.loss_scale_growth_tracker);
+  write_attr_i64(file, "loss_scale_hysteresis_tracker", meta.state.loss_scale_hysteresis_tracker);
   write_attr_u32(file, "meta_crc32", checkpoint_meta_crc32(meta));
   write_attr_str(file, "rng", "philox4x32-10 counter-based; state = seed (all streams keyed by global indices)");
-  write_attr_str(file, "lr_schedule", "stateless; position = step");
-  write_attr_str(file, "loss_scaler", "none (fp32 training)");
+  write_attr_str(file, "lr_schedule", "stateless; position = step - skipped_steps");
+  write_attr_str(file, "loss_scaler",
+                 meta.state.loss_scale > 0.0 ? "dynamic (fp16): loss_scale, loss_scale_growth_tracker, loss_scale_hysteresis_tracker"
+                                             : "none (fp32 or bf16 training)");
   H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);

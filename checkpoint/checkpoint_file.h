@@ -21,12 +21,19 @@
 namespace megatrain {
 
 inline constexpr const char* kCheckpointFormat = "megatrain-checkpoint";
-inline constexpr int64_t kCheckpointVersion = 2;  // 2 adds meta_crc32; version 1 files still load
+// 2 adds meta_crc32; 3 adds the loss scaler's state and skipped steps. Versions 1 and 2 still load.
+inline constexpr int64_t kCheckpointVersion = 3;
 
 struct TrainState {
-  int64_t step = 0;              // optimizer steps completed
+  int64_t step = 0;              // training steps completed (each consumed one global batch)
   int64_t consumed_samples = 0;  // global samples consumed (the data loader's position)
   uint64_t seed = 0;             // keys every counter-based random stream (init, dropout, data order)
+  // fp16 (trainer/loss_scaler.h): steps among `step` whose update was skipped for overflowing
+  // gradients (optimizer updates = step − skipped_steps), and the dynamic loss scaler's state
+  // (loss_scale 0 = no loss scaling). Zero in files before version 3.
+  int64_t skipped_steps = 0;
+  double loss_scale = 0.0;
+  int64_t loss_scale_growth_tracker = 0, loss_scale_hysteresis_tracker = 0;
 };
 
 // A rank's piece of one flat buffer: data[j] is flat element begin + j, for j in [0, end − begin).
@@ -60,8 +67,10 @@ struct CheckpointMeta {
 };
 
 // The root attribute meta_crc32: zlib's CRC-32 of the bytes
-// "step=S\nconsumed_samples=C\nseed=D\nconfig=TOML\nparallel_layout=JSON\n" (decimal integers).
-uint32_t checkpoint_meta_crc32(const CheckpointMeta& meta);
+// "step=S\nconsumed_samples=C\nseed=D\nconfig=TOML\nparallel_layout=JSON\n" (decimal integers),
+// and from version 3 on followed by "skipped_steps=K\nloss_scale=X\nloss_scale_growth_tracker=G\n
+// loss_scale_hysteresis_tracker=H\n" (X: the shortest decimal that reads back as the double).
+uint32_t checkpoint_meta_crc32(const CheckpointMeta& meta, int64_t version = kCheckpointVersion);
 
 // Collective over `comm`: every rank writes its partition of every tensor.
 void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, const CheckpointMeta& meta,

@@ -147,11 +147,11 @@ ModelConfig llama_model(const Fields& f) {
 
 }  // namespace
 
-json hf_config_json(const ModelConfig& m, HfFamily family) {
+json hf_config_json(const ModelConfig& m, HfFamily family, Precision dtype) {
   json j;
   j["vocab_size"] = m.vocab_size;
   j["initializer_range"] = json_float(m.init_std);
-  j["torch_dtype"] = "float32";
+  j["torch_dtype"] = dtype == Precision::fp32 ? "float32" : dtype == Precision::bf16 ? "bfloat16" : "float16";
   j["use_cache"] = true;
   if (family == HfFamily::gpt2) {
     j["architectures"] = {"GPT2LMHeadModel"};

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "kernels/check.h"
+#include "kernels/cpu/convert.h"
 
 namespace megatrain {
 namespace fs = std::filesystem;
@@ -139,12 +140,14 @@ std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& m, HfFamily family) {
   return t;
 }
 
-void hf_export(const std::string& out_dir, const ModelConfig& m, const float* params, const std::string& source) {
+void hf_export(const std::string& out_dir, const ModelConfig& m, const float* params, const std::string& source,
+               Precision dtype) {
   const HfFamily family = hf_family(m, source);
   const ParamLayout layout = gpt_param_layout(m);
   const std::vector<HfTensorMap> map = hf_tensor_map(m, family);
-  std::vector<std::vector<float>> transposed;  // the only copies: untransposed blocks are views
+  std::vector<std::vector<float>> transposed;  // the only float32 copies: untransposed blocks are views
   transposed.reserve(map.size());
+  std::vector<std::vector<uint16_t>> rounded(map.size());  // bf16 / fp16 exports
   std::vector<SafeTensorRef> refs;
   for (const HfTensorMap& t : map) {
     const float* block = block_of(params, layout, t);
@@ -155,7 +158,15 @@ void hf_export(const std::string& out_dir, const ModelConfig& m, const float* pa
         for (int64_t c = 0; c < width; ++c) out[static_cast<size_t>(c * t.rows + r)] = block[r * width + c];
       block = out.data();
     }
-    refs.push_back({t.hf_name, "F32", t.hf_shape(), block, static_cast<size_t>(n) * sizeof(float)});
+    if (dtype == Precision::fp32) {
+      refs.push_back({t.hf_name, "F32", t.hf_shape(), block, static_cast<size_t>(n) * sizeof(float)});
+      continue;
+    }
+    std::vector<uint16_t>& bits = rounded[refs.size()];
+    bits.resize(static_cast<size_t>(n));
+    cpu::f32_to_half(dtype, bits.data(), block, n);
+    refs.push_back({t.hf_name, dtype == Precision::bf16 ? "BF16" : "F16", t.hf_shape(), bits.data(),
+                    static_cast<size_t>(n) * sizeof(uint16_t)});
   }
   std::error_code ec;
   fs::create_directories(out_dir, ec);
@@ -165,7 +176,7 @@ void hf_export(const std::string& out_dir, const ModelConfig& m, const float* pa
   const fs::path config = fs::path(out_dir) / "config.json", tmp = config.string() + ".tmp";
   {
     std::ofstream out(tmp);
-    out << hf_config_json(m, family).dump(2) << "\n";
+    out << hf_config_json(m, family, dtype).dump(2) << "\n";
     MT_INPUT_CHECK(out.good(), "{}: cannot be written; check --out", tmp.string());
   }
   fs::rename(tmp, config, ec);

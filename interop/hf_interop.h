@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/device.h"
 #include "model/params.h"
 #include "interop/safetensors.h"
 
@@ -38,16 +39,19 @@ struct HfTensorMap {
 // "transformer." prefix of GPT2LMHeadModel).
 std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& m, HfFamily family);
 
-// config.json of `m` (transformers reads it with AutoConfig); hf_config.cpp.
-nlohmann::json hf_config_json(const ModelConfig& m, HfFamily family);
+// config.json of `m` (transformers reads it with AutoConfig) for weights stored as `dtype`
+// (torch_dtype); hf_config.cpp.
+nlohmann::json hf_config_json(const ModelConfig& m, HfFamily family, Precision dtype = Precision::fp32);
 // The model described by a config.json (keys transformers would default are defaulted likewise;
 // the fields HF has no word for keep megatrain's defaults), checked by validate_model_config.
 // InputError naming `source` and the key.
 ModelConfig hf_model_config(const nlohmann::json& config, const std::string& source);
 
-// Writes OUT_DIR/config.json and OUT_DIR/model.safetensors (float32) for `params`, which follows
-// gpt_param_layout(m). Creates OUT_DIR; replaces both files atomically.
-void hf_export(const std::string& out_dir, const ModelConfig& m, const float* params, const std::string& source);
+// Writes OUT_DIR/config.json and OUT_DIR/model.safetensors for `params`, which follows
+// gpt_param_layout(m): F32, or each value rounded to BF16 / F16 (nearest, ties to even) as `dtype`
+// asks. Creates OUT_DIR; replaces both files atomically.
+void hf_export(const std::string& out_dir, const ModelConfig& m, const float* params, const std::string& source,
+               Precision dtype = Precision::fp32);
 
 // The tensors of a model folder: model.safetensors, or the shards model.safetensors.index.json lists.
 class HfWeights {

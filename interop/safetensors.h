@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "interop/half.h"
+#include "kernels/half.h"
 
 namespace megatrain {
 

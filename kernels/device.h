@@ -6,15 +6,18 @@
 namespace megatrain {
 
 // What the linear layers' GEMMs (matmul_forward/backward) multiply: float32 values, or their
-// bfloat16 roundings (kernels/bf16.h) — products and sums in float32 either way, as mixed-precision
-// training does.
-enum class MatmulPrecision : uint8_t { fp32, bf16 };
+// bfloat16 or fp16 roundings (kernels/half.h) — products and sums in float32 either way, as
+// mixed-precision training does (a product of two 16-bit values is exact in float32).
+enum class Precision : uint8_t { fp32, bf16, fp16 };
+constexpr const char* precision_name(Precision p) {
+  return p == Precision::fp32 ? "fp32" : p == Precision::bf16 ? "bf16" : "fp16";
+}
 
 struct Stream {
   Device device = Device::cpu;
   void* handle = nullptr;  // cudaStream_t on CUDA, unused on CPU
-  MatmulPrecision matmul = MatmulPrecision::fp32;
-  static Stream cpu(MatmulPrecision matmul = MatmulPrecision::fp32) { return Stream{Device::cpu, nullptr, matmul}; }
+  Precision matmul = Precision::fp32;
+  static Stream cpu(Precision matmul = Precision::fp32) { return Stream{Device::cpu, nullptr, matmul}; }
 };
 
 }  // namespace megatrain

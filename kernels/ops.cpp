@@ -38,8 +38,7 @@ void matmul_forward(const Stream& s, Tensor out, Tensor inp, Tensor weight, Tens
   const int C = last(inp), OC = static_cast<int>(weight.shape[0]);
   expect_f32(weight, "weight", static_cast<int64_t>(OC) * C);
   expect_f32(out, "out", N * OC);
-  cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), opt(bias, "bias", OC), N, C, OC,
-                      s.matmul == MatmulPrecision::bf16);
+  cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), opt(bias, "bias", OC), N, C, OC, s.matmul);
 }
 
 void matmul_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
@@ -51,7 +50,7 @@ void matmul_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dbias,
   MT_CHECK(weight.data != nullptr || dinp.data == nullptr, "matmul_backward: dinp needs the weight");
   cpu::matmul_backward(opt(dinp, "dinp", N * C), opt(dweight, "dweight", static_cast<int64_t>(OC) * C),
                        opt(dbias, "dbias", OC), dout.f32(), inp.f32(), opt(weight, "weight", int64_t{OC} * C), N, C, OC,
-                       s.matmul == MatmulPrecision::bf16);
+                       s.matmul);
 }
 
 void layernorm_forward(const Stream& s, Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,

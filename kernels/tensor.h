@@ -41,7 +41,7 @@ struct Tensor {
   Tensor() = default;
   Tensor(float* p, Shape s) : data(p), dtype(DType::f32), shape(s) {}
   Tensor(int32_t* p, Shape s) : data(p), dtype(DType::i32), shape(s) {}
-  Tensor(uint16_t* p, Shape s) : data(p), dtype(DType::bf16), shape(s) {}  // bfloat16 bits (kernels/bf16.h)
+  Tensor(uint16_t* p, Shape s) : data(p), dtype(DType::bf16), shape(s) {}  // bfloat16 bits (kernels/half.h)
 
   int64_t numel() const { return shape.numel(); }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }

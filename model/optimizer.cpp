@@ -28,7 +28,7 @@ double AdamW::grad_norm(const float* grads) const {
   return std::sqrt(sum_squares(Stream::cpu(), Tensor(const_cast<float*>(grads), Shape{layout_.total()})));
 }
 
-void AdamW::step(float* params, const float* grads, float lr, double norm) {
+void AdamW::step(float* params, const float* grads, float lr, double norm, float unscale) {
   ++t_;
   AdamWStep st{};
   st.lr = lr;
@@ -38,9 +38,9 @@ void AdamW::step(float* params, const float* grads, float lr, double norm) {
   st.bias_correction1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(opt_.beta1), static_cast<double>(t_)));
   st.bias_correction2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(opt_.beta2), static_cast<double>(t_)));
   // torch.nn.utils.clip_grad_norm_: scale = max_norm / (norm + 1e-6), applied only when < 1.
-  st.grad_scale = 1.0f;
+  st.grad_scale = unscale;
   if (opt_.grad_clip > 0.0f && norm > opt_.grad_clip)
-    st.grad_scale = static_cast<float>(opt_.grad_clip / (norm + 1e-6));
+    st.grad_scale = static_cast<float>(opt_.grad_clip / (norm + 1e-6) * unscale);
   const Stream s = Stream::cpu();
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamSpec& spec = layout_.spec(i);

@@ -26,9 +26,10 @@ class AdamW {
 
   // Global L2 norm of a full gradient buffer (over all parameters, padding is zero).
   double grad_norm(const float* grads) const;
-  // One update at learning rate lr over the optimizer's range; clips by `norm` (the global
-  // gradient norm) first. params[j] and grads[j] are flat element range().begin + j.
-  void step(float* params, const float* grads, float lr, double norm);
+  // One update at learning rate lr over the optimizer's range; clips by `norm` (the global norm of
+  // the unscaled gradient) first. params[j] and grads[j] are flat element range().begin + j.
+  // `unscale` multiplies the gradients first: 1 / the loss scale they were computed at.
+  void step(float* params, const float* grads, float lr, double norm, float unscale = 1.0f);
 
   FlatRange range() const { return range_; }
   int64_t step_count() const { return t_; }

@@ -45,7 +45,7 @@ struct StageOptions {
   bool split_backward = false;  // keep what backward_input() leaves to backward_weights()
   Recompute recompute = Recompute::none;
   int recompute_layers = 0;     // full recompute: blocks covered, from the stage's first; 0: all
-  MatmulPrecision matmul = MatmulPrecision::fp32;  // what the linear layers multiply (kernels/device.h)
+  Precision matmul = Precision::fp32;  // what the linear layers multiply (kernels/device.h)
 };
 
 // One micro-batch: (B, T) token ids, read by the first stage, and targets, read by the last.

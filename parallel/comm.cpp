@@ -35,6 +35,7 @@ int64_t elem_size(ElemType t) {
     case ElemType::i32: return 4;
     case ElemType::i64: return 8;
     case ElemType::u8: return 1;
+    case ElemType::u16: return 2;
   }
   return 0;
 }
@@ -211,13 +212,13 @@ Work Comm::reduce_scatter(float* out, const float* in, std::span<const int64_t> 
   return issue(b, "reduce_scatter", (p - 1) * s / p, [&](auto& w) { backend_->reduce_scatter(w, out, in, counts); });
 }
 
-Work Comm::all_gather(float* out, const float* in, std::span<const int64_t> counts) const {
+Work Comm::all_gather_raw(void* out, const void* in, std::span<const int64_t> counts, ElemType t) const {
   const CommBackend& b = *backend_;
   const int64_t total = check_counts(b, "all_gather", "counts", counts);
   check_n(b, "all_gather", total, out);
   check_n(b, "all_gather", counts[b.rank()], in);
-  const int64_t p = b.size(), s = total * 4;
-  return issue(b, "all_gather", (p - 1) * s / p, [&](auto& w) { backend_->all_gather(w, out, in, counts); });
+  const int64_t p = b.size(), s = total * elem_size(t);
+  return issue(b, "all_gather", (p - 1) * s / p, [&](auto& w) { backend_->all_gather(w, out, in, counts, t); });
 }
 
 Work Comm::all_to_all(float* out, std::span<const int64_t> recv_counts, const float* in,

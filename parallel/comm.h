@@ -49,7 +49,7 @@ class MpiRuntime {
 };
 
 enum class ReduceOp { sum, max };
-enum class ElemType { f32, f64, i32, i64, u8 };
+enum class ElemType { f32, f64, i32, i64, u8, u16 };
 
 template <class T>
 constexpr ElemType elem_type_of() {
@@ -57,8 +57,9 @@ constexpr ElemType elem_type_of() {
   else if constexpr (std::is_same_v<T, double>) return ElemType::f64;
   else if constexpr (std::is_same_v<T, int32_t>) return ElemType::i32;
   else if constexpr (std::is_same_v<T, int64_t>) return ElemType::i64;
+  else if constexpr (std::is_same_v<T, uint16_t>) return ElemType::u16;  // 16-bit float bits: moved, not summed
   else {
-    static_assert(std::is_same_v<T, uint8_t>, "Comm supports float, double, int32_t, int64_t and uint8_t");
+    static_assert(std::is_same_v<T, uint8_t>, "Comm supports float, double, int32_t, int64_t, uint16_t and uint8_t");
     return ElemType::u8;
   }
 }
@@ -131,9 +132,12 @@ class Comm {
   // in: sum(counts) floats in rank order; out: counts[rank()] floats, the element-wise sum over
   // ranks of this rank's part. `in` and `out` must not overlap.
   Work reduce_scatter(float* out, const float* in, std::span<const int64_t> counts) const;
-  // in: counts[rank()] floats; out: sum(counts) floats in rank order. In place when
+  // in: counts[rank()] elements; out: sum(counts) in rank order. In place when
   // in == out + (sum of counts before rank()); otherwise they must not overlap.
-  Work all_gather(float* out, const float* in, std::span<const int64_t> counts) const;
+  template <class T>
+  Work all_gather(T* out, const T* in, std::span<const int64_t> counts) const {
+    return all_gather_raw(out, in, counts, elem_type_of<T>());
+  }
   // send_counts[j] floats to rank j, concatenated in `in`; recv_counts[j] from rank j,
   // concatenated in `out` (which must not overlap `in`).
   Work all_to_all(float* out, std::span<const int64_t> recv_counts, const float* in,
@@ -165,6 +169,7 @@ class Comm {
  private:
   explicit Comm(std::shared_ptr<CommBackend> backend) : backend_(std::move(backend)) {}
   Work all_reduce_raw(void* data, int64_t n, ElemType t, ReduceOp op) const;
+  Work all_gather_raw(void* out, const void* in, std::span<const int64_t> counts, ElemType t) const;
   Work broadcast_raw(void* data, int64_t n, ElemType t, int root) const;
   Work send_raw(const void* data, int64_t n, ElemType t, int peer, int tag) const;
   Work recv_raw(void* data, int64_t n, ElemType t, int peer, int tag) const;

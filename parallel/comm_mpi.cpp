@@ -24,6 +24,7 @@ MPI_Datatype mpi_type(ElemType t) {
     case ElemType::i32: return MPI_INT32_T;
     case ElemType::i64: return MPI_INT64_T;
     case ElemType::u8: return MPI_UINT8_T;
+    case ElemType::u16: return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -112,8 +113,14 @@ class MpiBackend final : public CommBackend {
     submit(std::move(o));
   }
 
-  void all_gather(const WorkPtr& w, float* out, const float* in, std::span<const int64_t> counts) override {
+  void all_gather(const WorkPtr& w, void* out_v, const void* in_v, std::span<const int64_t> counts,
+                  ElemType t) override {
     MpiOp o{w, {}, {}, {}};
+    // Addressed in elements of type t through char pointers.
+    const int64_t b = elem_size(t);
+    char* out = static_cast<char*>(out_v);
+    const char* in = static_cast<const char*>(in_v);
+    const MPI_Datatype type = mpi_type(t);
     const int64_t total = sum(counts);
     int64_t mine = 0;
     for (int j = 0; j < rank(); ++j) mine += counts[j];
@@ -121,18 +128,18 @@ class MpiBackend final : public CommBackend {
       o.counts.assign(counts.begin(), counts.end());
       o.displs.resize(o.counts.size());
       for (size_t j = 1; j < o.counts.size(); ++j) o.displs[j] = o.displs[j - 1] + o.counts[j - 1];
-      const void* send = in == out + mine ? MPI_IN_PLACE : nonnull(in);
-      check(MPI_Iallgatherv(send, o.counts[rank()], MPI_FLOAT, out, o.counts.data(), o.displs.data(), MPI_FLOAT,
-                            comm_, &o.requests.emplace_back()),
+      const void* send = in == out + mine * b ? MPI_IN_PLACE : nonnull(in);
+      check(MPI_Iallgatherv(send, o.counts[rank()], type, out, o.counts.data(), o.displs.data(), type, comm_,
+                            &o.requests.emplace_back()),
             "all_gather");
     } else if (total > 0) {
       // Too large for int counts: each rank broadcasts its part, chunked.
-      if (in != out + mine && counts[rank()] > 0)
-        std::memmove(out + mine, in, static_cast<size_t>(counts[rank()]) * sizeof(float));
+      if (in != out + mine * b && counts[rank()] > 0)
+        std::memmove(out + mine * b, in, static_cast<size_t>(counts[rank()] * b));
       int64_t displ = 0;
       for (int j = 0; j < size(); ++j) {
         for_chunks(counts[j], [&](int64_t off, int c) {
-          check(MPI_Ibcast(out + displ + off, c, MPI_FLOAT, j, comm_, &o.requests.emplace_back()), "all_gather");
+          check(MPI_Ibcast(out + (displ + off) * b, c, type, j, comm_, &o.requests.emplace_back()), "all_gather");
         });
         displ += counts[j];
       }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/cpu/convert.h"
+
 namespace megatrain {
 namespace {
 
@@ -29,7 +31,13 @@ ZeroState::ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOpt
     st.mine = flat_intersect(buckets_[b].range, part_);
     bucket_state_.push_back(std::move(st));
   }
-  params_ = FlatBuffer(opt.stage == 3 ? shard_ : total_);
+  const int64_t held = opt.stage == 3 ? shard_ : total_;
+  if (sixteen_bit()) {
+    masters_ = FlatBuffer(optimizer_padded());
+    params16_.assign(static_cast<size_t>(held), 0);
+  } else {
+    params_ = FlatBuffer(held);
+  }
   grads_ = FlatBuffer(opt.stage >= 2 ? shard_ : total_);
   if (opt.stage >= 1) received_ = FlatBuffer(shard_);
 }
@@ -41,7 +49,24 @@ std::vector<int64_t> ZeroState::counts_of(FlatRange r) const {
 }
 
 float* ZeroState::optimizer_params() {
-  return opt_.stage == 3 ? params_.data() : params_.data() + optimizer_range().begin;
+  if (sixteen_bit() || opt_.stage == 3) return held_params();
+  return params_.data() + optimizer_range().begin;
+}
+
+FlatRange ZeroState::held_params_range() const {
+  if (sixteen_bit()) return optimizer_range();
+  return opt_.stage == 3 ? part_ : FlatRange{0, total_};
+}
+
+void ZeroState::params_written() {
+  if (sixteen_bit()) publish_masters();
+}
+
+void ZeroState::publish_masters() {
+  const FlatRange r = optimizer_range();
+  uint16_t* mine = params16_.data() + (opt_.stage == 3 ? 0 : r.begin);
+  cpu::f32_to_half(opt_.params, mine, masters_.data(), r.size());
+  if (opt_.stage == 1 || opt_.stage == 2) dp_.all_gather(params16_.data(), mine, part_counts_).wait();
 }
 
 // Stage 1 keeps the full accumulated gradients in grads_ and receives its reduced partition into
@@ -164,6 +189,7 @@ double ZeroState::grad_norm() {
 }
 
 void ZeroState::step_end() {
+  if (sixteen_bit()) return publish_masters();
   if (opt_.stage != 1 && opt_.stage != 2) return;
   float* p = params_.data();
   dp_.all_gather(p, p + part_.begin, part_counts_).wait();
@@ -184,33 +210,44 @@ ZeroState::GatherSlot& ZeroState::gather_start(int unit) {
       break;
     }
   if (!slot) {
-    slots_.push_back(GatherSlot{-1, false, Work{}, FlatBuffer(max_unit_)});
+    slots_.push_back(GatherSlot{-1, false, false, Work{}, FlatBuffer(max_unit_), {}});
     slot = &slots_.back();
+    if (sixteen_bit() && opt_.stage == 3) slot->packed.resize(static_cast<size_t>(max_unit_));
   }
-  const FlatRange mine = flat_intersect(units_[static_cast<size_t>(unit)], part_);
   slot->unit = unit;
-  const float* in = mine.size() > 0 ? params_.data() + (mine.begin - part_.begin) : params_.data();
-  slot->work = dp_.all_gather(slot->buffer.data(), in, unit_counts_[static_cast<size_t>(unit)]);
+  slot->widened = false;
+  if (opt_.stage < 3) return *slot;  // 16-bit below stage 3: nothing to gather
+  const FlatRange mine = flat_intersect(units_[static_cast<size_t>(unit)], part_);
+  const int64_t at = mine.size() > 0 ? mine.begin - part_.begin : 0;
+  const std::vector<int64_t>& counts = unit_counts_[static_cast<size_t>(unit)];
+  slot->work = sixteen_bit() ? dp_.all_gather(slot->packed.data(), params16_.data() + at, counts)
+                             : dp_.all_gather(slot->buffer.data(), params_.data() + at, counts);
   return *slot;
 }
 
 float* ZeroState::unit_params(int unit) {
-  if (opt_.stage < 3) return params_.data() + units_[static_cast<size_t>(unit)].begin;
+  const FlatRange u = units_[static_cast<size_t>(unit)];
+  if (opt_.stage < 3 && !sixteen_bit()) return params_.data() + u.begin;
   GatherSlot* slot = &gather_start(unit);
   slot->acquired = true;
   while (order_pos_ < order_.size() && order_[order_pos_] != unit) ++order_pos_;
-  if (order_pos_ + 1 < order_.size()) {
+  if (opt_.stage == 3 && order_pos_ + 1 < order_.size()) {
     const int next = order_[order_pos_ + 1];
     const size_t index = static_cast<size_t>(slot - slots_.data());
     gather_start(next);  // may grow slots_: find ours again by index
     slot = &slots_[index];
   }
   slot->work.wait();
+  if (sixteen_bit() && !slot->widened) {
+    const uint16_t* bits = opt_.stage == 3 ? slot->packed.data() : params16_.data() + u.begin;
+    cpu::half_to_f32(opt_.params, slot->buffer.data(), bits, u.size());
+    slot->widened = true;
+  }
   return slot->buffer.data();
 }
 
 void ZeroState::unit_params_done(int unit) {
-  if (opt_.stage < 3) return;
+  if (opt_.stage < 3 && !sixteen_bit()) return;
   for (GatherSlot& s : slots_)
     if (s.unit == unit && s.acquired) {
       s.unit = -1;
@@ -237,13 +274,14 @@ void ZeroState::unit_grads_done(int unit) {
 }
 
 ZeroMemory ZeroState::memory() const {
-  const int64_t f = sizeof(float);
+  const int64_t f = sizeof(float), h = sizeof(uint16_t);
   ZeroMemory m;
-  m.params = params_.size() * f;
+  m.params = params_.size() * f + static_cast<int64_t>(params16_.size()) * h;
+  m.master_params = masters_.size() * f;
   m.grads = grads_.size() * f;
   m.comm_buffers = received_.size() * f;
   for (const FlatBuffer& b : grad_pool_) m.comm_buffers += b.size() * f;
-  for (const GatherSlot& s : slots_) m.comm_buffers += s.buffer.size() * f;
+  for (const GatherSlot& s : slots_) m.comm_buffers += s.buffer.size() * f + static_cast<int64_t>(s.packed.size()) * h;
   return m;
 }
 

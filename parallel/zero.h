@@ -15,6 +15,13 @@
 //            unit-sized buffer just before the model uses it (forward, and again in backward), the
 //            next unit's gather is issued while the current one computes, and the buffer is freed
 //            after use.
+// [Note: 16-bit parameters] With ZeroOptions::params = bf16 or fp16 (mixed precision) the optimizer
+// updates float32 *masters* — all T at stage 0, the rank's partition at stages 1–3 — and compute
+// reads a 16-bit copy derived from them (rounded, never stored in checkpoints): the full copy at
+// stages 0–2, the partition at stage 3. After each step the updated masters are rounded and, at
+// stages 1–3, the 16-bit values are what is all-gathered (half the bytes of float32). A unit's
+// parameters reach the model widened into a unit-sized float32 buffer, since the CPU kernels read
+// float32 (the values are exactly the 16-bit ones).
 // [Note: bucket overlap] with overlap on, a bucket's reduction is issued the moment backward
 // finishes its last unit (on the last micro-batch for stages 0/1, on every micro-batch for 2/3),
 // so it runs while backward continues on the lower units; with overlap off, all buckets are
@@ -33,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/device.h"
 #include "kernels/flat_buffer.h"
 #include "parallel/comm.h"
 #include "parallel/grad_buckets.h"
@@ -44,13 +52,16 @@ struct ZeroOptions {
   int stage = 0;                 // 0 | 1 | 2 | 3
   int64_t bucket_floats = 1 << 22;
   bool overlap = true;           // [Note: bucket overlap]
+  Precision params = Precision::fp32;  // what compute reads ([Note: 16-bit parameters])
 };
 
 // Bytes one rank holds. Model state (params, grads; the optimizer's moments are AdamW's) follows
 // the ZeRO paper's per-parameter table for fp32 training; comm_buffers are the working buffers
 // (reduce-scatter receive shard, bucket and gather buffers) at their peak.
+// params: what compute reads (16-bit at bf16/fp16); master_params: the float32 masters when they
+// are separate ([Note: 16-bit parameters]).
 struct ZeroMemory {
-  int64_t params = 0, grads = 0, comm_buffers = 0;
+  int64_t params = 0, master_params = 0, grads = 0, comm_buffers = 0;
 };
 
 class ZeroState final : public UnitState {
@@ -71,16 +82,17 @@ class ZeroState final : public UnitState {
   // padded to optimizer_padded() floats.
   FlatRange optimizer_range() const { return opt_.stage == 0 ? FlatRange{0, total_} : part_; }
   int64_t optimizer_padded() const { return opt_.stage == 0 ? total_ : shard_; }
-  // Parameters and reduced gradients of optimizer_range() (element 0 = its first flat element).
+  // Parameters (the masters at 16-bit) and reduced gradients of optimizer_range() (element 0 = its
+  // first flat element).
   float* optimizer_params();
   const float* optimizer_grads() const;
   float* optimizer_grads() { return const_cast<float*>(std::as_const(*this).optimizer_grads()); }
-  // The full parameter buffer (stages 0–2); nullptr at stage 3.
-  float* full_params() { return opt_.stage == 3 ? nullptr : params_.data(); }
-  // What this rank holds of the parameters: [0, T) at stages 0–2, the partition at stage 3
-  // (element 0 = the range's first flat element).
-  FlatRange held_params_range() const { return opt_.stage == 3 ? part_ : FlatRange{0, total_}; }
-  float* held_params() { return params_.data(); }
+  // What this rank holds of the float32 parameters (element 0 = the range's first flat element):
+  // [0, T) at stages 0–2 and the partition at stage 3; at 16-bit, the masters (optimizer_range()).
+  // After writing them (initialisation, a checkpoint), call params_written().
+  FlatRange held_params_range() const;
+  float* held_params() { return sixteen_bit() ? masters_.data() : params_.data(); }
+  void params_written();
 
   void step_begin();
   // A micro-batch's backward over units [first_unit, end_unit) (a model chunk; −1: to the last):
@@ -125,13 +137,17 @@ class ZeroState final : public UnitState {
     std::vector<int64_t> counts;
     FlatRange mine;         // its intersection with this rank's partition
   };
-  // A unit's gathered parameters (stage 3).
+  // A unit's parameters as the model reads them: gathered (stage 3) and/or widened from 16 bits.
   struct GatherSlot {
     int unit = -1;          // -1 = free
     bool acquired = false;
+    bool widened = false;   // 16-bit: buffer holds the unit's values
     Work work;
     FlatBuffer buffer;
+    std::vector<uint16_t> packed;  // 16-bit at stage 3: the gathered bits
   };
+  bool sixteen_bit() const { return opt_.params != Precision::fp32; }
+  void publish_masters();  // [Note: 16-bit parameters]: round the masters into the copy and gather it
   float* held_grads();  // the held range's gradients
   void bucket_issue(int b);
   void bucket_complete(int b);
@@ -156,13 +172,15 @@ class ZeroState final : public UnitState {
   std::vector<int> order_;
   size_t order_pos_ = 0;
   // Persistent state.
-  FlatBuffer params_;      // stages 0–2: full (T); stage 3: the shard (s)
+  FlatBuffer params_;      // float32: stages 0–2 full (T), stage 3 the shard (s); empty at 16-bit
+  FlatBuffer masters_;     // 16-bit: float32 masters of optimizer_range(), padded to optimizer_padded()
+  std::vector<uint16_t> params16_;  // 16-bit: stages 0–2 full (T), stage 3 the shard (s)
   FlatBuffer grads_;       // stages 0–1: full (T); stages 2–3: the shard (s)
   FlatBuffer received_;    // stages ≥ 1: reduce-scatter destination, this rank's partition (s)
   // Working buffers, reused; they only grow.
   std::vector<FlatBuffer> grad_pool_;  // stages 2/3: each sized for the bucket it was made for
   std::vector<int> grad_free_;
-  std::vector<GatherSlot> slots_;      // stage 3: unit-sized
+  std::vector<GatherSlot> slots_;      // stage 3 or 16-bit: unit-sized
 };
 
 }  // namespace megatrain

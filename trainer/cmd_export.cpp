@@ -1,5 +1,6 @@
-// `megatrain export --checkpoint DIR --out OUTDIR`: a checkpoint as a Hugging Face model folder
-// (config.json + model.safetensors, float32) that transformers loads with from_pretrained. The model
+// `megatrain export --checkpoint DIR --out OUTDIR [--dtype fp32|bf16|fp16]`: a checkpoint as a
+// Hugging Face model folder (config.json + model.safetensors in that dtype, float32 by default:
+// checkpoints hold float32 masters) that transformers loads with from_pretrained. The model
 // config comes from the checkpoint's stored config; rank 0 does the work, other ranks wait for nothing.
 #include <spdlog/spdlog.h>
 
@@ -19,6 +20,7 @@ namespace megatrain {
 Command add_export_command(CLI::App& root) {
   struct Options {
     std::string checkpoint, out;
+    std::string dtype = "fp32";
   };
   auto opts = std::make_shared<Options>();
   CLI::App* app = root.add_subcommand(
@@ -26,6 +28,8 @@ Command add_export_command(CLI::App& root) {
   app->add_option("--checkpoint", opts->checkpoint, "Checkpoint folder (DIR/step_N) or checkpoint dir with 'latest'")
       ->required();
   app->add_option("--out", opts->out, "Output folder")->required();
+  app->add_option("--dtype", opts->dtype, "Weights' dtype in model.safetensors: fp32, bf16 or fp16 (rounded to nearest)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   return {app, [opts] {
             if (Comm::world().rank() != 0) return 0;
             const std::string file = checkpoint_model_file(opts->checkpoint);
@@ -35,11 +39,14 @@ Command add_export_command(CLI::App& root) {
             const ParamLayout layout = gpt_param_layout(cfg.model);
             FlatBuffer params(layout.total()), exp_avg(layout.total()), exp_avg_sq(layout.total());
             checkpoint_file_read(file, checkpoint_tensors_full(layout, params.data(), exp_avg.data(), exp_avg_sq.data(), 0, 1));
-            hf_export(opts->out, cfg.model, params.data(), file);
-            spdlog::info("exported {} (step {}, {} parameters) as a Hugging Face {} model to {}", file,
+            const Precision dtype = opts->dtype == "fp32"   ? Precision::fp32
+                                    : opts->dtype == "bf16" ? Precision::bf16
+                                                            : Precision::fp16;
+            hf_export(opts->out, cfg.model, params.data(), file, dtype);
+            spdlog::info("exported {} (step {}, {} parameters) as a Hugging Face {} model in {} to {}", file,
                          meta.state.step, layout.num_parameters(),
                          hf_family(cfg.model, file) == HfFamily::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",
-                         opts->out);
+                         opts->dtype, opts->out);
             return 0;
           },
           /*uses_mpi=*/true};

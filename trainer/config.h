@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "kernels/device.h"
 #include "model/recompute.h"
+#include "trainer/loss_scaler.h"
 
 namespace megatrain {
 
@@ -38,9 +39,10 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int eval_interval = 0;  // 0 = never
   int eval_steps = 10;
-  // bf16: the linear layers multiply bfloat16 roundings of weights and activations, float32 sums;
-  // master weights, gradients, optimizer state, norms, softmax and loss stay float32.
-  MatmulPrecision precision = MatmulPrecision::fp32;
+  // bf16 | fp16: the linear layers multiply 16-bit roundings of weights and activations, float32
+  // sums; master weights, gradients, optimizer state, norms, softmax and loss stay float32. fp16
+  // scales the loss dynamically (trainer/loss_scaler.h, the [loss_scale] section).
+  Precision precision = Precision::fp32;
   Recompute recompute = Recompute::none;  // model/recompute.h
   int recompute_layers = 0;               // full: blocks per stage, from its first; 0 = all
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
@@ -108,6 +110,7 @@ struct Config {
   DataConfig data;
   CheckpointConfig checkpoint;
   LogConfig log;
+  LossScaleOptions loss_scale;  // fp16 only
   std::string source;  // file path, for messages
 };
 

@@ -22,8 +22,9 @@ constexpr Spelling<PositionKind> kPositionSpellings[] = {{PositionKind::learned,
                                                          {PositionKind::rope, "rope"}};
 constexpr Spelling<ActivationKind> kActivationSpellings[] = {{ActivationKind::gelu, "gelu"},
                                                              {ActivationKind::swiglu, "swiglu"}};
-constexpr Spelling<MatmulPrecision> kPrecisionSpellings[] = {{MatmulPrecision::fp32, "fp32"},
-                                                              {MatmulPrecision::bf16, "bf16"}};
+constexpr Spelling<Precision> kPrecisionSpellings[] = {{Precision::fp32, "fp32"},
+                                                              {Precision::bf16, "bf16"},
+                                                        {Precision::fp16, "fp16"}};
 constexpr Spelling<Recompute> kRecomputeSpellings[] = {
     {Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}};
 constexpr Spelling<DecayKind> kDecaySpellings[] = {
@@ -33,7 +34,7 @@ inline std::span<const Spelling<PositionKind>> spellings(PositionKind) { return 
 inline std::span<const Spelling<ActivationKind>> spellings(ActivationKind) { return kActivationSpellings; }
 inline std::span<const Spelling<DecayKind>> spellings(DecayKind) { return kDecaySpellings; }
 inline std::span<const Spelling<Recompute>> spellings(Recompute) { return kRecomputeSpellings; }
-inline std::span<const Spelling<MatmulPrecision>> spellings(MatmulPrecision) { return kPrecisionSpellings; }
+inline std::span<const Spelling<Precision>> spellings(Precision) { return kPrecisionSpellings; }
 
 // [Note: the field table] Every config key, in printing order. C is Config or const Config; V is
 // called as v(section, key, field&). Adding a key here makes it parsed, checked and printed.
@@ -74,6 +75,10 @@ void for_each_field(C& c, V&& v) {
   v("checkpoint", "keep_last", k.keep_last), v("checkpoint", "load", k.load), v("checkpoint", "async", k.async);
   v("log", "interval", c.log.interval), v("log", "metrics_file", c.log.metrics_file);
   v("log", "peak_tflops", c.log.peak_tflops);
+  auto& l = c.loss_scale;
+  v("loss_scale", "initial_scale", l.initial_scale), v("loss_scale", "min_scale", l.min_scale);
+  v("loss_scale", "growth_factor", l.growth_factor), v("loss_scale", "backoff_factor", l.backoff_factor);
+  v("loss_scale", "growth_interval", l.growth_interval), v("loss_scale", "hysteresis", l.hysteresis);
 }
 
 // A TOML basic string: quoted, with \\, \" and control characters escaped.

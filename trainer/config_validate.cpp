@@ -59,6 +59,16 @@ void validate_config_fields(const Config& c) {
   r.at_least("checkpoint.save_interval", c.checkpoint.save_interval, int64_t{0}, "(0 = never)");
   r.at_least("checkpoint.keep_last", c.checkpoint.keep_last, 0, "(0 = keep all)");
 
+  const LossScaleOptions& l = c.loss_scale;
+  r.positive("loss_scale.min_scale", l.min_scale);
+  r.check(l.initial_scale >= l.min_scale, "loss_scale.initial_scale", l.initial_scale,
+          fmt::format("at least loss_scale.min_scale = {}", l.min_scale), "");
+  r.check(l.growth_factor > 1.0, "loss_scale.growth_factor", l.growth_factor, "greater than 1", "");
+  r.check(l.backoff_factor > 0.0 && l.backoff_factor < 1.0, "loss_scale.backoff_factor", l.backoff_factor,
+          "in (0, 1)", "");
+  r.at_least("loss_scale.growth_interval", l.growth_interval, int64_t{1});
+  r.at_least("loss_scale.hysteresis", l.hysteresis, int64_t{1});
+
   r.at_least("log.interval", c.log.interval, 1);
   if (!c.log.peak_tflops.automatic)
     r.at_least("log.peak_tflops", c.log.peak_tflops.value, 0.0, "(0 = MFU not reported; \"auto\" = measure it)");

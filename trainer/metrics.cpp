@@ -73,10 +73,12 @@ void MetricsLog::step(const StepMetrics& m) {
   const std::string mfu = m.mfu ? fmt::format("{:.1f}%", *m.mfu * 100.0) : "n/a";
   const std::string pp = m.pp_idle_ms.size() > 1 ? fmt::format(" | pp idle {:.1f} ms", fmt::join(m.pp_idle_ms, "/"))
                                                   : std::string();
-  fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.3e} | gnorm {:.3f} | {:>8.0f} tok/s | {:>8.1f} ms | comm {:.1f} ms "
+  const std::string scale =
+      m.loss_scale ? fmt::format(" | scale {:g} ({} skipped)", *m.loss_scale, m.skipped_steps) : std::string();
+  fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.3e} | gnorm {:.3f}{} | {:>8.0f} tok/s | {:>8.1f} ms | comm {:.1f} ms "
              "({:.1f} exposed){} | MFU {} | ETA {}\n",
-             m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_ms, m.comm_ms, m.exposed_comm_ms,
-             pp, mfu, format_duration(m.eta_s));
+             m.step, m.steps, m.loss, m.lr, m.grad_norm, scale, m.tokens_per_s, m.step_time_ms, m.comm_ms,
+             m.exposed_comm_ms, pp, mfu, format_duration(m.eta_s));
   std::fflush(stdout);
   if (!file_.is_open()) return;
   nlohmann::json j = {{"step", m.step},          {"loss", m.loss},
@@ -87,11 +89,13 @@ void MetricsLog::step(const StepMetrics& m) {
                       {"tp_comm_ms", m.tp_comm_ms}, {"tp_exposed_ms", m.tp_exposed_ms},
                       {"pp_comm_ms", m.pp_comm_ms}, {"pp_idle_ms", m.pp_idle_ms}};
   const MemoryMetrics& b = m.memory;
-  j["memory_bytes"] = {{"params", b.params},           {"grads", b.grads},
+  j["memory_bytes"] = {{"params", b.params},           {"master_params", b.master_params}, {"grads", b.grads},
                        {"optimizer", b.optimizer},     {"activations", b.activations},
                        {"comm_buffers", b.comm_buffers}};
   j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
   j["precision"] = m.precision;
+  j["loss_scale"] = m.loss_scale ? nlohmann::json(*m.loss_scale) : nlohmann::json(nullptr);
+  j["skipped_steps"] = m.skipped_steps;
   file_ << j.dump() << '\n';
   file_.flush();
 }
@@ -108,9 +112,10 @@ void MetricsLog::validation(int64_t step, double val_loss) {
 void MetricsLog::memory(int64_t step, const MemoryMetrics& m) {
   if (!enabled_) return;
   constexpr double MiB = 1 << 20;
-  fmt::print("memory per rank at step {}: params {:.2f} MiB | grads {:.2f} MiB | optimizer {:.2f} MiB | activations "
-             "{:.2f} MiB | comm buffers {:.2f} MiB\n",
-             step, static_cast<double>(m.params) / MiB, static_cast<double>(m.grads) / MiB,
+  fmt::print("memory per rank at step {}: params {:.2f} MiB | master params {:.2f} MiB | grads {:.2f} MiB | optimizer "
+             "{:.2f} MiB | activations {:.2f} MiB | comm buffers {:.2f} MiB\n",
+             step, static_cast<double>(m.params) / MiB, static_cast<double>(m.master_params) / MiB,
+             static_cast<double>(m.grads) / MiB,
              static_cast<double>(m.optimizer) / MiB, static_cast<double>(m.activations) / MiB,
              static_cast<double>(m.comm_buffers) / MiB);
   std::fflush(stdout);

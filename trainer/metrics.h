@@ -12,8 +12,10 @@
 namespace megatrain {
 
 // Bytes one rank holds, by kind (parallel/zero.h, model/optimizer.h, model/stage.h).
+// params: what compute reads (16-bit at bf16/fp16); master_params: the float32 masters the
+// optimizer updates, when they are a separate buffer (bf16/fp16).
 struct MemoryMetrics {
-  int64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
+  int64_t params = 0, master_params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
 };
 
 struct StepMetrics {
@@ -35,6 +37,8 @@ struct StepMetrics {
   std::vector<double> pp_idle_ms;
   MemoryMetrics memory;
   std::string precision = "fp32";  // train.precision
+  std::optional<double> loss_scale;  // fp16: the scale the step's loss was multiplied by
+  int64_t skipped_steps = 0;          // fp16: steps skipped for overflowing gradients, since step 0
 };
 
 class MetricsLog {

@@ -13,7 +13,7 @@ ParallelDims parallel_dims(const Config& c) {
 
 ZeroOptions zero_options(const Config& c) {
   const auto floats = static_cast<int64_t>(c.parallel.bucket_size_mb * 1024.0 * 1024.0 / sizeof(float));
-  return {c.parallel.zero_stage, std::max<int64_t>(1, floats), c.parallel.overlap_grad_reduce};
+  return {c.parallel.zero_stage, std::max<int64_t>(1, floats), c.parallel.overlap_grad_reduce, c.train.precision};
 }
 
 AdamWOptions adamw_options(const Config& c) {
@@ -48,9 +48,9 @@ StageRange virtual_stage_range(const Config& c, int vs) {
   return {first, layers(vs), vs == 0, vs + 1 == stages};
 }
 
-RankRun::RankRun(const Config& c, const Comm& world)
-    : cfg(c), groups(world, parallel_dims(c)), dp_comm(groups.dp()), tp_comm(groups.tp()), pp_comm(groups.pp()),
-      dp_rank(dp_comm.rank()), dp(dp_comm.size()), data(c, dp_rank, dp), ranges(chunk_ranges(c, pp_comm.rank())),
+RankRun::RankRun(const Config& c, const Comm& world_comm)
+    : cfg(c), groups(world_comm, parallel_dims(c)), dp_comm(groups.dp()), tp_comm(groups.tp()), pp_comm(groups.pp()),
+      world(world_comm), dp_rank(dp_comm.rank()), dp(dp_comm.size()), data(c, dp_rank, dp), ranges(chunk_ranges(c, pp_comm.rank())),
       steps(pipeline_schedule(c.parallel.pipeline_schedule, pp_comm.rank(),
                               PipeShape{pp_comm.size(), data.train().micro_batches_per_step(), c.parallel.virtual_stages})),
       layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel, ranges)),
@@ -65,6 +65,7 @@ RankRun::RankRun(const Config& c, const Comm& world)
       inputs_(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
       targets_(inputs_.size()) {
   init_params_range(layout, zero.held_params(), zero.held_params_range(), c.model, c.train.seed);
+  zero.params_written();
   const TpOptions tp_options{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm};
   const int64_t rows = int64_t{c.train.micro_batch_size} * c.train.seq_len;
   std::vector<int> slots;
@@ -105,7 +106,7 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
   }
   if (!evaluating_) {
     opt.grad = LossGrad::in_place;
-    opt.dloss_scale = 1.0f / static_cast<float>(tokens_per_step());
+    opt.dloss_scale = static_cast<float>(loss_scale_ / static_cast<double>(tokens_per_step()));
     opt.dropout = true;
     opt.dropout_seed = cfg.train.seed;
     opt.first_sample = static_cast<uint64_t>(step_) * G + static_cast<uint64_t>(dp_rank) * (G / dp) +
@@ -160,11 +161,19 @@ size_t RankRun::activation_bytes() const {
 
 MemoryMetrics RankRun::memory() const {
   const ZeroMemory z = zero.memory();
-  return {z.params, z.grads, optimizer.state_bytes(), static_cast<int64_t>(activation_bytes()), z.comm_buffers};
+  MemoryMetrics m;
+  m.params = z.params;
+  m.master_params = z.master_params;
+  m.grads = z.grads;
+  m.optimizer = optimizer.state_bytes();
+  m.activations = static_cast<int64_t>(activation_bytes());
+  m.comm_buffers = z.comm_buffers;
+  return m;
 }
 
-double RankRun::train_step(int64_t step) {
+double RankRun::train_step(int64_t step, double loss_scale) {
   step_ = step;
+  loss_scale_ = loss_scale;
   loss_sum_ = 0.0;
   for (Chunk& ch : chunks_) ch.backwards_left = data.train().micro_batches_per_step();
   zero.step_begin();
@@ -184,6 +193,18 @@ double RankRun::grad_norm() {
   if (tp_comm.size() > 1) tp_comm.all_reduce(&squares, 1).wait();
   if (pp_comm.size() > 1) pp_comm.all_reduce(&squares, 1).wait();  // each stage holds its own tensors
   return std::sqrt(squares);
+}
+
+int RankRun::first_overflow_rank() {
+  const float* g = zero.optimizer_grads();
+  const int64_t n = zero.optimizer_range().size();
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static)
+  for (int64_t i = 0; i < n; ++i) bad |= std::isfinite(g[i]) ? 0 : 1;
+  // The max of (world size − rank) over the ranks that saw one: the lowest such rank.
+  int64_t key = bad ? world.size() - world.rank() : 0;
+  world.all_reduce(&key, 1, ReduceOp::max).wait();
+  return key == 0 ? -1 : static_cast<int>(world.size() - key);
 }
 
 double RankRun::evaluate() {

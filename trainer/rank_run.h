@@ -29,8 +29,12 @@ class RankRun final : public PipelineWork {
   RankRun(const Config& c, const Comm& world);
 
   // Forward + backward over this rank's micro-batches of `step` through the pipeline, gradients
-  // reduced over the data-parallel ranks (parallel/zero.h). Returns the mean loss over the global batch.
-  double train_step(int64_t step);
+  // reduced over the data-parallel ranks (parallel/zero.h), the loss gradient multiplied by
+  // loss_scale (fp16). Returns the mean loss over the global batch.
+  double train_step(int64_t step, double loss_scale = 1.0);
+  // The lowest global rank whose reduced gradients (its optimizer shard) hold an Inf or NaN, the
+  // same on every rank; −1 when all are finite.
+  int first_overflow_rank();
   // Global L2 norm of the step's gradient: every global parameter counted once (model/tp_shared.h).
   double grad_norm();
   // Mean loss over the first eval_steps global batches of the validation set (same each time).
@@ -54,6 +58,7 @@ class RankRun final : public PipelineWork {
   const Comm& dp_comm;
   const Comm& tp_comm;
   const Comm& pp_comm;
+  const Comm world;
   int dp_rank, dp;
   TrainData data;
   std::vector<StageRange> ranges;  // per model chunk
@@ -87,6 +92,7 @@ class RankRun final : public PipelineWork {
   std::vector<int32_t> inputs_, targets_;
   int64_t step_ = 0;
   double loss_sum_ = 0.0;
+  double loss_scale_ = 1.0;
   bool evaluating_ = false;
   int64_t eval_batch_ = 0;
 };

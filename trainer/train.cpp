@@ -4,11 +4,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 
 #include "model/gpt.h"
 #include "trainer/checkpoint.h"
+#include "trainer/debug_env.h"
+#include "trainer/loss_scaler.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 #include "trainer/peak_flops.h"
@@ -51,8 +54,11 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   RankRun run(cfg, world);
   const CheckpointTensors state = run.checkpoint_tensors();
   const int64_t G = cfg.train.global_batch_size;
-  int64_t start_step = 0;
+  int64_t start_step = 0, skipped = 0;
+  std::optional<DynamicLossScaler> scaler;
+  if (cfg.train.precision == Precision::fp16) scaler.emplace(cfg.loss_scale);
   if (auto meta = checkpoint_load(cfg, state, world, options.allow_fresh_start, rank0)) {
+    run.zero.params_written();
     start_step = meta->state.step;
     MT_INPUT_CHECK(meta->state.consumed_samples == start_step * G,
                    "{}: the checkpoint consumed {} samples in {} steps, but train.global_batch_size = {} implies {}; "
@@ -63,7 +69,11 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     if (meta->state.seed != cfg.train.seed && rank0)
       spdlog::warn("checkpoint was trained with seed {}, continuing with train.seed = {}: data order and dropout change",
                    meta->state.seed, cfg.train.seed);
-    run.optimizer.set_step_count(start_step);
+    skipped = meta->state.skipped_steps;
+    run.optimizer.set_step_count(start_step - skipped);
+    if (scaler && meta->state.loss_scale > 0.0)
+      scaler->restore({meta->state.loss_scale, meta->state.loss_scale_growth_tracker,
+                       meta->state.loss_scale_hysteresis_tracker});
   }
   std::unique_ptr<Checkpointer> checkpointer;
   if (cfg.checkpoint.save_interval > 0) checkpointer = std::make_unique<Checkpointer>(cfg, world);
@@ -71,9 +81,11 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     spdlog::info("model: {} parameters, {:.1f} MiB activations on rank 0; data: {} tokens, {} samples per epoch",
                  run.stored_layout.num_parameters(), static_cast<double>(run.activation_bytes()) / (1 << 20),
                  run.data.train_tokens(), run.data.train_samples_per_epoch());
-    if (cfg.train.precision == MatmulPrecision::bf16)
-      spdlog::info("precision bf16: the linear layers multiply bfloat16 roundings with float32 sums, by conversion "
-                   "to float32 GEMMs (kernels/cpu/gemm.h); weights, gradients and optimizer state are float32");
+    if (cfg.train.precision != Precision::fp32)
+      spdlog::info("precision {0}: the linear layers multiply {0} roundings with float32 sums, by conversion to "
+                   "float32 GEMMs (kernels/cpu/gemm.h); weights, gradients and optimizer state are float32{1}",
+                   precision_name(cfg.train.precision),
+                   scaler ? fmt::format("; dynamic loss scale from {:g}", scaler->scale()) : "");
     spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} chunk(s) per rank, {} "
                  "micro-batch slots on rank 0), dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",
                  run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.tp_comm.size(),
@@ -96,11 +108,28 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     run.dp_comm.reset_stats();
     run.tp_comm.reset_stats();
     run.pp_comm.reset_stats();
-    const double loss = run.train_step(step);
-    const double norm = run.grad_norm();
-    const double rate = lr.at(step + 1);
-    run.optimizer.step(run.zero.optimizer_params(), run.zero.optimizer_grads(), static_cast<float>(rate), norm);
-    run.zero.step_end();
+    const double scale = scaler ? scaler->scale() : 1.0;
+    const double loss = run.train_step(step, scale);
+    if (debug_env::grad_overflow_injected(step + 1, world.rank()) && run.zero.optimizer_range().size() > 0)
+      run.zero.optimizer_grads()[0] = std::numeric_limits<float>::infinity();
+    const int overflow = scaler ? run.first_overflow_rank() : -1;
+    const double rate = lr.at(step + 1 - skipped);  // skipped steps do not advance the schedule (Megatron)
+    double norm = std::numeric_limits<double>::quiet_NaN();
+    if (overflow < 0) {
+      norm = run.grad_norm() / scale;
+      run.optimizer.step(run.zero.optimizer_params(), run.zero.optimizer_grads(), static_cast<float>(rate), norm,
+                         static_cast<float>(1.0 / scale));
+      run.zero.step_end();
+    } else {
+      ++skipped;
+    }
+    if (scaler) {
+      scaler->update(overflow >= 0);
+      if (overflow >= 0 && rank0)
+        spdlog::warn("step {} skipped: gradients overflowed (Inf/NaN, first seen on rank {}) at loss scale {:g}; "
+                     "scale now {:g}",
+                     step + 1, overflow, scale, scaler->scale());
+    }
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     result.losses.push_back(loss);
     result.grad_norms.push_back(norm);
@@ -130,7 +159,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       if (run.pp_comm.size() > 1) run.pp_comm.all_reduce(m.pp_idle_ms.data(), run.pp_comm.size()).wait();
       m.compute_ms = m.step_time_ms - m.exposed_comm_ms - m.tp_exposed_ms - logged.pp.exposed_ms / n;
       m.memory = run.memory();
-      m.precision = cfg.train.precision == MatmulPrecision::bf16 ? "bf16" : "fp32";
+      m.precision = precision_name(cfg.train.precision);
+      if (scaler) m.loss_scale = scale;
+      m.skipped_steps = skipped;
       if (peak_tflops > 0.0) m.mfu = flops_per_step / avg / world.size() / (peak_tflops * 1e12);
       m.eta_s = std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(step + 1 - start_step) *
                 static_cast<double>(cfg.train.steps - step - 1);
@@ -138,7 +169,13 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       logged = Logged{};
     }
     if (checkpointer && (step + 1) % cfg.checkpoint.save_interval == 0) {
-      const double stall = checkpointer->save(state, TrainState{step + 1, (step + 1) * G, cfg.train.seed});
+      TrainState ts{step + 1, (step + 1) * G, cfg.train.seed, skipped};
+      if (scaler) {
+        const LossScaleState& l = scaler->state();
+        ts.loss_scale = l.scale, ts.loss_scale_growth_tracker = l.growth_tracker;
+        ts.loss_scale_hysteresis_tracker = l.hysteresis_tracker;
+      }
+      const double stall = checkpointer->save(state, ts);
       if (rank0) spdlog::info("checkpoint: step {} {} ({:.1f} ms stall)", step + 1,
                               cfg.checkpoint.async ? "copied, writing in the background" : "saved", stall * 1e3);
     }

@@ -8,11 +8,11 @@
 
 namespace megatrain::cpu {
 
-// bf16: the GEMMs multiply the bfloat16 roundings of their inputs (MatmulPrecision::bf16).
+// The GEMMs multiply the inputs' roundings to `p` (kernels/device.h), with float32 sums.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int C,
-                    int OC, bool bf16);
+                    int OC, Precision p);
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int C, int OC, bool bf16);
+                     const float* weight, int64_t N, int C, int OC, Precision p);
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int C, float eps);

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/check.h"
 
 namespace megatrain::cpu {
@@ -16,16 +16,6 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   MT_CHECK(st == dnnl_success, "dnnl_sgemm({}x{}x{}) failed with status {}", M, N, K, static_cast<int>(st));
 }
 
-void bf16_to_f32(float* out, const uint16_t* inp, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = f32_from_bf16(inp[i]);
-}
-
-void f32_to_bf16(uint16_t* out, const float* inp, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16_from_f32(inp[i]);
-}
-
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   // op(A) is M × K: stored as M rows of K (no transpose) or K rows of M, lda apart; likewise op(B).
@@ -35,8 +25,8 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
   thread_local std::vector<float> a, b;  // grow only; reused call to call
   if (static_cast<int64_t>(a.size()) < a_size) a.resize(static_cast<size_t>(a_size));
   if (static_cast<int64_t>(b.size()) < b_size) b.resize(static_cast<size_t>(b_size));
-  bf16_to_f32(a.data(), A, a_size);
-  bf16_to_f32(b.data(), B, b_size);
+  half_to_f32(Precision::bf16, a.data(), A, a_size);
+  half_to_f32(Precision::bf16, b.data(), B, b_size);
   gemm(ta, tb, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
 }
 

@@ -12,15 +12,11 @@ enum class Trans : char { no = 'N', yes = 'T' };
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-// The same with A and B in bfloat16 (kernels/bf16.h) and C in float32: every product of two
+// The same with A and B in bfloat16 (kernels/half.h) and C in float32: every product of two
 // bfloat16 values is exact in float32, and the sums are float32, so the result is the float32 GEMM
 // of the bfloat16 values. Today by conversion: A and B are widened into float32 scratch (as stored,
 // lda and ldb kept) and multiplied by gemm() — the path for CPUs without bfloat16 instructions.
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
-
-// Widening and rounding conversions between float32 and bfloat16 (n values).
-void bf16_to_f32(float* out, const uint16_t* inp, int64_t n);
-void f32_to_bf16(uint16_t* out, const float* inp, int64_t n);
 
 }  // namespace megatrain::cpu

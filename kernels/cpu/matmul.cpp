@@ -4,40 +4,50 @@
 #include <vector>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm.h"
 
 namespace megatrain::cpu {
 namespace {
 
-// gemm() of A (a_size floats) and B (b_size), or of their bfloat16 roundings with float32 sums.
-void linear_gemm(bool bf16, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+// gemm() of A (a_size floats) and B (b_size), or of their roundings to p with float32 sums: bf16
+// through gemm_bf16, fp16 as float32 copies holding the fp16 roundings (fp16 to float32 is exact).
+void linear_gemm(Precision p, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                  int64_t a_size, const float* B, int64_t ldb, int64_t b_size, float beta, float* C, int64_t ldc) {
-  if (!bf16) return gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-  thread_local std::vector<uint16_t> a, b;  // grow only; reused call to call
+  if (p == Precision::fp32) return gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  if (p == Precision::fp16) {
+    thread_local std::vector<float> a, b;  // grow only; reused call to call
+    if (static_cast<int64_t>(a.size()) < a_size) a.resize(static_cast<size_t>(a_size));
+    if (static_cast<int64_t>(b.size()) < b_size) b.resize(static_cast<size_t>(b_size));
+    round_to_half(p, a.data(), A, a_size);
+    round_to_half(p, b.data(), B, b_size);
+    return gemm(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, beta, C, ldc);
+  }
+  thread_local std::vector<uint16_t> a, b;
   if (static_cast<int64_t>(a.size()) < a_size) a.resize(static_cast<size_t>(a_size));
   if (static_cast<int64_t>(b.size()) < b_size) b.resize(static_cast<size_t>(b_size));
-  f32_to_bf16(a.data(), A, a_size);
-  f32_to_bf16(b.data(), B, b_size);
+  f32_to_half(p, a.data(), A, a_size);
+  f32_to_half(p, b.data(), B, b_size);
   gemm_bf16(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, beta, C, ldc);
 }
 
 }  // namespace
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int C,
-                    int OC, bool bf16) {
+                    int OC, Precision p) {
   float beta = 0.0f;
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i) std::memcpy(out + i * OC, bias, sizeof(float) * static_cast<size_t>(OC));
     beta = 1.0f;
   }
-  linear_gemm(bf16, Trans::no, Trans::yes, N, OC, C, inp, C, N * C, weight, C, int64_t{OC} * C, beta, out, OC);
+  linear_gemm(p, Trans::no, Trans::yes, N, OC, C, inp, C, N * C, weight, C, int64_t{OC} * C, beta, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int C, int OC, bool bf16) {
-  if (dinp) linear_gemm(bf16, Trans::no, Trans::no, N, C, OC, dout, OC, N * OC, weight, C, int64_t{OC} * C, 0.0f, dinp, C);
-  if (dweight) linear_gemm(bf16, Trans::yes, Trans::no, OC, C, N, dout, OC, N * OC, inp, C, N * C, 1.0f, dweight, C);
+                     const float* weight, int64_t N, int C, int OC, Precision p) {
+  if (dinp) linear_gemm(p, Trans::no, Trans::no, N, C, OC, dout, OC, N * OC, weight, C, int64_t{OC} * C, 0.0f, dinp, C);
+  if (dweight) linear_gemm(p, Trans::yes, Trans::no, OC, C, N, dout, OC, N * OC, inp, C, N * C, 1.0f, dweight, C);
   if (dbias) {
     // Columns split across threads; each column sums its rows in order (deterministic).
     constexpr int kChunk = 64;

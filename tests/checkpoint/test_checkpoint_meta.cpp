@@ -1,7 +1,8 @@
-// The root attributes of a checkpoint (step, consumed_samples, seed, config, parallel_layout) are
-// covered by meta_crc32 (checkpoint/checkpoint_file.h, docs/checkpoint-format.md): its value is zlib's
-// CRC-32 of the documented byte string, any change to one of them is refused naming the file, and a
-// version 1 file (written before the checksum existed) still loads.
+// The root attributes of a checkpoint (step, consumed_samples, seed, config, parallel_layout, and
+// from version 3 the loss scaler's) are covered by meta_crc32 (checkpoint/checkpoint_file.h,
+// docs/checkpoint-format.md): its value is zlib's CRC-32 of the documented byte string, any change
+// to one of them is refused naming the file, and version 1 (no checksum) and version 2 (no loss
+// scaler) files still load.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -54,12 +55,13 @@ class CheckpointMetaTest : public ::testing::Test {
   ModelConfig m_;
   ParamLayout layout_;
   std::vector<float> buf_;
-  const CheckpointMeta meta_{{7, 70, 1234}, "[model]\nn_layers = 1\n", R"({"tp":1,"dp":1})"};
+  const CheckpointMeta meta_{{7, 70, 1234, 2, 16384.0, 5, 1}, "[model]\nn_layers = 1\n", R"({"tp":1,"dp":1})"};
 };
 
 TEST_F(CheckpointMetaTest, StoredChecksumIsZlibsCrcOfTheDocumentedBytes) {
   const std::string bytes = "step=7\nconsumed_samples=70\nseed=1234\nconfig=[model]\nn_layers = 1\n\n"
-                            "parallel_layout={\"tp\":1,\"dp\":1}\n";
+                            "parallel_layout={\"tp\":1,\"dp\":1}\nskipped_steps=2\nloss_scale=16384\n"
+                            "loss_scale_growth_tracker=5\nloss_scale_hysteresis_tracker=1\n";
   const auto want = static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()),
                                                 static_cast<uInt>(bytes.size())));
   uint32_t stored = 0;
@@ -72,11 +74,15 @@ TEST_F(CheckpointMetaTest, StoredChecksumIsZlibsCrcOfTheDocumentedBytes) {
   EXPECT_EQ(checkpoint_meta_crc32(meta_), want);
   const CheckpointMeta got = checkpoint_file_read(path_, tensors());
   EXPECT_EQ(got.state.step, 7);
+  EXPECT_EQ(got.state.skipped_steps, 2);
+  EXPECT_EQ(got.state.loss_scale, 16384.0);
+  EXPECT_EQ(got.state.loss_scale_growth_tracker, 5);
+  EXPECT_EQ(got.state.loss_scale_hysteresis_tracker, 1);
   EXPECT_EQ(got.config_toml, meta_.config_toml);
 }
 
 TEST_F(CheckpointMetaTest, AChangedStepOrConsumedCountOrSeedIsRefused) {
-  for (const char* name : {"step", "consumed_samples", "seed"}) {
+  for (const char* name : {"step", "consumed_samples", "seed", "skipped_steps", "loss_scale_growth_tracker"}) {
     SetUp();
     edit_root([&](hid_t f) { set_i64(f, name, 8); });
     const std::string e = test::input_error_of([&] { checkpoint_file_read(path_, tensors()); });
@@ -107,6 +113,25 @@ TEST_F(CheckpointMetaTest, VersionOneFilesWithoutTheChecksumStillLoad) {
   EXPECT_EQ(checkpoint_file_read(path_, tensors()).state.consumed_samples, 70);
   edit_root([&](hid_t f) { set_i64(f, "format_version", 2); });  // version 2 must have it
   EXPECT_CONTAINS(test::input_error_of([&] { checkpoint_file_read(path_, tensors()); }), "meta_crc32");
+}
+
+TEST_F(CheckpointMetaTest, VersionTwoFilesWithoutTheLossScalerStillLoad) {
+  CheckpointMeta v2 = meta_;
+  v2.state.skipped_steps = 0, v2.state.loss_scale = 0.0;
+  v2.state.loss_scale_growth_tracker = v2.state.loss_scale_hysteresis_tracker = 0;
+  edit_root([&](hid_t f) {
+    for (const char* name : {"skipped_steps", "loss_scale", "loss_scale_growth_tracker", "loss_scale_hysteresis_tracker"})
+      H5Adelete(f, name);
+    set_i64(f, "format_version", 2);
+    const uint32_t crc = checkpoint_meta_crc32(v2, 2);
+    const hid_t a = H5Aopen(f, "meta_crc32", H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_UINT32, &crc);
+    H5Aclose(a);
+  });
+  const CheckpointMeta got = checkpoint_file_read(path_, tensors());
+  EXPECT_EQ(got.state.step, 7);
+  EXPECT_EQ(got.state.loss_scale, 0.0);
+  EXPECT_EQ(got.state.skipped_steps, 0);
 }
 
 }  // namespace

@@ -14,11 +14,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/expect_contains.h"
 #include "kernels/check.h"
-#include "interop/half.h"
+#include "kernels/half.h"
 #include "interop/hf_interop.h"
 #include "trainer/config.h"
 #include "tests/input_error.h"
@@ -71,9 +72,10 @@ FlatBuffer random_params(const ModelConfig& m, const ParamLayout& layout) {
 struct RawTensor {
   std::string dtype;
   std::vector<int64_t> shape;
-  std::vector<float> data;  // F32 only
+  std::vector<float> data;  // F32, or BF16 / F16 values widened
 };
-std::map<std::string, RawTensor> read_raw(const fs::path& path, json* metadata = nullptr) {
+// Every tensor must have dtype `want` (F32, BF16 or F16).
+std::map<std::string, RawTensor> read_raw(const fs::path& path, json* metadata = nullptr, const std::string& want = "F32") {
   std::ifstream in(path, std::ios::binary);
   const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   EXPECT_GE(bytes.size(), 8u);
@@ -96,10 +98,16 @@ std::map<std::string, RawTensor> read_raw(const fs::path& path, json* metadata =
     ranges.emplace_back(begin, end);
     int64_t numel = 1;
     for (int64_t d : r.shape) numel *= d;
-    EXPECT_EQ(r.dtype, "F32") << name;
-    EXPECT_EQ(end - begin, static_cast<uint64_t>(numel) * 4) << name;
+    EXPECT_EQ(r.dtype, want) << name;
+    const uint64_t size = want == "F32" ? 4 : 2;
+    EXPECT_EQ(end - begin, static_cast<uint64_t>(numel) * size) << name;
     r.data.resize(static_cast<size_t>(numel));
-    if (end <= data_size) std::memcpy(r.data.data(), bytes.data() + 8 + n + begin, end - begin);
+    if (end <= data_size && size == 4) std::memcpy(r.data.data(), bytes.data() + 8 + n + begin, end - begin);
+    for (size_t i = 0; end <= data_size && size == 2 && i < r.data.size(); ++i) {
+      uint16_t bits = 0;
+      std::memcpy(&bits, bytes.data() + 8 + n + begin + 2 * i, 2);
+      r.data[i] = want == "BF16" ? bf16_to_float(bits) : fp16_to_float(bits);
+    }
     out[name] = std::move(r);
   }
   std::sort(ranges.begin(), ranges.end());
@@ -292,6 +300,30 @@ TEST_F(HfInterop, ExportThenImportIsBitExactForBothFamilies) {
     ASSERT_EQ(r.layout.total(), gpt_param_layout(m).total());
     EXPECT_EQ(0, std::memcmp(r.params.data(), p.data(), static_cast<size_t>(p.size()) * 4)) << name;
   }
+}
+
+// --dtype bf16 / fp16: every tensor stored as that dtype, each value the nearest 16-bit one to the
+// float32 export's, and config.json's torch_dtype says so.
+TEST_F(HfInterop, ExportsBf16AndFp16AsTheRoundedFloat32Export) {
+  const ModelConfig m = llama_like();
+  const FlatBuffer p = export_random(m, "f32");
+  const auto f32 = read_raw(dir_ / "f32" / "model.safetensors");
+  for (const auto& [dtype, st, torch] : {std::tuple{Precision::bf16, "BF16", "bfloat16"},
+                                         std::tuple{Precision::fp16, "F16", "float16"}}) {
+    hf_export((dir_ / st).string(), m, p.data(), "test", dtype);
+    const auto half = read_raw(dir_ / st / "model.safetensors", nullptr, st);
+    ASSERT_EQ(half.size(), f32.size()) << st;
+    for (const auto& [name, t] : f32) {
+      ASSERT_EQ(half.at(name).shape, t.shape) << name;
+      for (size_t i = 0; i < t.data.size(); ++i) {
+        const float want = dtype == Precision::bf16 ? bf16_to_float(float_to_bf16(t.data[i]))
+                                                    : fp16_to_float(float_to_fp16(t.data[i]));
+        ASSERT_EQ(half.at(name).data[i], want) << st << " " << name << "[" << i << "]";
+      }
+    }
+    EXPECT_EQ(config_of(st)["torch_dtype"], torch) << st;
+  }
+  EXPECT_EQ(config_of("f32")["torch_dtype"], "float32");
 }
 
 TEST_F(HfInterop, ImportsHalfPrecisionShardedAndUnprefixedFiles) {

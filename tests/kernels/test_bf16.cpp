@@ -4,7 +4,7 @@
 // bfloat16 GEMM against a double-precision product of the same bfloat16 values, within the
 // float32 accumulation bound γ(K + 2)·(|α|·Σ|a·b| + |β|·|c|), for every transpose and odd sizes
 // with leading dimensions larger than the rows. The linear layers on a bf16 stream
-// (MatmulPrecision::bf16) multiply the bfloat16 roundings of their inputs: forward and both
+// (Precision::bf16) multiply the bfloat16 roundings of their inputs: forward and both
 // backward products within the same bound of the double product of the rounded values, and
 // measurably off the float32 result.
 #include <gtest/gtest.h>
@@ -14,8 +14,9 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/bf16.h"
+#include "kernels/half.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 
@@ -25,8 +26,8 @@ namespace {
 // The bfloat16 value nearest to x, ties to even, by comparing x with its two neighbours.
 float reference_round(float x) {
   const uint32_t lo_bits = std::bit_cast<uint32_t>(x) >> 16;
-  const float lo = f32_from_bf16(static_cast<uint16_t>(lo_bits));       // x cut toward zero
-  const float up = f32_from_bf16(static_cast<uint16_t>(lo_bits + 1));   // the next one away from zero (maybe ∞)
+  const float lo = bf16_to_float(static_cast<uint16_t>(lo_bits));       // x cut toward zero
+  const float up = bf16_to_float(static_cast<uint16_t>(lo_bits + 1));   // the next one away from zero (maybe ∞)
   // Past the largest finite value the next one is infinity, at 2^128 for rounding (IEEE overflow).
   const double up_at = std::isinf(up) ? std::copysign(std::ldexp(1.0, 128), up) : static_cast<double>(up);
   const double d_lo = std::fabs(static_cast<double>(x) - lo), d_up = std::fabs(up_at - x);
@@ -42,30 +43,30 @@ TEST(Bf16, RoundsToNearestEvenAsDefined) {
     if ((u & 0x7f800000u) == 0x7f800000u) continue;
     if (i % 4 == 0) u = (u & 0xffff0000u) | 0x8000u;  // a tie
     const float x = std::bit_cast<float>(u);
-    ASSERT_EQ(std::bit_cast<uint32_t>(f32_from_bf16(bf16_from_f32(x))), std::bit_cast<uint32_t>(reference_round(x)))
+    ASSERT_EQ(std::bit_cast<uint32_t>(bf16_to_float(float_to_bf16(x))), std::bit_cast<uint32_t>(reference_round(x)))
         << std::hexfloat << x;
   }
-  EXPECT_EQ(f32_from_bf16(bf16_from_f32(1.0f + 0x1p-8f)), 1.0f);                  // tie, 1.0 is even
-  EXPECT_EQ(f32_from_bf16(bf16_from_f32(1.0f + 0x3p-8f)), 1.0f + 0x1p-6f);        // tie, up to even
-  EXPECT_EQ(f32_from_bf16(bf16_from_f32(1.0f + 0x1p-8f + 0x1p-20f)), 1.0f + 0x1p-7f);  // past the tie
-  EXPECT_TRUE(std::isinf(f32_from_bf16(bf16_from_f32(std::numeric_limits<float>::max()))));
-  EXPECT_EQ(f32_from_bf16(bf16_from_f32(-std::numeric_limits<float>::infinity())),
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 0x1p-8f)), 1.0f);                  // tie, 1.0 is even
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 0x3p-8f)), 1.0f + 0x1p-6f);        // tie, up to even
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 0x1p-8f + 0x1p-20f)), 1.0f + 0x1p-7f);  // past the tie
+  EXPECT_TRUE(std::isinf(bf16_to_float(float_to_bf16(std::numeric_limits<float>::max()))));
+  EXPECT_EQ(bf16_to_float(float_to_bf16(-std::numeric_limits<float>::infinity())),
             -std::numeric_limits<float>::infinity());
-  const float nan = f32_from_bf16(bf16_from_f32(-std::numeric_limits<float>::quiet_NaN()));
+  const float nan = bf16_to_float(float_to_bf16(-std::numeric_limits<float>::quiet_NaN()));
   EXPECT_TRUE(std::isnan(nan));
   EXPECT_TRUE(std::signbit(nan));
-  EXPECT_TRUE(std::isnan(f32_from_bf16(bf16_from_f32(std::bit_cast<float>(0x7f800001u)))));  // a NaN whose top bits are inf's
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::bit_cast<float>(0x7f800001u)))));  // a NaN whose top bits are inf's
 }
 
 TEST(Bf16, EveryValueRoundTripsExactly) {
   std::vector<uint16_t> all(1 << 16), back(all.size());
   std::vector<float> wide(all.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
-  cpu::bf16_to_f32(wide.data(), all.data(), static_cast<int64_t>(all.size()));
-  cpu::f32_to_bf16(back.data(), wide.data(), static_cast<int64_t>(all.size()));
+  cpu::half_to_f32(Precision::bf16, wide.data(), all.data(), static_cast<int64_t>(all.size()));
+  cpu::f32_to_half(Precision::bf16, back.data(), wide.data(), static_cast<int64_t>(all.size()));
   for (size_t i = 0; i < all.size(); ++i) {
     if (std::isnan(wide[i])) {
-      EXPECT_TRUE(std::isnan(f32_from_bf16(back[i]))) << i;
+      EXPECT_TRUE(std::isnan(bf16_to_float(back[i]))) << i;
     } else {
       ASSERT_EQ(back[i], all[i]) << i;
     }
@@ -85,18 +86,18 @@ TEST(Bf16, GemmIsTheFloat32ProductOfTheBf16Values) {
             const int64_t lda = (ta == Trans::no ? K : M) + 3, ldb = (tb == Trans::no ? N : K) + 2, ldc = N + 1;
             std::vector<uint16_t> A(static_cast<size_t>((ta == Trans::no ? M : K) * lda)),
                 B(static_cast<size_t>((tb == Trans::no ? K : N) * ldb));
-            for (auto& x : A) x = bf16_from_f32(rng_normal(k, draw++));
-            for (auto& x : B) x = bf16_from_f32(rng_normal(k, draw++));
+            for (auto& x : A) x = float_to_bf16(rng_normal(k, draw++));
+            for (auto& x : B) x = float_to_bf16(rng_normal(k, draw++));
             std::vector<float> C(static_cast<size_t>(M * ldc));
             for (auto& x : C) x = rng_normal(k, draw++);
             const std::vector<float> C0 = C;
             const float alpha = 1.5f, beta = 0.5f;
             cpu::gemm_bf16(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
             const auto a = [&](int64_t i, int64_t p) {
-              return f32_from_bf16(A[static_cast<size_t>(ta == Trans::no ? i * lda + p : p * lda + i)]);
+              return bf16_to_float(A[static_cast<size_t>(ta == Trans::no ? i * lda + p : p * lda + i)]);
             };
             const auto b = [&](int64_t p, int64_t j) {
-              return f32_from_bf16(B[static_cast<size_t>(tb == Trans::no ? p * ldb + j : j * ldb + p)]);
+              return bf16_to_float(B[static_cast<size_t>(tb == Trans::no ? p * ldb + j : j * ldb + p)]);
             };
             const double gamma = (K + 2) * u / (1 - (K + 2) * u);
             for (int64_t i = 0; i < M; ++i)
@@ -123,8 +124,8 @@ TEST(Bf16, LinearLayersMultiplyTheRoundedValues) {
   uint64_t draw = 0;
   for (auto* v : {&x, &w, &b, &dy})
     for (float& e : *v) e = rng_normal(k, draw++);
-  const auto rounded = [](float v) { return f32_from_bf16(bf16_from_f32(v)); };
-  const Stream bf16 = Stream::cpu(MatmulPrecision::bf16), fp32 = Stream::cpu();
+  const auto rounded = [](float v) { return bf16_to_float(float_to_bf16(v)); };
+  const Stream bf16 = Stream::cpu(Precision::bf16), fp32 = Stream::cpu();
   std::vector<float> y(N * OC), y32(N * OC), dx(N * C), dw(OC * C, 0.0f), db(OC, 0.0f);
   matmul_forward(bf16, Tensor(y.data(), Shape{N, OC}), Tensor(x.data(), Shape{N, C}), Tensor(w.data(), Shape{OC, C}),
                  Tensor(b.data(), Shape{OC}));

@@ -218,7 +218,7 @@ peak_tflops = 989.5
   EXPECT_EQ(b.data.train, (std::vector<WeightedPrefix>{{1.0, "tr\"ain\\x"}}));
   EXPECT_EQ(b.parallel.pipeline_layers, (std::vector<int>{1, 2}));
   EXPECT_EQ(b.train.recompute, Recompute::full);
-  EXPECT_EQ(b.train.precision, MatmulPrecision::bf16);
+  EXPECT_EQ(b.train.precision, Precision::bf16);
 }
 
 // Pipeline stages and schedules: each refusal names the key and what to do instead.

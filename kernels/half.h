@@ -1,5 +1,6 @@
-// 16-bit float conversions used by checkpoint files: bfloat16 (the top half of an IEEE float32)
-// and IEEE 754 binary16 ("half", fp16: 1 sign, 5 exponent, 10 mantissa bits).
+// 16-bit floats as raw bits, for mixed-precision compute and for checkpoint and interchange files:
+// bfloat16 (the top half of an IEEE float32: its 8-bit exponent, 7 mantissa bits) and IEEE 754
+// binary16 ("half", fp16: 1 sign, 5 exponent, 10 mantissa bits).
 // Invariant: float → 16-bit rounds to nearest, ties to even; values too large become ±inf, values
 // too small become signed zero, fp16 subnormals are produced and read exactly; NaN stays a (quiet)
 // NaN and keeps its sign. 16-bit → float is exact (every bf16 and fp16 value is a float).
