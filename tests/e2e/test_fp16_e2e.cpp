@@ -1,0 +1,136 @@
+// fp16 training end to end (the tiny config): the linear layers multiply fp16 roundings with the
+// loss dynamically scaled (trainer/loss_scaler.h). An overflow injected at one step
+// (MEGATRAIN_DEBUG_GRAD_OVERFLOW, trainer/debug_env.h) skips exactly that step — the weights after
+// it equal the weights before it, to the byte — and lowers the scale as specified; an overflow on
+// rank 1 is reported as rank 1's; a scale that would fall below the minimum stops the run with the
+// error; fp16 trains like fp32 (final loss within 2 %) and resumes bitwise, loss scaler included.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/e2e_fixture.h"
+#include "tests/expect_contains.h"
+
+namespace megatrain {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+class Fp16E2E : public test::TrainE2E {
+ protected:
+  static constexpr const char* kFp16 =
+      "--set train.eval_interval=0 --set model.dropout=0.0 --set train.precision=fp16 --set optimizer.decay_steps=40";
+  // `megatrain train` with MEGATRAIN_DEBUG_GRAD_OVERFLOW=inject (none when empty).
+  test::Result run(const std::string& inject, const std::string& extra, const std::string& metrics) {
+    const std::string env = inject.empty() ? "" : "env MEGATRAIN_DEBUG_GRAD_OVERFLOW=" + inject + " ";
+    return test::run_shell(env + test::megatrain_bin() + " train --config " + config_.string() +
+                           " --set log.metrics_file=" + (dir_ / metrics).string() + " " + kFp16 + " " + extra);
+  }
+  std::string exported(const std::string& checkpoint) {
+    const fs::path out = dir_ / ("export_" + fs::path(checkpoint).filename().string());
+    const auto r = test::run_megatrain("export --checkpoint " + checkpoint + " --out " + out.string());
+    EXPECT_EQ(r.code, 0) << r.output;
+    std::ifstream in(out / "model.safetensors", std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+};
+
+TEST_F(Fp16E2E, AnInjectedOverflowSkipsExactlyThatStepAndBacksTheScaleOff) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string flags = "--set train.steps=7 --set loss_scale.hysteresis=1 --set checkpoint.save_interval=1 "
+                            "--set checkpoint.dir=" + ckpt;
+  const auto r = run("4", flags, "injected.jsonl");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "step 4 skipped: gradients overflowed (Inf/NaN, first seen on rank 0) at loss scale "
+                            "65536; scale now 32768");
+  const auto m = test::metrics_lines(dir_ / "injected.jsonl");
+  ASSERT_EQ(m.size(), 7u);
+  for (size_t i = 0; i < m.size(); ++i) {
+    const int64_t step = static_cast<int64_t>(i) + 1;
+    EXPECT_EQ(m[i]["skipped_steps"], step < 4 ? 0 : 1) << "step " << step;
+    EXPECT_EQ(m[i]["grad_norm"].is_null(), step == 4) << "step " << step;
+    EXPECT_EQ(m[i]["loss_scale"], step <= 4 ? 65536.0 : 32768.0) << "step " << step;
+    EXPECT_EQ(m[i]["precision"], "fp16");
+  }
+  // The weights after the skipped step are the weights before it; the next step changes them.
+  const std::string s3 = exported(ckpt + "/step_0000003"), s4 = exported(ckpt + "/step_0000004");
+  ASSERT_GT(s3.size(), 1000u);
+  EXPECT_TRUE(s3 == s4) << "the skipped step 4 changed the weights";
+  EXPECT_FALSE(s4 == exported(ckpt + "/step_0000005")) << "step 5 did not update";
+  // Before the overflow the run is the uninjected one, bit for bit.
+  const auto clean = run("", "--set train.steps=3", "clean.jsonl");
+  ASSERT_EQ(clean.code, 0) << clean.output;
+  const auto c = test::metrics_lines(dir_ / "clean.jsonl");
+  const std::vector<json> head(m.begin(), m.begin() + 3);
+  EXPECT_EQ(test::compare_runs(c, head, 0.0, "injected run before step 4"), 3 * 2);
+}
+
+TEST_F(Fp16E2E, AnOverflowOnRankOneIsLoggedWithRankOne) {
+  const std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 "
+                          "-x OMP_NUM_THREADS=1 -x MEGATRAIN_DEBUG_GRAD_OVERFLOW=2@1 " + test::megatrain_bin() +
+                          " train --config " + config_.string() + " --set log.metrics_file=" +
+                          (dir_ / "dp2.jsonl").string() + " " + kFp16 +
+                          " --set train.steps=3 --set parallel.zero_stage=1";
+  const auto r = test::run_shell(cmd);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "step 2 skipped: gradients overflowed (Inf/NaN, first seen on rank 1) at loss scale 65536; "
+                            "scale now 65536");  // hysteresis 2: the first overflow keeps the scale
+  const auto m = test::metrics_lines(dir_ / "dp2.jsonl");
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[2]["skipped_steps"], 1);
+}
+
+TEST_F(Fp16E2E, AScaleCollapsingBelowTheMinimumStopsTheRun) {
+  const auto r = run("2,3", "--set train.steps=5 --set loss_scale.initial_scale=4.0 --set loss_scale.min_scale=2.0",
+                     "collapse.jsonl");
+  EXPECT_EQ(r.code, 0) << r.output;
+  // Step 2: hysteresis 2 keeps the scale; step 3 backs off to 2 (the minimum); a third overflow stops.
+  EXPECT_CONTAINS(r.output, "step 3 skipped: gradients overflowed (Inf/NaN, first seen on rank 0) at loss scale 4; "
+                            "scale now 2");
+  const auto r2 = run("2,3,4", "--set train.steps=5 --set loss_scale.initial_scale=4.0 --set loss_scale.min_scale=2.0",
+                      "collapse2.jsonl");
+  EXPECT_NE(r2.code, 0) << r2.output;
+  EXPECT_CONTAINS(r2.output, "fp16 loss scale collapsed");
+  EXPECT_CONTAINS(r2.output, "at the minimum scale 2 (loss_scale.min_scale)");
+  EXPECT_EQ(r2.output.find("step      5/5"), std::string::npos) << "the run went on after the collapse";
+}
+
+TEST_F(Fp16E2E, TrainsLikeFp32AndResumesBitwiseWithItsLossScaler) {
+  const auto fp32 = train("--set train.steps=40 --set train.eval_interval=0 --set model.dropout=0.0", "fp32.jsonl");
+  const auto r = run("", "--set train.steps=40", "fp16.jsonl");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto fp16 = test::metrics_lines(dir_ / "fp16.jsonl");
+  ASSERT_EQ(fp32.size(), 40u);
+  ASSERT_EQ(fp16.size(), 40u);
+  const double a = fp32.back()["loss"].get<double>(), b = fp16.back()["loss"].get<double>();
+  EXPECT_NEAR(b, a, 0.02 * a) << "final loss, fp16 against fp32";
+  bool differs = false;
+  for (size_t i = 0; i < fp32.size(); ++i) differs |= fp32[i]["loss"].get<double>() != fp16[i]["loss"].get<double>();
+  EXPECT_TRUE(differs) << "fp16 gave fp32's losses to the last bit: is the rounding on?";
+
+  // Saved after step 3 with one overflow behind it (step 2, hysteresis 1: the scale halved and one
+  // update fewer for AdamW's bias correction and the LR schedule); resumed, steps 4–6 are equal.
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string flags = "--set train.steps=6 --set loss_scale.hysteresis=1 --set loss_scale.growth_interval=2";
+  const auto saved = run("2", flags + " --set checkpoint.save_interval=3 --set checkpoint.dir=" + ckpt, "saved.jsonl");
+  ASSERT_EQ(saved.code, 0) << saved.output;
+  const auto resumed = run("2", flags + " --set checkpoint.load=" + ckpt + "/step_0000003", "resumed.jsonl");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  const auto s = test::metrics_lines(dir_ / "saved.jsonl"), t = test::metrics_lines(dir_ / "resumed.jsonl");
+  ASSERT_EQ(s.size(), 6u);
+  const std::vector<json> tail(s.begin() + 3, s.end());
+  EXPECT_EQ(test::compare_runs(tail, t, 0.0, "fp16 resumed"), 3 * 2);
+  for (size_t i = 0; i < t.size() && i < tail.size(); ++i) {
+    EXPECT_EQ(t[i]["loss_scale"], tail[i]["loss_scale"]) << "step " << i + 4;
+    EXPECT_EQ(t[i]["skipped_steps"], tail[i]["skipped_steps"]) << "step " << i + 4;
+    EXPECT_EQ(t[i]["lr"], tail[i]["lr"]) << "step " << i + 4;
+  }
+}
+
+}  // namespace
+}  // namespace megatrain
