@@ -36,6 +36,7 @@ int64_t elem_size(ElemType t) {
     case ElemType::i64: return 8;
     case ElemType::u8: return 1;
     case ElemType::u16: return 2;
+    case ElemType::bf16: return 2;
   }
   return 0;
 }
@@ -199,17 +200,21 @@ int Comm::max_tag() const { return backend_->max_tag(); }
 Work Comm::all_reduce_raw(void* data, int64_t n, ElemType t, ReduceOp op) const {
   const CommBackend& b = *backend_;
   check_n(b, "all_reduce", n, data);
+  if (t == ElemType::u16) invalid(b, "all_reduce", "uint16_t elements are moved, not added; use Bf16 for bfloat16 sums");
+  if (t == ElemType::bf16 && op != ReduceOp::sum) invalid(b, "all_reduce", "Bf16 elements support sum only");
   const int64_t p = b.size(), s = n * elem_size(t);
   return issue(b, "all_reduce", 2 * (p - 1) * s / p, [&](auto& w) { backend_->all_reduce(w, data, n, t, op); });
 }
 
-Work Comm::reduce_scatter(float* out, const float* in, std::span<const int64_t> counts) const {
+Work Comm::reduce_scatter_raw(void* out, const void* in, std::span<const int64_t> counts, ElemType t) const {
   const CommBackend& b = *backend_;
   const int64_t total = check_counts(b, "reduce_scatter", "counts", counts);
   check_n(b, "reduce_scatter", total, in);
   check_n(b, "reduce_scatter", counts[b.rank()], out);
-  const int64_t p = b.size(), s = total * 4;
-  return issue(b, "reduce_scatter", (p - 1) * s / p, [&](auto& w) { backend_->reduce_scatter(w, out, in, counts); });
+  if (t != ElemType::f32 && t != ElemType::bf16) invalid(b, "reduce_scatter", "elements must be float or Bf16");
+  const int64_t p = b.size(), s = total * elem_size(t);
+  return issue(b, "reduce_scatter", (p - 1) * s / p,
+               [&](auto& w) { backend_->reduce_scatter(w, out, in, counts, t); });
 }
 
 Work Comm::all_gather_raw(void* out, const void* in, std::span<const int64_t> counts, ElemType t) const {

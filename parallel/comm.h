@@ -49,7 +49,14 @@ class MpiRuntime {
 };
 
 enum class ReduceOp { sum, max };
-enum class ElemType { f32, f64, i32, i64, u8, u16 };
+enum class ElemType { f32, f64, i32, i64, u8, u16, bf16 };
+
+// A bfloat16 value (kernels/half.h bits) as an element that collectives add: each addition is done
+// in float32 and rounded back to bfloat16, as NCCL's bf16 sums are (sum only; the order of the
+// additions is the MPI library's, so sums of three or more values depend on it).
+struct Bf16 {
+  uint16_t bits;
+};
 
 template <class T>
 constexpr ElemType elem_type_of() {
@@ -58,8 +65,9 @@ constexpr ElemType elem_type_of() {
   else if constexpr (std::is_same_v<T, int32_t>) return ElemType::i32;
   else if constexpr (std::is_same_v<T, int64_t>) return ElemType::i64;
   else if constexpr (std::is_same_v<T, uint16_t>) return ElemType::u16;  // 16-bit float bits: moved, not summed
+  else if constexpr (std::is_same_v<T, Bf16>) return ElemType::bf16;
   else {
-    static_assert(std::is_same_v<T, uint8_t>, "Comm supports float, double, int32_t, int64_t, uint16_t and uint8_t");
+    static_assert(std::is_same_v<T, uint8_t>, "Comm supports float, double, int32_t, int64_t, uint16_t, Bf16 and uint8_t");
     return ElemType::u8;
   }
 }
@@ -129,9 +137,12 @@ class Comm {
   Work all_reduce(T* data, int64_t n, ReduceOp op = ReduceOp::sum) const {  // in place
     return all_reduce_raw(data, n, elem_type_of<T>(), op);
   }
-  // in: sum(counts) floats in rank order; out: counts[rank()] floats, the element-wise sum over
-  // ranks of this rank's part. `in` and `out` must not overlap.
-  Work reduce_scatter(float* out, const float* in, std::span<const int64_t> counts) const;
+  // in: sum(counts) elements (float or Bf16) in rank order; out: counts[rank()], the element-wise
+  // sum over ranks of this rank's part. `in` and `out` must not overlap.
+  template <class T>
+  Work reduce_scatter(T* out, const T* in, std::span<const int64_t> counts) const {
+    return reduce_scatter_raw(out, in, counts, elem_type_of<T>());
+  }
   // in: counts[rank()] elements; out: sum(counts) in rank order. In place when
   // in == out + (sum of counts before rank()); otherwise they must not overlap.
   template <class T>
@@ -170,6 +181,7 @@ class Comm {
   explicit Comm(std::shared_ptr<CommBackend> backend) : backend_(std::move(backend)) {}
   Work all_reduce_raw(void* data, int64_t n, ElemType t, ReduceOp op) const;
   Work all_gather_raw(void* out, const void* in, std::span<const int64_t> counts, ElemType t) const;
+  Work reduce_scatter_raw(void* out, const void* in, std::span<const int64_t> counts, ElemType t) const;
   Work broadcast_raw(void* data, int64_t n, ElemType t, int root) const;
   Work send_raw(const void* data, int64_t n, ElemType t, int peer, int tag) const;
   Work recv_raw(void* data, int64_t n, ElemType t, int peer, int tag) const;

@@ -73,7 +73,8 @@ class CommBackend {
   // or later. Errors at issue are thrown as megatrain::Error.
   using WorkPtr = std::shared_ptr<WorkState>;
   virtual void all_reduce(const WorkPtr& w, void* data, int64_t n, ElemType t, ReduceOp op) = 0;
-  virtual void reduce_scatter(const WorkPtr& w, float* out, const float* in, std::span<const int64_t> counts) = 0;
+  virtual void reduce_scatter(const WorkPtr& w, void* out, const void* in, std::span<const int64_t> counts,
+                              ElemType t) = 0;
   virtual void all_gather(const WorkPtr& w, void* out, const void* in, std::span<const int64_t> counts,
                           ElemType t) = 0;
   virtual void all_to_all(const WorkPtr& w, float* out, std::span<const int64_t> recv_counts, const float* in,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/check.h"
+#include "kernels/half.h"
 #include "parallel/comm_backend.h"
 
 namespace megatrain {
@@ -24,9 +25,31 @@ MPI_Datatype mpi_type(ElemType t) {
     case ElemType::i32: return MPI_INT32_T;
     case ElemType::i64: return MPI_INT64_T;
     case ElemType::u8: return MPI_UINT8_T;
-    case ElemType::u16: return MPI_UINT16_T;
+    case ElemType::u16:
+    case ElemType::bf16: return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
+}
+
+// Bf16 sum (comm.h): inout[i] = bf16(float(in[i]) + float(inout[i])).
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+
+// The MPI operation of (t, op): a user operation for Bf16 sums, created once (MPI is initialised
+// by then: a Comm exists), never freed (MPI_Finalize releases it).
+MPI_Op mpi_op(ElemType t, ReduceOp op) {
+  if (t == ElemType::bf16) {
+    static const MPI_Op sum = [] {
+      MPI_Op o = MPI_OP_NULL;
+      MPI_Op_create(&bf16_sum, /*commute=*/1, &o);
+      return o;
+    }();
+    return sum;
+  }
+  return op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
 }
 
 std::string mpi_error_string(int rc) {
@@ -81,7 +104,7 @@ class MpiBackend final : public CommBackend {
 
   void all_reduce(const WorkPtr& w, void* data, int64_t n, ElemType t, ReduceOp op) override {
     MpiOp o{w, {}, {}, {}};
-    const MPI_Op mop = op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
+    const MPI_Op mop = mpi_op(t, op);
     for_chunks(n, [&](int64_t off, int c) {
       check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + off * elem_size(t), c, mpi_type(t), mop, comm_,
                            &o.requests.emplace_back()),
@@ -90,20 +113,26 @@ class MpiBackend final : public CommBackend {
     submit(std::move(o));
   }
 
-  void reduce_scatter(const WorkPtr& w, float* out, const float* in, std::span<const int64_t> counts) override {
+  void reduce_scatter(const WorkPtr& w, void* out_v, const void* in_v, std::span<const int64_t> counts,
+                      ElemType t) override {
     MpiOp o{w, {}, {}, {}};
+    // Addressed in elements of type t through char pointers.
+    const int64_t b = elem_size(t);
+    char* out = static_cast<char*>(out_v);
+    const char* in = static_cast<const char*>(in_v);
+    const MPI_Datatype type = mpi_type(t);
+    const MPI_Op op = mpi_op(t, ReduceOp::sum);
     const int64_t total = sum(counts);
     if (total > 0 && total <= options_.max_count) {
       o.counts.assign(counts.begin(), counts.end());
-      check(MPI_Ireduce_scatter(nonnull(in), nonnull(out), o.counts.data(), MPI_FLOAT, MPI_SUM, comm_,
-                                &o.requests.emplace_back()),
+      check(MPI_Ireduce_scatter(nonnull(in), nonnull(out), o.counts.data(), type, op, comm_, &o.requests.emplace_back()),
             "reduce_scatter");
     } else {
       // Too large for int counts: one chunked reduce to each rank of its part.
       int64_t displ = 0;
       for (int j = 0; j < size(); ++j) {
         for_chunks(counts[j], [&](int64_t off, int c) {
-          check(MPI_Ireduce(in + displ + off, j == rank() ? out + off : nullptr, c, MPI_FLOAT, MPI_SUM, j, comm_,
+          check(MPI_Ireduce(in + (displ + off) * b, j == rank() ? out + off * b : nullptr, c, type, op, j, comm_,
                             &o.requests.emplace_back()),
                 "reduce_scatter");
         });

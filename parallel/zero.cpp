@@ -1,5 +1,6 @@
 #include "parallel/zero.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/convert.h"
@@ -111,6 +112,18 @@ void ZeroState::bucket_issue(int b) {
   Bucket& st = bucket_state_[static_cast<size_t>(b)];
   const FlatRange r = buckets_[b].range;
   float* out = st.mine.size() > 0 ? received_.data() + (st.mine.begin - part_.begin) : received_.data();
+  if (opt_.grad_reduce == Precision::bf16) {
+    const float* g = opt_.stage < 2 ? grads_.data() + r.begin : grad_pool_[static_cast<size_t>(st.buffer)].data();
+    st.send.resize(static_cast<size_t>(r.size()));
+    cpu::f32_to_half(Precision::bf16, reinterpret_cast<uint16_t*>(st.send.data()), g, r.size());
+    if (opt_.stage > 0) st.recv.resize(static_cast<size_t>(st.mine.size()));
+    reduce16_bytes_ += 2 * static_cast<int64_t>(st.send.size() + st.recv.size());
+    reduce16_peak_ = std::max(reduce16_peak_, reduce16_bytes_);
+    st.work = opt_.stage == 0 ? dp_.all_reduce(st.send.data(), r.size())
+                              : dp_.reduce_scatter(st.recv.data(), st.send.data(), st.counts);
+    st.issued = true;
+    return;
+  }
   switch (opt_.stage) {
     case 0: st.work = dp_.all_reduce(grads_.data() + r.begin, r.size()); break;
     case 1: st.work = dp_.reduce_scatter(out, grads_.data() + r.begin, st.counts); break;
@@ -137,6 +150,17 @@ void ZeroState::bucket_complete(int b) {
   Bucket& st = bucket_state_[static_cast<size_t>(b)];
   st.work.wait();
   st.work = Work{};
+  if (!st.send.empty()) {  // [Note: bf16 reduction]: widen the result into where float32 would be
+    const FlatRange r = buckets_[b].range;
+    if (opt_.stage == 0)
+      cpu::half_to_f32(Precision::bf16, grads_.data() + r.begin, reinterpret_cast<uint16_t*>(st.send.data()), r.size());
+    else if (st.mine.size() > 0)
+      cpu::half_to_f32(Precision::bf16, received_.data() + (st.mine.begin - part_.begin),
+                       reinterpret_cast<uint16_t*>(st.recv.data()), st.mine.size());
+    reduce16_bytes_ -= 2 * static_cast<int64_t>(st.send.size() + st.recv.size());
+    std::vector<Bf16>().swap(st.send);
+    std::vector<Bf16>().swap(st.recv);
+  }
   if (opt_.stage < 2 || st.buffer < 0) return;
   const int64_t off = st.mine.begin - part_.begin;
   float* acc = grads_.data() + off;
@@ -279,7 +303,7 @@ ZeroMemory ZeroState::memory() const {
   m.params = params_.size() * f + static_cast<int64_t>(params16_.size()) * h;
   m.master_params = masters_.size() * f;
   m.grads = grads_.size() * f;
-  m.comm_buffers = received_.size() * f;
+  m.comm_buffers = received_.size() * f + reduce16_peak_;
   for (const FlatBuffer& b : grad_pool_) m.comm_buffers += b.size() * f;
   for (const GatherSlot& s : slots_) m.comm_buffers += s.buffer.size() * f + static_cast<int64_t>(s.packed.size()) * h;
   return m;

@@ -22,6 +22,10 @@
 // stages 1–3, the 16-bit values are what is all-gathered (half the bytes of float32). A unit's
 // parameters reach the model widened into a unit-sized float32 buffer, since the CPU kernels read
 // float32 (the values are exactly the 16-bit ones).
+// [Note: bf16 reduction] With ZeroOptions::grad_reduce = bf16 a bucket's float32 gradients are
+// rounded to bfloat16 and reduced as Bf16 (parallel/comm.h: each addition in float32, rounded),
+// half the bytes; the result is widened back and accumulated in float32 as usual. The working
+// bf16 copies live from a bucket's issue to its completion (counted in comm_buffers at their peak).
 // [Note: bucket overlap] with overlap on, a bucket's reduction is issued the moment backward
 // finishes its last unit (on the last micro-batch for stages 0/1, on every micro-batch for 2/3),
 // so it runs while backward continues on the lower units; with overlap off, all buckets are
@@ -53,6 +57,8 @@ struct ZeroOptions {
   int64_t bucket_floats = 1 << 22;
   bool overlap = true;           // [Note: bucket overlap]
   Precision params = Precision::fp32;  // what compute reads ([Note: 16-bit parameters])
+  // The gradient reduction's element type: fp32, or bf16 ([Note: bf16 reduction]).
+  Precision grad_reduce = Precision::fp32;
 };
 
 // Bytes one rank holds. Model state (params, grads; the optimizer's moments are AdamW's) follows
@@ -136,6 +142,7 @@ class ZeroState final : public UnitState {
     int buffer = -1;        // stages 2/3: index into grad_pool_
     std::vector<int64_t> counts;
     FlatRange mine;         // its intersection with this rank's partition
+    std::vector<Bf16> send, recv;  // [Note: bf16 reduction]: the rounded bucket, the reduced part
   };
   // A unit's parameters as the model reads them: gathered (stage 3) and/or widened from 16 bits.
   struct GatherSlot {
@@ -181,6 +188,7 @@ class ZeroState final : public UnitState {
   std::vector<FlatBuffer> grad_pool_;  // stages 2/3: each sized for the bucket it was made for
   std::vector<int> grad_free_;
   std::vector<GatherSlot> slots_;      // stage 3 or 16-bit: unit-sized
+  int64_t reduce16_bytes_ = 0, reduce16_peak_ = 0;  // [Note: bf16 reduction] working copies
 };
 
 }  // namespace megatrain

@@ -28,6 +28,7 @@ struct ParallelConfig {
   std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zero_bubble (parallel/pipeline_schedule.h)
   int virtual_stages = 1;                  // model chunks per pipeline rank (interleaved)
   std::vector<int> pipeline_layers;        // blocks per virtual stage; empty = n_layers / (pp·virtual_stages) each
+  Precision grad_reduce_dtype = Precision::fp32;  // fp32 | bf16: the data-parallel gradient reduction (parallel/zero.h)
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

@@ -53,7 +53,7 @@ void for_each_field(C& c, V&& v) {
   v("parallel", "bucket_size_mb", p.bucket_size_mb), v("parallel", "overlap_grad_reduce", p.overlap_grad_reduce);
   v("parallel", "sequence_parallel", p.sequence_parallel), v("parallel", "overlap_tp_comm", p.overlap_tp_comm);
   v("parallel", "pipeline_schedule", p.pipeline_schedule), v("parallel", "virtual_stages", p.virtual_stages);
-  v("parallel", "pipeline_layers", p.pipeline_layers);
+  v("parallel", "pipeline_layers", p.pipeline_layers), v("parallel", "grad_reduce_dtype", p.grad_reduce_dtype);
   auto& t = c.train;
   v("train", "seq_len", t.seq_len), v("train", "micro_batch_size", t.micro_batch_size);
   v("train", "global_batch_size", t.global_batch_size), v("train", "steps", t.steps);

@@ -27,6 +27,8 @@ void validate_config_fields(const Config& c) {
   r.at_least("parallel.dp", p.dp, 0, "(0 = world size / (tp·cp·ep·pp))");
   r.check(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", p.zero_stage, "0, 1, 2 or 3", "");
   r.positive("parallel.bucket_size_mb", p.bucket_size_mb);
+  r.check(p.grad_reduce_dtype != Precision::fp16, "parallel.grad_reduce_dtype", "\"fp16\"", "\"fp32\" or \"bf16\"",
+          "(fp16 sums of gradients overflow; bf16 keeps float32's range)");
 
   const TrainConfig& t = c.train;
   r.at_least("train.seq_len", t.seq_len, 1);

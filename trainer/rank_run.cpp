@@ -13,7 +13,8 @@ ParallelDims parallel_dims(const Config& c) {
 
 ZeroOptions zero_options(const Config& c) {
   const auto floats = static_cast<int64_t>(c.parallel.bucket_size_mb * 1024.0 * 1024.0 / sizeof(float));
-  return {c.parallel.zero_stage, std::max<int64_t>(1, floats), c.parallel.overlap_grad_reduce, c.train.precision};
+  return {c.parallel.zero_stage, std::max<int64_t>(1, floats), c.parallel.overlap_grad_reduce, c.train.precision,
+          c.parallel.grad_reduce_dtype};
 }
 
 AdamWOptions adamw_options(const Config& c) {

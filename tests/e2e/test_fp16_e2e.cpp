@@ -3,7 +3,8 @@
 // (MEGATRAIN_DEBUG_GRAD_OVERFLOW, trainer/debug_env.h) skips exactly that step — the weights after
 // it equal the weights before it, to the byte — and lowers the scale as specified; an overflow on
 // rank 1 is reported as rank 1's; a scale that would fall below the minimum stops the run with the
-// error; fp16 trains like fp32 (final loss within 2 %) and resumes bitwise, loss scaler included.
+// error; fp16 trains like fp32 (final loss within 2 %), at (tp, pp) = (2, 2) like one process
+// (tolerances of tests/e2e/test_precision_e2e.cpp) and resumes bitwise, loss scaler included.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,6 +113,19 @@ TEST_F(Fp16E2E, TrainsLikeFp32AndResumesBitwiseWithItsLossScaler) {
   bool differs = false;
   for (size_t i = 0; i < fp32.size(); ++i) differs |= fp32[i]["loss"].get<double>() != fp16[i]["loss"].get<double>();
   EXPECT_TRUE(differs) << "fp16 gave fp32's losses to the last bit: is the rounding on?";
+  // (tp, pp, dp) = (2, 2, 1) against one process: the losses within the bf16 tests' tolerances.
+  const std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 4 "
+                          "-x OMP_NUM_THREADS=1 " + test::megatrain_bin() + " train --config " + config_.string() +
+                          " --set log.metrics_file=" + (dir_ / "tp2pp2.jsonl").string() + " " + kFp16 +
+                          " --set train.steps=40 --set parallel.tp=2 --set parallel.pp=2";
+  const auto p = test::run_shell(cmd);
+  ASSERT_EQ(p.code, 0) << p.output;
+  const auto layout = test::metrics_lines(dir_ / "tp2pp2.jsonl");
+  ASSERT_EQ(layout.size(), 40u);
+  EXPECT_NEAR(layout[0]["loss"].get<double>(), fp16[0]["loss"].get<double>(), 1e-4 * fp16[0]["loss"].get<double>());
+  for (size_t i = 0; i < layout.size(); ++i)
+    EXPECT_NEAR(layout[i]["loss"].get<double>(), fp16[i]["loss"].get<double>(), 0.01 * fp16[i]["loss"].get<double>())
+        << "fp16 tp 2 pp 2, step " << i + 1;
 
   // Saved after step 3 with one overflow behind it (step 2, hysteresis 1: the scale halved and one
   // update fewer for AdamW's bias correction and the LR schedule); resumed, steps 4–6 are equal.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm_test_util.h"
+#include "kernels/half.h"
 
 namespace megatrain {
 namespace {
@@ -145,6 +146,52 @@ TEST(CommCollectives, BroadcastFromEveryRoot) {
     check_broadcast<float>(c);
     check_broadcast<int64_t>(c);
     check_broadcast<uint8_t>(c);
+  }
+}
+
+}  // namespace
+}  // namespace megatrain
+
+namespace megatrain {
+namespace {
+
+// Bf16 sums (comm.h): small integers add exactly in bfloat16, so every rank count and the chunked
+// path give the exact sum; 16-bit elements move 2 bytes each; two ranks' sum is one float32
+// addition rounded to the nearest bfloat16 (ties to even); uint16_t gathers move the bits untouched.
+TEST(CommCollectives, Bf16SumsAndUint16Gathers) {
+  for (const Comm& c : comm_test::test_comms()) {
+    const int p = c.size(), r = c.rank();
+    for (const auto& counts : count_patterns(p)) {
+      const int64_t n = comm_test::total(counts);
+      std::vector<Bf16> in(static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k) in[static_cast<size_t>(k)].bits = float_to_bf16(static_cast<float>(r + k % 8));
+      const auto want = [&](int64_t k) { return static_cast<float>(p * (p - 1) / 2 + p * (k % 8)); };
+      std::vector<Bf16> all = in;
+      CommStats before = c.stats();
+      c.all_reduce(all.data(), n).wait();
+      comm_test::expect_recorded(c, before, comm_test::all_reduce_bytes(p, n, 2), 1);
+      for (int64_t k = 0; k < n; ++k) ASSERT_EQ(bf16_to_float(all[static_cast<size_t>(k)].bits), want(k)) << k;
+      std::vector<Bf16> mine(static_cast<size_t>(counts[r]));
+      before = c.stats();
+      c.reduce_scatter(mine.data(), in.data(), counts).wait();
+      comm_test::expect_recorded(c, before, (p - 1) * (n * 2) / p, 1);
+      const int64_t d = comm_test::displ(counts, r);
+      for (int64_t i = 0; i < counts[r]; ++i)
+        ASSERT_EQ(bf16_to_float(mine[static_cast<size_t>(i)].bits), want(d + i)) << c.name() << " i " << i;
+      std::vector<uint16_t> bits(static_cast<size_t>(n)), own(static_cast<size_t>(counts[r]));
+      for (int64_t i = 0; i < counts[r]; ++i) own[static_cast<size_t>(i)] = static_cast<uint16_t>(0xff00 + r * 7 + i);
+      c.all_gather(bits.data(), own.data(), counts).wait();
+      for (int j = 0; j < p; ++j)
+        for (int64_t i = 0; i < counts[j]; ++i)
+          ASSERT_EQ(bits[static_cast<size_t>(comm_test::displ(counts, j) + i)], 0xff00 + j * 7 + i) << j << " " << i;
+    }
+    if (p != 2) continue;
+    Bf16 x{float_to_bf16(r == 0 ? 1.0f : 0x1p-8f)};  // 1 + 2^-8 lies halfway between bf16 1 and 1 + 2^-7
+    c.all_reduce(&x, 1).wait();
+    EXPECT_EQ(bf16_to_float(x.bits), 1.0f) << "the tie rounds to even";
+    Bf16 y{float_to_bf16(r == 0 ? 1.0f : 0x3p-9f)};  // 1 + 0.75 · 2^-7 rounds up to 1 + 2^-7
+    c.all_reduce(&y, 1).wait();
+    EXPECT_EQ(bf16_to_float(y.bits), 1.0f + 0x1p-7f) << "rounded to nearest";
   }
 }
 

@@ -253,6 +253,26 @@ TEST_F(ConfigTest, PipelineRules) {
   EXPECT_EQ(c.parallel.pipeline_layers, (std::vector<int>{2, 3}));
 }
 
+TEST_F(ConfigTest, MixedPrecisionRules) {
+  Config c = load_config(write("[train]\nprecision = \"fp16\"\n[parallel]\ngrad_reduce_dtype = \"bf16\"\n"
+                               "[loss_scale]\ninitial_scale = 1024.0\nhysteresis = 1\n"), {});
+  EXPECT_EQ(c.train.precision, Precision::fp16);
+  EXPECT_EQ(c.parallel.grad_reduce_dtype, Precision::bf16);
+  EXPECT_EQ(c.loss_scale.initial_scale, 1024.0);
+  EXPECT_EQ(c.loss_scale.hysteresis, 1);
+  EXPECT_EQ(c.loss_scale.growth_interval, 1000);  // Megatron's default
+  EXPECT_CONTAINS(load_error("[parallel]\ngrad_reduce_dtype = \"fp16\"\n", "parallel.grad_reduce_dtype"),
+                  "\"fp32\" or \"bf16\"");
+  EXPECT_CONTAINS(load_error("[train]\nprecision = \"fp8\"\n", "train.precision"), "fp16");
+  EXPECT_CONTAINS(load_error("[loss_scale]\ninitial_scale = 0.5\n", "loss_scale.initial_scale"),
+                  "at least loss_scale.min_scale = 1");
+  load_error("[loss_scale]\nmin_scale = 0.0\n", "loss_scale.min_scale");
+  EXPECT_CONTAINS(load_error("[loss_scale]\nbackoff_factor = 1.0\n", "loss_scale.backoff_factor"), "in (0, 1)");
+  load_error("[loss_scale]\ngrowth_factor = 1.0\n", "loss_scale.growth_factor");
+  load_error("[loss_scale]\ngrowth_interval = 0\n", "loss_scale.growth_interval");
+  load_error("[loss_scale]\nhysteresis = 0\n", "loss_scale.hysteresis");
+}
+
 TEST_F(ConfigTest, TomlHasEveryKeyInSectionOrder) {
   Config c;
   std::string text = config_to_toml(c);
