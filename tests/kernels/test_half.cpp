@@ -1,17 +1,19 @@
-// bfloat16: the conversion from float32 against an independent definition of round-to-nearest-
-// even (the two bfloat16 neighbours of x, the nearer by exact double arithmetic, a tie to the even
-// mantissa), every bfloat16 value round-tripping exactly, NaN, infinity and overflow; and the
-// bfloat16 GEMM against a double-precision product of the same bfloat16 values, within the
-// float32 accumulation bound γ(K + 2)·(|α|·Σ|a·b| + |β|·|c|), for every transpose and odd sizes
-// with leading dimensions larger than the rows. The linear layers on a bf16 stream
-// (Precision::bf16) multiply the bfloat16 roundings of their inputs: forward and both
-// backward products within the same bound of the double product of the rounded values, and
-// measurably off the float32 result.
+// 16-bit floats (kernels/half.h, kernels/cpu/convert.h). bfloat16 and fp16: the conversion from
+// float32 against an independent definition of round-to-nearest-even (the two neighbours of x, the
+// nearer by exact double arithmetic, a tie to the even mantissa; for fp16 the neighbours are found
+// in the sorted list of all 65 536 values), every value round-tripping exactly, NaN, infinity and
+// overflow; and the bfloat16 GEMM against a double-precision product of the same bfloat16 values,
+// within the float32 accumulation bound γ(K + 2)·(|α|·Σ|a·b| + |β|·|c|), for every transpose and
+// odd sizes with leading dimensions larger than the rows. The linear layers on a bf16 or fp16
+// stream multiply the 16-bit roundings of their inputs: forward and both backward products within
+// the same bound of the double product of the rounded values, and measurably off the float32 result.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kernels/half.h"
@@ -58,17 +60,66 @@ TEST(Bf16, RoundsToNearestEvenAsDefined) {
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::bit_cast<float>(0x7f800001u)))));  // a NaN whose top bits are inf's
 }
 
-TEST(Bf16, EveryValueRoundTripsExactly) {
+// The fp16 value nearest to x, ties to the even bit pattern, from the sorted list of all finite
+// fp16 values; past the largest (65504) the next one is infinity, at 65536 for rounding (IEEE).
+float reference_round_fp16(float x) {
+  static const std::vector<float> values = [] {
+    std::vector<float> v;
+    for (uint32_t h = 0; h < 0x7c00u; ++h) v.push_back(fp16_to_float(static_cast<uint16_t>(h)));
+    return v;  // 0, the subnormals, the normals: increasing
+  }();
+  const double a = std::fabs(static_cast<double>(x));
+  const auto it = std::upper_bound(values.begin(), values.end(), static_cast<float>(a),
+                                   [](float l, float r) { return static_cast<double>(l) < static_cast<double>(r); });
+  const size_t up_i = static_cast<size_t>(it - values.begin()), lo_i = up_i - 1;
+  const double lo = values[lo_i], up = up_i < values.size() ? values[up_i] : 65536.0;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float up_f = up_i < values.size() ? values[up_i] : inf;
+  float r;
+  if (a - lo != up - a) r = a - lo < up - a ? static_cast<float>(lo) : up_f;
+  else r = (lo_i & 1u) == 0 ? static_cast<float>(lo) : up_f;  // bit pattern h = index: even h
+  return std::signbit(x) ? -r : r;
+}
+
+TEST(Fp16, RoundsToNearestEvenAsDefined) {
+  const RngKey k{6, static_cast<uint32_t>(RngPurpose::test), 0, 0};
+  for (uint64_t i = 0; i < 200000; ++i) {
+    // Exponents around fp16's range (2^-27 to 2^17: zero, subnormal, normal and overflowing
+    // results), random mantissas, and every fourth an exact fp16 midpoint.
+    const uint32_t w = rng_words(k, i)[0];
+    const int e = static_cast<int>(w % 45) - 27;
+    float x = std::ldexp(1.0f + static_cast<float>((w >> 8) & 0x7fffffu) * 0x1p-23f, e);
+    if (i % 4 == 0 && std::fabs(x) < 65504.0f) {
+      const float lo = reference_round_fp16(x) <= x ? reference_round_fp16(x) : x;
+      const uint16_t h = float_to_fp16(lo);
+      x = static_cast<float>((static_cast<double>(fp16_to_float(h)) + fp16_to_float(static_cast<uint16_t>(h + 1))) / 2);
+    }
+    if (w & 0x80000000u) x = -x;
+    ASSERT_EQ(std::bit_cast<uint32_t>(fp16_to_float(float_to_fp16(x))), std::bit_cast<uint32_t>(reference_round_fp16(x)))
+        << std::hexfloat << x;
+  }
+  EXPECT_EQ(fp16_to_float(float_to_fp16(65519.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(fp16_to_float(float_to_fp16(65520.0f))));  // the midpoint to 65536 rounds to even: inf
+  EXPECT_EQ(fp16_to_float(float_to_fp16(0x1p-25f)), 0.0f);          // half the smallest subnormal: tie to 0
+  EXPECT_EQ(fp16_to_float(float_to_fp16(0x1.8p-25f)), 0x1p-24f);
+  EXPECT_TRUE(std::isnan(fp16_to_float(float_to_fp16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(Half, EveryValueRoundTripsExactlyInBothFormats) {
   std::vector<uint16_t> all(1 << 16), back(all.size());
-  std::vector<float> wide(all.size());
+  std::vector<float> wide(all.size()), rounded(all.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
-  cpu::half_to_f32(Precision::bf16, wide.data(), all.data(), static_cast<int64_t>(all.size()));
-  cpu::f32_to_half(Precision::bf16, back.data(), wide.data(), static_cast<int64_t>(all.size()));
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (std::isnan(wide[i])) {
-      EXPECT_TRUE(std::isnan(bf16_to_float(back[i]))) << i;
-    } else {
-      ASSERT_EQ(back[i], all[i]) << i;
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    cpu::half_to_f32(p, wide.data(), all.data(), static_cast<int64_t>(all.size()));
+    cpu::f32_to_half(p, back.data(), wide.data(), static_cast<int64_t>(all.size()));
+    cpu::round_to_half(p, rounded.data(), wide.data(), static_cast<int64_t>(all.size()));
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (std::isnan(wide[i])) {
+        EXPECT_TRUE(std::isnan(rounded[i])) << precision_name(p) << " " << i;
+        continue;
+      }
+      ASSERT_EQ(back[i], all[i]) << precision_name(p) << " " << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(rounded[i]), std::bit_cast<uint32_t>(wide[i])) << precision_name(p) << " " << i;
     }
   }
 }
@@ -117,15 +168,20 @@ TEST(Bf16, GemmIsTheFloat32ProductOfTheBf16Values) {
           }
 }
 
-TEST(Bf16, LinearLayersMultiplyTheRoundedValues) {
+class LinearLayers : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(LinearLayers, MultiplyTheRoundedValues) {
   constexpr int64_t N = 37, C = 45, OC = 29;
   const RngKey k{5, static_cast<uint32_t>(RngPurpose::test), 0, 0};
   std::vector<float> x(N * C), w(OC * C), b(OC), dy(N * OC);
   uint64_t draw = 0;
   for (auto* v : {&x, &w, &b, &dy})
     for (float& e : *v) e = rng_normal(k, draw++);
-  const auto rounded = [](float v) { return bf16_to_float(float_to_bf16(v)); };
-  const Stream bf16 = Stream::cpu(Precision::bf16), fp32 = Stream::cpu();
+  const Precision p = GetParam();
+  const auto rounded = [p](float v) {
+    return p == Precision::bf16 ? bf16_to_float(float_to_bf16(v)) : fp16_to_float(float_to_fp16(v));
+  };
+  const Stream bf16 = Stream::cpu(p), fp32 = Stream::cpu();
   std::vector<float> y(N * OC), y32(N * OC), dx(N * C), dw(OC * C, 0.0f), db(OC, 0.0f);
   matmul_forward(bf16, Tensor(y.data(), Shape{N, OC}), Tensor(x.data(), Shape{N, C}), Tensor(w.data(), Shape{OC, C}),
                  Tensor(b.data(), Shape{OC}));
@@ -159,8 +215,12 @@ TEST(Bf16, LinearLayersMultiplyTheRoundedValues) {
     for (int64_t c = 0; c < C; ++c)
       check("dw", dw[o * C + c], N, [&](int p) { return rounded(dy[p * OC + o]); },
             [&](int p) { return rounded(x[p * C + c]); }, 0.0);
-  EXPECT_GT(off, 1e-3);  // bf16 keeps 8 bits: products of unit normals move by about 2^-8 each
+  // bf16 keeps 8 bits, fp16 11: products of unit normals move by about 2^-8 or 2^-11 each.
+  EXPECT_GT(off, p == Precision::bf16 ? 1e-3 : 1e-4);
 }
+
+INSTANTIATE_TEST_SUITE_P(Half, LinearLayers, ::testing::Values(Precision::bf16, Precision::fp16),
+                         [](const auto& info) { return std::string(precision_name(info.param)); });
 
 }  // namespace
 }  // namespace megatrain
