@@ -1,5 +1,5 @@
-# The part of the end-to-end benchmarks (bench/dp_overlap.sh, bench/tp.sh) that runs them: the
-# dataset, made once when missing (the bytes tokenizer over Debian's /usr/share/common-licenses,
+# The part of the end-to-end benchmarks (bench/dp_overlap.sh, bench/tp.sh, bench/precision.sh)
+# that runs them: the dataset, made once when missing (the bytes tokenizer over Debian's /usr/share/common-licenses,
 # 0.3 M tokens; GPT-2's vocabulary of 50257 covers the 257 byte ids), then every case REPS times,
 # repetitions interleaved (rep 1 of every case, then rep 2, ...) so that load from other processes
 # falls on all cases alike. Each run: configs/gpt2_124m.toml at seq 1024, micro-batch 1, global

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <filesystem>
@@ -61,6 +62,12 @@ MetricsLog::MetricsLog(const std::string& path, bool enabled, int64_t resumed_st
                  path);
 }
 
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
 std::string format_duration(double seconds) {
   const auto s = static_cast<int64_t>(std::llround(seconds));
   if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
@@ -91,7 +98,7 @@ void MetricsLog::step(const StepMetrics& m) {
   const MemoryMetrics& b = m.memory;
   j["memory_bytes"] = {{"params", b.params},           {"master_params", b.master_params}, {"grads", b.grads},
                        {"optimizer", b.optimizer},     {"activations", b.activations},
-                       {"comm_buffers", b.comm_buffers}};
+                       {"comm_buffers", b.comm_buffers}, {"peak_rss", b.peak_rss}};
   j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
   j["precision"] = m.precision;
   j["loss_scale"] = m.loss_scale ? nlohmann::json(*m.loss_scale) : nlohmann::json(nullptr);
@@ -113,11 +120,11 @@ void MetricsLog::memory(int64_t step, const MemoryMetrics& m) {
   if (!enabled_) return;
   constexpr double MiB = 1 << 20;
   fmt::print("memory per rank at step {}: params {:.2f} MiB | master params {:.2f} MiB | grads {:.2f} MiB | optimizer "
-             "{:.2f} MiB | activations {:.2f} MiB | comm buffers {:.2f} MiB\n",
+             "{:.2f} MiB | activations {:.2f} MiB | comm buffers {:.2f} MiB | peak RSS {:.0f} MiB\n",
              step, static_cast<double>(m.params) / MiB, static_cast<double>(m.master_params) / MiB,
              static_cast<double>(m.grads) / MiB,
              static_cast<double>(m.optimizer) / MiB, static_cast<double>(m.activations) / MiB,
-             static_cast<double>(m.comm_buffers) / MiB);
+             static_cast<double>(m.comm_buffers) / MiB, static_cast<double>(m.peak_rss) / MiB);
   std::fflush(stdout);
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "kernels/cpu/gemm.h"
 #include "model/gpt.h"
 #include "trainer/checkpoint.h"
 #include "trainer/debug_env.h"
@@ -82,9 +83,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
                  run.stored_layout.num_parameters(), static_cast<double>(run.activation_bytes()) / (1 << 20),
                  run.data.train_tokens(), run.data.train_samples_per_epoch());
     if (cfg.train.precision != Precision::fp32)
-      spdlog::info("precision {0}: the linear layers multiply {0} roundings with float32 sums, by conversion to "
-                   "float32 GEMMs (kernels/cpu/gemm.h); weights, gradients and optimizer state are float32{1}",
-                   precision_name(cfg.train.precision),
+      spdlog::info("precision {0}: compute reads a {0} copy of the float32 master weights; the linear layers' GEMMs: "
+                   "{1}; gradients and optimizer state are float32{2}",
+                   precision_name(cfg.train.precision), cpu::half_gemm_path(cfg.train.precision),
                    scaler ? fmt::format("; dynamic loss scale from {:g}", scaler->scale()) : "");
     spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} chunk(s) per rank, {} "
                  "micro-batch slots on rank 0), dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/onednn_matmul.h"
 #include "kernels/check.h"
 
 namespace megatrain::cpu {
@@ -16,8 +17,21 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   MT_CHECK(st == dnnl_success, "dnnl_sgemm({}x{}x{}) failed with status {}", M, N, K, static_cast<int>(st));
 }
 
+bool native_bf16_gemm() {
+  static const bool native = !onednn_bf16_matmul_impl().empty();
+  return native;
+}
+
+std::string half_gemm_path(Precision p) {
+  if (p == Precision::bf16 && native_bf16_gemm())
+    return fmt::format("oneDNN's bf16 matmul ({})", onednn_bf16_matmul_impl());
+  return fmt::format("{} roundings multiplied by the float32 GEMM ({})", precision_name(p),
+                     p == Precision::bf16 ? "oneDNN has no bf16 matmul for this CPU" : "fp16 GEMMs always convert on CPUs");
+}
+
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (onednn_matmul(MatmulInput::bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
   // op(A) is M × K: stored as M rows of K (no transpose) or K rows of M, lda apart; likewise op(B).
   const auto stored = [](int64_t rows, int64_t cols, int64_t ld) { return rows == 0 ? 0 : (rows - 1) * ld + cols; };
   const int64_t a_size = ta == Trans::no ? stored(M, K, lda) : stored(K, M, lda);

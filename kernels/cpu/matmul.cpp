@@ -10,25 +10,27 @@
 namespace megatrain::cpu {
 namespace {
 
-// gemm() of A (a_size floats) and B (b_size), or of their roundings to p with float32 sums: bf16
-// through gemm_bf16, fp16 as float32 copies holding the fp16 roundings (fp16 to float32 is exact).
+// gemm() of A (a_size floats) and B (b_size), or of their roundings to p with float32 sums: with
+// a native bf16 GEMM (cpu::native_bf16_gemm) through 16-bit copies and gemm_bf16, otherwise through
+// float32 copies holding the roundings (one conversion pass; the 16-bit values are exact in float32).
 void linear_gemm(Precision p, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                  int64_t a_size, const float* B, int64_t ldb, int64_t b_size, float beta, float* C, int64_t ldc) {
   if (p == Precision::fp32) return gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-  if (p == Precision::fp16) {
-    thread_local std::vector<float> a, b;  // grow only; reused call to call
-    if (static_cast<int64_t>(a.size()) < a_size) a.resize(static_cast<size_t>(a_size));
-    if (static_cast<int64_t>(b.size()) < b_size) b.resize(static_cast<size_t>(b_size));
-    round_to_half(p, a.data(), A, a_size);
-    round_to_half(p, b.data(), B, b_size);
-    return gemm(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, beta, C, ldc);
+  const auto grow = [](auto& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  };
+  if (p == Precision::bf16 && native_bf16_gemm()) {
+    thread_local std::vector<uint16_t> a, b;  // grow only; reused call to call
+    grow(a, a_size), grow(b, b_size);
+    f32_to_half(p, a.data(), A, a_size);
+    f32_to_half(p, b.data(), B, b_size);
+    return gemm_bf16(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, beta, C, ldc);
   }
-  thread_local std::vector<uint16_t> a, b;
-  if (static_cast<int64_t>(a.size()) < a_size) a.resize(static_cast<size_t>(a_size));
-  if (static_cast<int64_t>(b.size()) < b_size) b.resize(static_cast<size_t>(b_size));
-  f32_to_half(p, a.data(), A, a_size);
-  f32_to_half(p, b.data(), B, b_size);
-  gemm_bf16(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, beta, C, ldc);
+  thread_local std::vector<float> a, b;
+  grow(a, a_size), grow(b, b_size);
+  round_to_half(p, a.data(), A, a_size);
+  round_to_half(p, b.data(), B, b_size);
+  gemm(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, beta, C, ldc);
 }
 
 }  // namespace

@@ -3,8 +3,9 @@
 // (MEGATRAIN_DEBUG_GRAD_OVERFLOW, trainer/debug_env.h) skips exactly that step — the weights after
 // it equal the weights before it, to the byte — and lowers the scale as specified; an overflow on
 // rank 1 is reported as rank 1's; a scale that would fall below the minimum stops the run with the
-// error; fp16 trains like fp32 (final loss within 2 %), at (tp, pp) = (2, 2) like one process
-// (tolerances of tests/e2e/test_precision_e2e.cpp) and resumes bitwise, loss scaler included.
+// error; fp16 runs at (tp, pp) = (2, 2) like one process (tolerances of
+// tests/e2e/test_precision_e2e.cpp, which also compares fp16 with fp32) and resumes bitwise, loss
+// scaler included.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -101,18 +102,11 @@ TEST_F(Fp16E2E, AScaleCollapsingBelowTheMinimumStopsTheRun) {
   EXPECT_EQ(r2.output.find("step      5/5"), std::string::npos) << "the run went on after the collapse";
 }
 
-TEST_F(Fp16E2E, TrainsLikeFp32AndResumesBitwiseWithItsLossScaler) {
-  const auto fp32 = train("--set train.steps=40 --set train.eval_interval=0 --set model.dropout=0.0", "fp32.jsonl");
+TEST_F(Fp16E2E, RunsOnTpAndPpLikeOneProcessAndResumesBitwiseWithItsLossScaler) {
   const auto r = run("", "--set train.steps=40", "fp16.jsonl");
   ASSERT_EQ(r.code, 0) << r.output;
   const auto fp16 = test::metrics_lines(dir_ / "fp16.jsonl");
-  ASSERT_EQ(fp32.size(), 40u);
   ASSERT_EQ(fp16.size(), 40u);
-  const double a = fp32.back()["loss"].get<double>(), b = fp16.back()["loss"].get<double>();
-  EXPECT_NEAR(b, a, 0.02 * a) << "final loss, fp16 against fp32";
-  bool differs = false;
-  for (size_t i = 0; i < fp32.size(); ++i) differs |= fp32[i]["loss"].get<double>() != fp16[i]["loss"].get<double>();
-  EXPECT_TRUE(differs) << "fp16 gave fp32's losses to the last bit: is the rounding on?";
   // (tp, pp, dp) = (2, 2, 1) against one process: the losses within the bf16 tests' tolerances.
   const std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 4 "
                           "-x OMP_NUM_THREADS=1 " + test::megatrain_bin() + " train --config " + config_.string() +
