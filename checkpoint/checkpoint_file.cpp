@@ -11,29 +11,11 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_shard.h"
+#include "checkpoint/h5_attrs.h"
 
 namespace megatrain {
 namespace {
 
-// Owns one HDF5 handle; closes it with the matching H5?close.
-class H5 {
- public:
-  H5(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  H5(H5&& o) noexcept : id_(std::exchange(o.id_, -1)), close_(o.close_) {}
-  H5(const H5&) = delete;
-  H5& operator=(const H5&) = delete;
-  ~H5() {
-    if (id_ >= 0) close_(id_);
-  }
-  operator hid_t() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
-void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 const char* kKinds[] = {"params", "exp_avg", "exp_avg_sq"};
 
@@ -143,66 +125,7 @@ Datasets datasets_of(const ParamLayout& stored) {
   return d;
 }
 
-void write_attr_i64(hid_t obj, const char* name, int64_t v) {
-  H5 space(H5Screate(H5S_SCALAR), H5Sclose);
-  H5 a(H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  MT_CHECK(a.ok() && H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0, "HDF5: cannot write attribute {}", name);
-}
-
-void write_attr_f64(hid_t obj, const char* name, double v) {
-  H5 space(H5Screate(H5S_SCALAR), H5Sclose);
-  H5 a(H5Acreate2(obj, name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  MT_CHECK(a.ok() && H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0, "HDF5: cannot write attribute {}", name);
-}
-
-void write_attr_u32(hid_t obj, const char* name, uint32_t v) {
-  H5 space(H5Screate(H5S_SCALAR), H5Sclose);
-  H5 a(H5Acreate2(obj, name, H5T_STD_U32LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  MT_CHECK(a.ok() && H5Awrite(a, H5T_NATIVE_UINT32, &v) >= 0, "HDF5: cannot write attribute {}", name);
-}
-
-void write_attr_str(hid_t obj, const char* name, const std::string& v) {
-  H5 type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type, std::max<size_t>(1, v.size()));
-  H5 space(H5Screate(H5S_SCALAR), H5Sclose);
-  H5 a(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  std::string padded = v.empty() ? std::string(1, '\0') : v;
-  MT_CHECK(a.ok() && H5Awrite(a, type, padded.data()) >= 0, "HDF5: cannot write attribute {}", name);
-}
-
-struct Reader {
-  const std::string& path;
-  hid_t file;
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw InputError(fmt::format("checkpoint {}: {}", path, what));
-  }
-  H5 attr(hid_t obj, const char* name, const std::string& where) const {
-    if (H5Aexists(obj, name) <= 0) fail(fmt::format("{} has no attribute '{}' (not a megatrain checkpoint?)", where, name));
-    return H5(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  }
-  template <class T>
-  T scalar(hid_t obj, const char* name, hid_t native) const {
-    H5 a = attr(obj, name, "root");
-    T v{};
-    if (H5Aread(a, native, &v) < 0) fail(fmt::format("attribute '{}' is unreadable", name));
-    return v;
-  }
-  int64_t i64(hid_t obj, const char* name) const { return scalar<int64_t>(obj, name, H5T_NATIVE_INT64); }
-  uint32_t u32(hid_t obj, const char* name) const { return scalar<uint32_t>(obj, name, H5T_NATIVE_UINT32); }
-  double f64(hid_t obj, const char* name) const { return scalar<double>(obj, name, H5T_NATIVE_DOUBLE); }
-  std::string str(hid_t obj, const char* name) const {
-    H5 a = attr(obj, name, "root");
-    H5 type(H5Aget_type(a), H5Tclose);
-    if (H5Tget_class(type) != H5T_STRING) fail(fmt::format("attribute '{}' is not a string", name));
-    std::string v(H5Tget_size(type), '\0');
-    if (H5Aread(a, type, v.data()) < 0) fail(fmt::format("attribute '{}' is unreadable", name));
-    while (!v.empty() && v.back() == '\0') v.pop_back();
-    return v;
-  }
-};
-
-CheckpointMeta read_meta(const Reader& r) {
+CheckpointMeta read_meta(const AttrReader& r) {
   const std::string format = r.str(r.file, "format");
   if (format != kCheckpointFormat) r.fail(fmt::format("format is '{}', expected '{}'", format, kCheckpointFormat));
   const int64_t version = r.i64(r.file, "format_version");
@@ -265,7 +188,7 @@ struct LocalRead {
 void read_local(const std::string& path, const CheckpointTensors& t, const std::vector<int>& local,
                 const CheckpointMetaCheck& check_meta, LocalRead& out) {
   H5 f = open_for_read(path);
-  const Reader r{path, f};
+  const AttrReader r{path, f};
   out.meta = read_meta(r);
   if (check_meta) check_meta(out.meta);
   const ParamLayout &layout = *t.layout, &stored = stored_of(t);
@@ -416,7 +339,7 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
 
 CheckpointMeta checkpoint_file_read_meta(const std::string& path) {
   H5 f = open_for_read(path);
-  return read_meta(Reader{path, f});
+  return read_meta(AttrReader{path, f});
 }
 
 CheckpointMeta checkpoint_file_read(const std::string& path, const CheckpointTensors& t, const Comm& comm,
