@@ -25,8 +25,6 @@ command or a missing reference (the message says what differs, or what to instal
 Work files go to SCRATCH_DIR/work, which is removed first and kept after a failure.
 """
 import importlib
-import importlib.metadata
-import importlib.util
 import os
 import re
 import shutil
@@ -36,6 +34,7 @@ import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 from gpt2_bytes import byte_to_unicode  # noqa: E402
+from megatron_roots import megatron_roots  # noqa: E402
 
 
 class Mismatch(Exception):
@@ -291,21 +290,11 @@ def import_indexed_dataset():
     distributed training stack, e.g. torch.distributed._coalescing_manager, absent from Debian's
     torch 1.13); parallel_state is imported first, as that __init__ does, because it and
     megatron.core.utils import each other."""
-    override = os.environ.get("MEGATRON_LM_DIR")
-    if override:
-        roots = [os.path.join(os.path.abspath(override), "megatron")]
-    else:
-        spec = importlib.util.find_spec("megatron")
-        roots = list(spec.submodule_search_locations) if spec else []
+    roots, origin = megatron_roots()
     found = [r for r in roots
              if os.path.isfile(os.path.join(r, "core", "datasets", "indexed_dataset.py"))]
     if not found:
-        where = f"MEGATRON_LM_DIR={override}" if override else "sys.path (is megatron-core installed?)"
-        raise ImportError(f"no megatron/core/datasets/indexed_dataset.py in {where}")
-    if override:
-        origin = f"MEGATRON_LM_DIR={override}"
-    else:
-        origin = f"megatron-core {importlib.metadata.version('megatron-core')}"
+        raise ImportError(f"no megatron/core/datasets/indexed_dataset.py in {origin}")
     for name, path in (("megatron", found[0]), ("megatron.core", os.path.join(found[0], "core"))):
         package = types.ModuleType(name)
         package.__path__ = [path]

@@ -23,18 +23,15 @@ import subprocess
 import sys
 import types
 
+from megatron_roots import megatron_roots
+
 
 def load_grad_scaler():
-    override = os.environ.get("MEGATRON_LM_DIR")
-    if override:
-        roots = [os.path.join(os.path.abspath(override), "megatron")]
-    else:
-        spec = importlib.util.find_spec("megatron")
-        roots = list(spec.submodule_search_locations) if spec else []
+    roots, origin = megatron_roots()
     paths = [os.path.join(r, "core", "optimizer", "grad_scaler.py") for r in roots]
     paths = [p for p in paths if os.path.isfile(p)]
     if not paths:
-        raise ImportError("no megatron/core/optimizer/grad_scaler.py (is megatron-core installed?)")
+        raise ImportError(f"no megatron/core/optimizer/grad_scaler.py in {origin}")
     import torch
     spec = importlib.util.spec_from_file_location("megatron_grad_scaler", paths[0])
     module = importlib.util.module_from_spec(spec)
@@ -42,7 +39,7 @@ def load_grad_scaler():
     cpu = types.SimpleNamespace(**{k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")})
     cpu.tensor = lambda data, dtype=None, device=None: torch.tensor(data, dtype=dtype)
     module.torch = cpu
-    return module.DynamicGradScaler, paths[0]
+    return module.DynamicGradScaler, f"{origin}: {paths[0]}"
 
 
 def megatron_trace(Scaler, setting, flags):
