@@ -9,7 +9,8 @@
 # (mpirun -np 1, OMP_NUM_THREADS=1, `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`), repetitions
 # interleaved. The summary prints the medians over runs of each run's mean over the measured steps
 # of step_time_ms and tokens/s, the speed against fp32, and rank 0's memory: the 16-bit parameter
-# copy, the float32 masters, gradients, optimizer state, activations and the process's peak RSS.
+# copy, the float32 masters, gradients, optimizer state, activations, working buffers (the
+# unit-sized widened parameters and the GEMMs' 16-bit operand copies) and the process's peak RSS.
 # The CPU and its flags are printed first (bench/RESULTS.md quotes them with the figures).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +48,7 @@ MiB = 1 << 20
 base = statistics.median([r["tokens_per_s"] for r in rows["fp32"]]) if "fp32" in rows else None
 print(f"\nmedian over runs of each run's mean over steps > {warm}; memory of rank 0 in MiB")
 print(f"{'case':<6} {'runs':>4} {'step ms':>8} {'tok/s':>7} {'vs fp32':>8} {'params':>7} {'masters':>8} {'grads':>6} "
-      f"{'adam':>6} {'activ.':>7} {'peak RSS':>9}")
+      f"{'adam':>6} {'activ.':>7} {'work':>5} {'peak RSS':>9}")
 for case in [c for c in order if c in rows]:
     rs = rows[case]
     s = {k: statistics.median([r[k] for r in rs]) for k in keys}
@@ -56,7 +57,8 @@ for case in [c for c in order if c in rows]:
     rss = statistics.median([r["memory"]["peak_rss"] for r in rs]) / MiB
     print(f"{case:<6} {len(rs):>4} {s['step_time_ms']:>8.0f} {s['tokens_per_s']:>7.1f} {ratio:>8} "
           f"{m['params'] / MiB:>7.0f} {m['master_params'] / MiB:>8.0f} {m['grads'] / MiB:>6.0f} "
-          f"{m['optimizer'] / MiB:>6.0f} {m['activations'] / MiB:>7.0f} {rss:>9.0f}")
+          f"{m['optimizer'] / MiB:>6.0f} {m['activations'] / MiB:>7.0f} "
+          f"{(m['comm_buffers'] + m.get('gemm_scratch', 0)) / MiB:>5.0f} {rss:>9.0f}")
     print(f"{'':<6} per-run step ms: " + ", ".join(f"{r['step_time_ms']:.0f}" for r in rs))
 print("losses (first run of each case): " + "; ".join(
     f"{c}: " + " ".join(f"{x:.4f}" for x in rows[c][0]["loss"]) for c in order if c in rows))

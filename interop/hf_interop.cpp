@@ -14,7 +14,7 @@
 #include <set>
 
 #include "kernels/check.h"
-#include "kernels/cpu/convert.h"
+#include "kernels/ops.h"
 
 namespace megatrain {
 namespace fs = std::filesystem;
@@ -164,7 +164,7 @@ void hf_export(const std::string& out_dir, const ModelConfig& m, const float* pa
     }
     std::vector<uint16_t>& bits = rounded[refs.size()];
     bits.resize(static_cast<size_t>(n));
-    cpu::f32_to_half(dtype, bits.data(), block, n);
+    convert(Stream::cpu(), Tensor(bits.data(), Shape{n}, dtype_of(dtype)), Tensor(const_cast<float*>(block), Shape{n}));
     refs.push_back({t.hf_name, dtype == Precision::bf16 ? "BF16" : "F16", t.hf_shape(), bits.data(),
                     static_cast<size_t>(n) * sizeof(uint16_t)});
   }

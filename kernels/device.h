@@ -9,6 +9,9 @@ namespace megatrain {
 // bfloat16 or fp16 roundings (kernels/half.h) — products and sums in float32 either way, as
 // mixed-precision training does (a product of two 16-bit values is exact in float32).
 enum class Precision : uint8_t { fp32, bf16, fp16 };
+constexpr DType dtype_of(Precision p) {
+  return p == Precision::fp32 ? DType::f32 : p == Precision::bf16 ? DType::bf16 : DType::f16;
+}
 constexpr const char* precision_name(Precision p) {
   return p == Precision::fp32 ? "fp32" : p == Precision::bf16 ? "bf16" : "fp16";
 }

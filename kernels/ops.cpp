@@ -4,6 +4,7 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
 
 namespace megatrain {
@@ -51,6 +52,21 @@ void matmul_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dbias,
   cpu::matmul_backward(opt(dinp, "dinp", N * C), opt(dweight, "dweight", static_cast<int64_t>(OC) * C),
                        opt(dbias, "dbias", OC), dout.f32(), inp.f32(), opt(weight, "weight", int64_t{OC} * C), N, C, OC,
                        s.matmul);
+}
+
+void convert(const Stream& s, Tensor out, Tensor in) {
+  on_cpu(s);
+  MT_CHECK(out.numel() == in.numel(), "convert: {} elements into {}", in.numel(), out.numel());
+  const auto precision = [](DType d) { return d == DType::bf16 ? Precision::bf16 : Precision::fp16; };
+  if (in.dtype == DType::f32)
+    cpu::f32_to_half(precision(out.dtype), out.half(), in.f32(), in.numel());
+  else
+    cpu::half_to_f32(precision(in.dtype), out.f32(), in.half(), in.numel());
+}
+
+int64_t matmul_scratch_bytes(const Stream& s) {
+  on_cpu(s);
+  return cpu::matmul_scratch_bytes();
 }
 
 void layernorm_forward(const Stream& s, Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,

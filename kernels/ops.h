@@ -23,6 +23,13 @@ void matmul_backward(const Stream& s, Tensor dinp,  // (N, C)   =, or empty
                      Tensor dout,                   // (N, OC)
                      Tensor inp,                    // (N, C)
                      Tensor weight);                // (OC, C), may be empty when dinp is
+// Bytes the linear layers hold for their 16-bit operands (bf16/fp16 streams; grow-only, reused),
+// over every thread of the process.
+int64_t matmul_scratch_bytes(const Stream& s);
+
+// ---- conversion: f32 → bf16 / f16 (round to nearest, ties to even; ±inf beyond the range) or
+// bf16 / f16 → f32 (exact); out and in have the same element count ----
+void convert(const Stream& s, Tensor out, Tensor in);
 
 // ---- normalisation (eps inside the square root) ----
 void layernorm_forward(const Stream& s, Tensor out,  // (N, C)

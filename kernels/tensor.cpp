@@ -9,6 +9,7 @@ size_t dtype_size(DType t) {
   switch (t) {
     case DType::f32: return 4;
     case DType::bf16: return 2;
+    case DType::f16: return 2;
     case DType::i32: return 4;
   }
   return 0;
@@ -18,6 +19,7 @@ const char* dtype_name(DType t) {
   switch (t) {
     case DType::f32: return "f32";
     case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
     case DType::i32: return "i32";
   }
   return "?";
@@ -57,8 +59,12 @@ int32_t* Tensor::i32() const {
   return static_cast<int32_t*>(data);
 }
 
-uint16_t* Tensor::bf16() const {
-  MT_CHECK(dtype == DType::bf16, "tensor is {}, expected bf16", dtype_name(dtype));
+Tensor::Tensor(uint16_t* p, Shape s, DType d) : data(p), dtype(d), shape(s) {
+  MT_CHECK(d == DType::bf16 || d == DType::f16, "16-bit tensor of dtype {}", dtype_name(d));
+}
+
+uint16_t* Tensor::half() const {
+  MT_CHECK(dtype == DType::bf16 || dtype == DType::f16, "tensor is {}, expected bf16 or f16", dtype_name(dtype));
   return static_cast<uint16_t*>(data);
 }
 

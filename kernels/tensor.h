@@ -13,7 +13,7 @@
 
 namespace megatrain {
 
-enum class DType : uint8_t { f32, bf16, i32 };
+enum class DType : uint8_t { f32, bf16, f16, i32 };  // bf16, f16: 16-bit float bits (kernels/half.h)
 enum class Device : uint8_t { cpu, cuda };
 
 size_t dtype_size(DType t);
@@ -41,13 +41,13 @@ struct Tensor {
   Tensor() = default;
   Tensor(float* p, Shape s) : data(p), dtype(DType::f32), shape(s) {}
   Tensor(int32_t* p, Shape s) : data(p), dtype(DType::i32), shape(s) {}
-  Tensor(uint16_t* p, Shape s) : data(p), dtype(DType::bf16), shape(s) {}  // bfloat16 bits (kernels/half.h)
+  Tensor(uint16_t* p, Shape s, DType d);  // d = bf16 or f16
 
   int64_t numel() const { return shape.numel(); }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
   float* f32() const;
   int32_t* i32() const;
-  uint16_t* bf16() const;
+  uint16_t* half() const;  // bf16 or f16 bits
   // The same memory seen with another shape of equal element count.
   Tensor reshaped(Shape s) const;
 };

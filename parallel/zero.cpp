@@ -3,10 +3,18 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/convert.h"
+#include "kernels/ops.h"
 
 namespace megatrain {
 namespace {
+
+// n float32 values into 16-bit ones of precision p, or back (kernels/ops.h convert).
+void to_half(Precision p, uint16_t* out, const float* in, int64_t n) {
+  convert(Stream::cpu(), Tensor(out, Shape{n}, dtype_of(p)), Tensor(const_cast<float*>(in), Shape{n}));
+}
+void from_half(Precision p, float* out, const uint16_t* in, int64_t n) {
+  convert(Stream::cpu(), Tensor(out, Shape{n}), Tensor(const_cast<uint16_t*>(in), Shape{n}, dtype_of(p)));
+}
 
 void zero_floats(float* p, int64_t n) {
 #pragma omp parallel for simd schedule(static)
@@ -66,7 +74,7 @@ void ZeroState::params_written() {
 void ZeroState::publish_masters() {
   const FlatRange r = optimizer_range();
   uint16_t* mine = params16_.data() + (opt_.stage == 3 ? 0 : r.begin);
-  cpu::f32_to_half(opt_.params, mine, masters_.data(), r.size());
+  to_half(opt_.params, mine, masters_.data(), r.size());
   if (opt_.stage == 1 || opt_.stage == 2) dp_.all_gather(params16_.data(), mine, part_counts_).wait();
 }
 
@@ -115,7 +123,7 @@ void ZeroState::bucket_issue(int b) {
   if (opt_.grad_reduce == Precision::bf16) {
     const float* g = opt_.stage < 2 ? grads_.data() + r.begin : grad_pool_[static_cast<size_t>(st.buffer)].data();
     st.send.resize(static_cast<size_t>(r.size()));
-    cpu::f32_to_half(Precision::bf16, reinterpret_cast<uint16_t*>(st.send.data()), g, r.size());
+    to_half(Precision::bf16, reinterpret_cast<uint16_t*>(st.send.data()), g, r.size());
     if (opt_.stage > 0) st.recv.resize(static_cast<size_t>(st.mine.size()));
     reduce16_bytes_ += 2 * static_cast<int64_t>(st.send.size() + st.recv.size());
     reduce16_peak_ = std::max(reduce16_peak_, reduce16_bytes_);
@@ -153,9 +161,9 @@ void ZeroState::bucket_complete(int b) {
   if (!st.send.empty()) {  // [Note: bf16 reduction]: widen the result into where float32 would be
     const FlatRange r = buckets_[b].range;
     if (opt_.stage == 0)
-      cpu::half_to_f32(Precision::bf16, grads_.data() + r.begin, reinterpret_cast<uint16_t*>(st.send.data()), r.size());
+      from_half(Precision::bf16, grads_.data() + r.begin, reinterpret_cast<uint16_t*>(st.send.data()), r.size());
     else if (st.mine.size() > 0)
-      cpu::half_to_f32(Precision::bf16, received_.data() + (st.mine.begin - part_.begin),
+      from_half(Precision::bf16, received_.data() + (st.mine.begin - part_.begin),
                        reinterpret_cast<uint16_t*>(st.recv.data()), st.mine.size());
     reduce16_bytes_ -= 2 * static_cast<int64_t>(st.send.size() + st.recv.size());
     std::vector<Bf16>().swap(st.send);
@@ -264,7 +272,7 @@ float* ZeroState::unit_params(int unit) {
   slot->work.wait();
   if (sixteen_bit() && !slot->widened) {
     const uint16_t* bits = opt_.stage == 3 ? slot->packed.data() : params16_.data() + u.begin;
-    cpu::half_to_f32(opt_.params, slot->buffer.data(), bits, u.size());
+    from_half(opt_.params, slot->buffer.data(), bits, u.size());
     slot->widened = true;
   }
   return slot->buffer.data();

@@ -98,7 +98,8 @@ void MetricsLog::step(const StepMetrics& m) {
   const MemoryMetrics& b = m.memory;
   j["memory_bytes"] = {{"params", b.params},           {"master_params", b.master_params}, {"grads", b.grads},
                        {"optimizer", b.optimizer},     {"activations", b.activations},
-                       {"comm_buffers", b.comm_buffers}, {"peak_rss", b.peak_rss}};
+                       {"comm_buffers", b.comm_buffers}, {"gemm_scratch", b.gemm_scratch},
+                       {"peak_rss", b.peak_rss}};
   j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
   j["precision"] = m.precision;
   j["loss_scale"] = m.loss_scale ? nlohmann::json(*m.loss_scale) : nlohmann::json(nullptr);
@@ -120,11 +121,13 @@ void MetricsLog::memory(int64_t step, const MemoryMetrics& m) {
   if (!enabled_) return;
   constexpr double MiB = 1 << 20;
   fmt::print("memory per rank at step {}: params {:.2f} MiB | master params {:.2f} MiB | grads {:.2f} MiB | optimizer "
-             "{:.2f} MiB | activations {:.2f} MiB | comm buffers {:.2f} MiB | peak RSS {:.0f} MiB\n",
+             "{:.2f} MiB | activations {:.2f} MiB | comm buffers {:.2f} MiB | GEMM scratch {:.2f} MiB | peak RSS {:.0f} "
+             "MiB\n",
              step, static_cast<double>(m.params) / MiB, static_cast<double>(m.master_params) / MiB,
              static_cast<double>(m.grads) / MiB,
              static_cast<double>(m.optimizer) / MiB, static_cast<double>(m.activations) / MiB,
-             static_cast<double>(m.comm_buffers) / MiB, static_cast<double>(m.peak_rss) / MiB);
+             static_cast<double>(m.comm_buffers) / MiB,
+             static_cast<double>(m.gemm_scratch) / MiB, static_cast<double>(m.peak_rss) / MiB);
   std::fflush(stdout);
 }
 

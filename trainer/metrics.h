@@ -13,11 +13,12 @@ namespace megatrain {
 
 // Bytes one rank holds, by kind (parallel/zero.h, model/optimizer.h, model/stage.h).
 // params: what compute reads (16-bit at bf16/fp16); master_params: the float32 masters the
-// optimizer updates, when they are a separate buffer (bf16/fp16). peak_rss: the process's peak
-// resident memory so far (getrusage), everything included.
+// optimizer updates, when they are a separate buffer (bf16/fp16). gemm_scratch: the linear layers'
+// 16-bit operand copies (bf16/fp16). peak_rss: the process's peak resident memory so far
+// (getrusage), everything included.
 struct MemoryMetrics {
   int64_t params = 0, master_params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
-  int64_t peak_rss = 0;
+  int64_t gemm_scratch = 0, peak_rss = 0;
 };
 
 int64_t peak_rss_bytes();

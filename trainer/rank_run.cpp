@@ -169,6 +169,7 @@ MemoryMetrics RankRun::memory() const {
   m.optimizer = optimizer.state_bytes();
   m.activations = static_cast<int64_t>(activation_bytes());
   m.comm_buffers = z.comm_buffers;
+  m.gemm_scratch = matmul_scratch_bytes(Stream::cpu());
   m.peak_rss = peak_rss_bytes();
   return m;
 }

@@ -13,6 +13,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
                     int OC, Precision p);
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int C, int OC, Precision p);
+int64_t matmul_scratch_bytes();
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int C, float eps);

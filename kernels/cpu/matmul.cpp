@@ -1,4 +1,5 @@
 // Linear layer on CPU through gemm (kernels/cpu/gemm.h). Weight layout (OC, C) as PyTorch.
+#include <atomic>
 #include <cstring>
 
 #include <vector>
@@ -10,6 +11,8 @@
 namespace megatrain::cpu {
 namespace {
 
+std::atomic<int64_t> g_scratch_bytes{0};  // matmul_scratch_bytes()
+
 // gemm() of A (a_size floats) and B (b_size), or of their roundings to p with float32 sums: with
 // a native bf16 GEMM (cpu::native_bf16_gemm) through 16-bit copies and gemm_bf16, otherwise through
 // float32 copies holding the roundings (one conversion pass; the 16-bit values are exact in float32).
@@ -17,7 +20,9 @@ void linear_gemm(Precision p, Trans ta, Trans tb, int64_t M, int64_t N, int64_t 
                  int64_t a_size, const float* B, int64_t ldb, int64_t b_size, float beta, float* C, int64_t ldc) {
   if (p == Precision::fp32) return gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
   const auto grow = [](auto& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+    if (static_cast<int64_t>(v.size()) >= n) return;
+    g_scratch_bytes += (n - static_cast<int64_t>(v.size())) * static_cast<int64_t>(sizeof(v[0]));
+    v.resize(static_cast<size_t>(n));
   };
   if (p == Precision::bf16 && native_bf16_gemm()) {
     thread_local std::vector<uint16_t> a, b;  // grow only; reused call to call
@@ -34,6 +39,8 @@ void linear_gemm(Precision p, Trans ta, Trans tb, int64_t M, int64_t N, int64_t 
 }
 
 }  // namespace
+
+int64_t matmul_scratch_bytes() { return g_scratch_bytes.load(); }
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int C,
                     int OC, Precision p) {
