@@ -5,6 +5,7 @@
 #include "parallel/launch_env.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
+#include "trainer/stop_request.h"
 #include "trainer/train.h"
 
 namespace megatrain {
@@ -33,8 +34,7 @@ Command add_train_command(CLI::App& root) {
             Config cfg = load_config(opts->config, opts->overrides);
             resolve_config(cfg, world.size());
             if (world.rank() == 0) fmt::print("# resolved config\n{}\n", config_to_toml(cfg));
-            run_training(cfg, world, opts->train);
-            return 0;
+            return run_training(cfg, world, opts->train).stopped_at > 0 ? kExitStopped : 0;
           },
           /*uses_mpi=*/true};
 }

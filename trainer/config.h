@@ -46,6 +46,9 @@ struct TrainConfig {
   Precision precision = Precision::fp32;
   Recompute recompute = Recompute::none;  // model/recompute.h
   int recompute_layers = 0;               // full: blocks per stage, from its first; 0 = all
+  // Stop early, after a save, with exit code 10 (trainer/stop_request.h); 0 = never.
+  double exit_duration_mins = 0.0;        // wall minutes since this run started
+  int64_t exit_after_steps = 0;           // steps of this run
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 

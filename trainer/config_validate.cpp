@@ -38,6 +38,12 @@ void validate_config_fields(const Config& c) {
   r.at_least("train.eval_interval", t.eval_interval, 0, "(0 = never)");
   r.at_least("train.eval_steps", t.eval_steps, 1);
   r.at_least("train.recompute_layers", t.recompute_layers, 0, "(0 = every block of a stage)");
+  r.at_least("train.exit_duration_mins", t.exit_duration_mins, 0.0, "(0 = no time limit)");
+  r.at_least("train.exit_after_steps", t.exit_after_steps, int64_t{0}, "(0 = no step limit)");
+  MT_INPUT_CHECK((t.exit_duration_mins == 0.0 && t.exit_after_steps == 0) || !c.checkpoint.dir.empty(),
+                 "{}: train.exit_duration_mins / train.exit_after_steps stop the run to resume it later, which needs "
+                 "a checkpoint: set checkpoint.dir",
+                 c.source);
   for (size_t i = 0; i < p.pipeline_layers.size(); ++i)
     r.at_least(fmt::format("parallel.pipeline_layers[{}]", i), p.pipeline_layers[i], 1,
                "(every stage holds at least one block)");

@@ -6,7 +6,8 @@
 // printed as "[rank r host h] error: …" and an MPI job is aborted so no peer waits forever in a
 // collective.
 // Exit codes: 0 success, 1 internal error, 2 bad input (config, data file, flag, damaged
-// checkpoint), 3 checkpoint.load found no valid checkpoint.
+// checkpoint), 3 checkpoint.load found no valid checkpoint, 10 stopped early on request after a
+// save (trainer/stop_request.h).
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 

@@ -17,6 +17,7 @@
 #include "trainer/metrics.h"
 #include "trainer/peak_flops.h"
 #include "trainer/rank_run.h"
+#include "trainer/stop_request.h"
 
 namespace megatrain {
 namespace {
@@ -76,8 +77,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       scaler->restore({meta->state.loss_scale, meta->state.loss_scale_growth_tracker,
                        meta->state.loss_scale_hysteresis_tracker});
   }
-  std::unique_ptr<Checkpointer> checkpointer;
-  if (cfg.checkpoint.save_interval > 0) checkpointer = std::make_unique<Checkpointer>(cfg, world);
+  std::unique_ptr<Checkpointer> checkpointer;  // with a folder to save to: periodic saves and the stop's
+  if (!cfg.checkpoint.dir.empty()) checkpointer = std::make_unique<Checkpointer>(cfg, world);
+  StopRequests stop(cfg, world);
   if (rank0) {
     spdlog::info("model: {} parameters, {:.1f} MiB activations on rank 0; data: {} tokens, {} samples per epoch",
                  run.stored_layout.num_parameters(), static_cast<double>(run.activation_bytes()) / (1 << 20),
@@ -169,7 +171,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       log.step(m);
       logged = Logged{};
     }
-    if (checkpointer && (step + 1) % cfg.checkpoint.save_interval == 0) {
+    const auto save = [&] {
       TrainState ts{step + 1, (step + 1) * G, cfg.train.seed, skipped};
       if (scaler) {
         const LossScaleState& l = scaler->state();
@@ -179,11 +181,21 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       const double stall = checkpointer->save(state, ts);
       if (rank0) spdlog::info("checkpoint: step {} {} ({:.1f} ms stall)", step + 1,
                               cfg.checkpoint.async ? "copied, writing in the background" : "saved", stall * 1e3);
-    }
+    };
+    const bool saved = checkpointer && cfg.checkpoint.save_interval > 0 && (step + 1) % cfg.checkpoint.save_interval == 0;
+    if (saved) save();
     if (run.data.valid() && cfg.train.eval_interval > 0 && ((step + 1) % cfg.train.eval_interval == 0 || last)) {
       const double v = run.evaluate();
       result.val_losses.push_back(v);
       log.validation(step + 1, v);
+    }
+    if (last) break;
+    if (const std::string why = stop.agree(step + 1 - start_step); !why.empty()) {
+      spdlog::warn("STOP_REQUESTED step={} reason={}: {}", step + 1, why,
+                   checkpointer ? "saving, then exiting with code 10" : "checkpoint.dir is empty: exiting unsaved");
+      if (checkpointer && !saved) save();
+      result.stopped_at = step + 1;
+      break;
     }
   }
   if (checkpointer) checkpointer->wait();

@@ -3,6 +3,7 @@
 // data-parallel reduction overlapping backward, clipping, AdamW over this rank's shard, LR
 // schedule, metrics with communication timers and memory per rank, periodic validation).
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "parallel/comm.h"
@@ -14,6 +15,7 @@ struct TrainResult {
   std::vector<double> losses;      // per step, mean over the global batch
   std::vector<double> grad_norms;  // per step, before clipping
   std::vector<double> val_losses;  // one per evaluation
+  int64_t stopped_at = 0;          // the step after which a stop request ended the run; 0 = ran to the end
 };
 
 struct TrainOptions {

@@ -273,6 +273,17 @@ TEST_F(ConfigTest, MixedPrecisionRules) {
   load_error("[loss_scale]\nhysteresis = 0\n", "loss_scale.hysteresis");
 }
 
+TEST_F(ConfigTest, EarlyStopsNeedACheckpointFolder) {
+  EXPECT_CONTAINS(load_error("[train]\nexit_after_steps = 10\n", "train.exit_after_steps"), "set checkpoint.dir");
+  EXPECT_CONTAINS(load_error("[train]\nexit_duration_mins = 30.0\n", "train.exit_duration_mins"), "set checkpoint.dir");
+  load_error("[train]\nexit_after_steps = -1\n", "train.exit_after_steps");
+  load_error("[train]\nexit_duration_mins = -1.0\n", "train.exit_duration_mins");
+  Config c = load_config(write("[train]\nexit_after_steps = 10\nexit_duration_mins = 1.5\n[checkpoint]\ndir = \"ck\"\n"), {});
+  resolve_config(c, 1);
+  EXPECT_EQ(c.train.exit_after_steps, 10);
+  EXPECT_EQ(c.train.exit_duration_mins, 1.5);
+}
+
 TEST_F(ConfigTest, TomlHasEveryKeyInSectionOrder) {
   Config c;
   std::string text = config_to_toml(c);

@@ -1,0 +1,39 @@
+// Stopping a run early at a step boundary, after a save — for preemption and time limits
+// (robustness spec R11; Megatron's DistributedSignalHandler, --exit-duration-in-mins and
+// --exit-interval). Three causes: SIGUSR1 or SIGTERM (Slurm's `--signal`), whose handlers only set
+// a flag; train.exit_duration_mins of wall time since the run started; train.exit_after_steps
+// steps of this run. After every step the ranks agree (one all-reduce of the three flags, max), so
+// every rank stops after the same step even when only one rank was signalled or one rank's clock
+// passed the limit first. The trainer then saves (checkpoint.dir) and exits with kExitStopped.
+// A signal arriving while the run saves and exits changes nothing (the flag is already set).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "parallel/comm.h"
+#include "trainer/config.h"
+
+namespace megatrain {
+
+inline constexpr int kExitStopped = 10;  // stopped early on request, after the save
+
+class StopRequests {
+ public:
+  // Installs the SIGUSR1 and SIGTERM handlers (the previous ones come back on destruction).
+  StopRequests(const Config& cfg, const Comm& world);
+  ~StopRequests();
+  StopRequests(const StopRequests&) = delete;
+  StopRequests& operator=(const StopRequests&) = delete;
+
+  // Collective over the world, after each step: "" to go on, else why to stop (the same on every
+  // rank): "signal SIGUSR1", "train.exit_duration_mins = 1.5", "train.exit_after_steps = 100".
+  std::string agree(int64_t steps_this_run);
+
+ private:
+  const Config& cfg_;
+  Comm world_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace megatrain
