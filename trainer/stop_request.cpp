@@ -22,6 +22,7 @@ StopRequests::StopRequests(const Config& cfg, const Comm& world)
   g_signal = 0;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;  // system calls the signal interrupts (file writes, MPI's) resume
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, &g_previous_usr1);
   sigaction(SIGTERM, &sa, &g_previous_term);
