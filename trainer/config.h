@@ -49,6 +49,9 @@ struct TrainConfig {
   // Stop early, after a save, with exit code 10 (trainer/stop_request.h); 0 = never.
   double exit_duration_mins = 0.0;        // wall minutes since this run started
   int64_t exit_after_steps = 0;           // steps of this run
+  // fp32/bf16: a step whose gradients hold Inf/NaN is skipped; this many in a row stop the run
+  // (exit code 76). fp16 overflows are the loss scaler's (loss_scale).
+  int64_t max_consecutive_skips = 5;
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 

@@ -40,6 +40,7 @@ void validate_config_fields(const Config& c) {
   r.at_least("train.recompute_layers", t.recompute_layers, 0, "(0 = every block of a stage)");
   r.at_least("train.exit_duration_mins", t.exit_duration_mins, 0.0, "(0 = no time limit)");
   r.at_least("train.exit_after_steps", t.exit_after_steps, int64_t{0}, "(0 = no step limit)");
+  r.at_least("train.max_consecutive_skips", t.max_consecutive_skips, int64_t{1});
   MT_INPUT_CHECK((t.exit_duration_mins == 0.0 && t.exit_after_steps == 0) || !c.checkpoint.dir.empty(),
                  "{}: train.exit_duration_mins / train.exit_after_steps stop the run to resume it later, which needs "
                  "a checkpoint: set checkpoint.dir",

@@ -17,7 +17,7 @@ inline bool crash_before_rename() {
 
 // MEGATRAIN_DEBUG_GRAD_OVERFLOW=STEP[,STEP…][@RANK]: at those steps (numbered from 1, as logged)
 // global rank RANK (default 0) sets the first gradient it reduces to +Inf after backward — an
-// injected overflow for testing fp16 loss scaling.
+// injected overflow for testing fp16 loss scaling and non-finite step skipping.
 inline bool grad_overflow_injected(int64_t step, int rank) {
   const char* v = std::getenv("MEGATRAIN_DEBUG_GRAD_OVERFLOW");
   if (!v) return false;

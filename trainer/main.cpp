@@ -7,7 +7,8 @@
 // collective.
 // Exit codes: 0 success, 1 internal error, 2 bad input (config, data file, flag, damaged
 // checkpoint), 3 checkpoint.load found no valid checkpoint, 10 stopped early on request after a
-// save (trainer/stop_request.h).
+// save (trainer/stop_request.h), 76 train.max_consecutive_skips steps in a row with Inf/NaN
+// gradients (trainer/train.h).
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -19,6 +20,7 @@
 #include "parallel/comm.h"
 #include "trainer/checkpoint.h"
 #include "trainer/commands.h"
+#include "trainer/train.h"
 
 int main(int argc, char** argv) {
   using namespace megatrain;
@@ -50,6 +52,9 @@ int main(int argc, char** argv) {
       if (c.app->parsed()) return c.run();
   } catch (const NoValidCheckpoint& e) {
     code = 3;
+    message = e.what();
+  } catch (const NonFiniteSteps& e) {
+    code = kExitNonFinite;
     message = e.what();
   } catch (const InputError& e) {
     code = 2;

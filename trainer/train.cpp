@@ -56,7 +56,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   RankRun run(cfg, world);
   const CheckpointTensors state = run.checkpoint_tensors();
   const int64_t G = cfg.train.global_batch_size;
-  int64_t start_step = 0, skipped = 0;
+  int64_t start_step = 0, skipped = 0, nonfinite_in_a_row = 0;
   std::optional<DynamicLossScaler> scaler;
   if (cfg.train.precision == Precision::fp16) scaler.emplace(cfg.loss_scale);
   if (auto meta = checkpoint_load(cfg, state, world, options.allow_fresh_start, rank0)) {
@@ -115,7 +115,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     const double loss = run.train_step(step, scale);
     if (debug_env::grad_overflow_injected(step + 1, world.rank()) && run.zero.optimizer_range().size() > 0)
       run.zero.optimizer_grads()[0] = std::numeric_limits<float>::infinity();
-    const int overflow = scaler ? run.first_overflow_rank() : -1;
+    const int overflow = run.first_overflow_rank();  // Inf/NaN in any rank's gradients: skip the step
     const double rate = lr.at(step + 1 - skipped);  // skipped steps do not advance the schedule (Megatron)
     double norm = std::numeric_limits<double>::quiet_NaN();
     if (overflow < 0) {
@@ -132,6 +132,16 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
         spdlog::warn("step {} skipped: gradients overflowed (Inf/NaN, first seen on rank {}) at loss scale {:g}; "
                      "scale now {:g}",
                      step + 1, overflow, scale, scaler->scale());
+    } else {
+      nonfinite_in_a_row = overflow >= 0 ? nonfinite_in_a_row + 1 : 0;
+      if (overflow >= 0 && rank0)
+        spdlog::warn("NONFINITE step={} origin_rank={} skipped={}/{}: Inf/NaN gradients, the update is skipped", step + 1,
+                     overflow, nonfinite_in_a_row, cfg.train.max_consecutive_skips);
+      if (nonfinite_in_a_row == cfg.train.max_consecutive_skips)
+        throw NonFiniteSteps(fmt::format(
+            "{} steps in a row (to step {}) had Inf/NaN gradients (first seen on rank {}): training has diverged; "
+            "resume from an earlier checkpoint with a lower optimizer.lr, or raise train.max_consecutive_skips",
+            nonfinite_in_a_row, step + 1, overflow));
     }
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     result.losses.push_back(loss);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/check.h"
 #include "parallel/comm.h"
 #include "trainer/config.h"
 
@@ -17,6 +18,14 @@ struct TrainResult {
   std::vector<double> val_losses;  // one per evaluation
   int64_t stopped_at = 0;          // the step after which a stop request ended the run; 0 = ran to the end
 };
+
+// train.max_consecutive_skips steps in a row had Inf/NaN gradients (fp32, bf16): main exits with
+// kExitNonFinite.
+class NonFiniteSteps : public Error {
+ public:
+  using Error::Error;
+};
+inline constexpr int kExitNonFinite = 76;
 
 struct TrainOptions {
   bool allow_fresh_start = false;  // checkpoint.load finds nothing valid: start fresh instead of failing

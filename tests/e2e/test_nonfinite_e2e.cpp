@@ -1,0 +1,67 @@
+// Non-finite gradients at fp32 (robustness spec R16; trainer/train.h): a step whose gradients hold
+// Inf/NaN on any rank (injected with MEGATRAIN_DEBUG_GRAD_OVERFLOW) is skipped on every rank — the
+// weights after it equal those before it, byte for byte — and logged with the rank it came from;
+// train.max_consecutive_skips such steps in a row stop the run with exit code 76.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "tests/e2e/e2e_fixture.h"
+#include "tests/expect_contains.h"
+
+namespace megatrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+class NonFiniteE2E : public test::TrainE2E {
+ protected:
+  test::Result run(int np, const std::string& inject, const std::string& extra) {
+    return test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np " +
+                           std::to_string(np) + " -x OMP_NUM_THREADS=1 -x MEGATRAIN_DEBUG_GRAD_OVERFLOW=" + inject + " " +
+                           test::megatrain_bin() + " train --config " + config_.string() +
+                           " --set train.eval_interval=0 --set model.dropout=0.0 --set optimizer.decay_steps=40 "
+                           "--set log.metrics_file=" + (dir_ / "m.jsonl").string() + " " + extra);
+  }
+  std::string exported(const std::string& checkpoint) {
+    const fs::path out = dir_ / ("export_" + fs::path(checkpoint).filename().string());
+    const auto r = test::run_megatrain("export --checkpoint " + checkpoint + " --out " + out.string());
+    EXPECT_EQ(r.code, 0) << r.output;
+    std::ifstream in(out / "model.safetensors", std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+};
+
+TEST_F(NonFiniteE2E, ANonFiniteGradientOnRankOneSkipsThatStepOnEveryRank) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const auto r = run(2, "4@1", "--set train.steps=6 --set parallel.zero_stage=1 --set checkpoint.save_interval=1 "
+                               "--set checkpoint.dir=" + ckpt);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "NONFINITE step=4 origin_rank=1 skipped=1/5");
+  const auto m = test::metrics_lines(dir_ / "m.jsonl");
+  ASSERT_EQ(m.size(), 6u);
+  for (size_t i = 0; i < m.size(); ++i) {
+    EXPECT_EQ(m[i]["skipped_steps"], i + 1 < 4 ? 0 : 1) << "step " << i + 1;
+    EXPECT_EQ(m[i]["grad_norm"].is_null(), i + 1 == 4) << "step " << i + 1;
+  }
+  const std::string s3 = exported(ckpt + "/step_0000003");
+  ASSERT_GT(s3.size(), 1000u);
+  EXPECT_TRUE(s3 == exported(ckpt + "/step_0000004")) << "the skipped step 4 changed the weights";
+  EXPECT_FALSE(s3 == exported(ckpt + "/step_0000005")) << "step 5 did not update";
+}
+
+TEST_F(NonFiniteE2E, FiveInARowStopTheRunWithCode76) {
+  const auto r = run(2, "7,8,9,10,11,12,13,14", "--set train.steps=20");
+  EXPECT_EQ(r.code, 76) << r.output;
+  EXPECT_CONTAINS(r.output, "NONFINITE step=11 origin_rank=0 skipped=5/5");
+  EXPECT_CONTAINS(r.output, "5 steps in a row (to step 11) had Inf/NaN gradients");
+  EXPECT_EQ(r.output.find("NONFINITE step=12"), std::string::npos) << r.output;
+  const auto clean = run(1, "7,9,11,13", "--set train.steps=14");  // never 5 in a row: runs to the end
+  EXPECT_EQ(clean.code, 0) << clean.output;
+  EXPECT_CONTAINS(clean.output, "NONFINITE step=13 origin_rank=0 skipped=1/5");
+}
+
+}  // namespace
+}  // namespace megatrain
