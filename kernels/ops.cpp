@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm.h"
 
 namespace megatrain {
 namespace {
@@ -67,6 +68,11 @@ void convert(const Stream& s, Tensor out, Tensor in) {
 int64_t matmul_scratch_bytes(const Stream& s) {
   on_cpu(s);
   return cpu::matmul_scratch_bytes();
+}
+
+std::string matmul_path(const Stream& s) {
+  on_cpu(s);
+  return s.matmul == Precision::fp32 ? "the float32 GEMM" : cpu::half_gemm_path(s.matmul);
 }
 
 void layernorm_forward(const Stream& s, Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,

@@ -4,6 +4,8 @@
 // Backward ops `=` into input gradients and `+=` into parameter gradients
 // (see [Note: grad accumulation] in model/gpt.h). An empty Tensor means "absent" (no bias, ...).
 #pragma once
+#include <string>
+
 #include "kernels/device.h"
 #include "kernels/rng.h"
 #include "kernels/tensor.h"
@@ -26,6 +28,8 @@ void matmul_backward(const Stream& s, Tensor dinp,  // (N, C)   =, or empty
 // Bytes the linear layers hold for their 16-bit operands (bf16/fp16 streams; grow-only, reused),
 // over every thread of the process.
 int64_t matmul_scratch_bytes(const Stream& s);
+// How the linear layers' GEMMs run on this stream's device and precision, for the start-up log.
+std::string matmul_path(const Stream& s);
 
 // ---- conversion: f32 → bf16 / f16 (round to nearest, ties to even; ±inf beyond the range) or
 // bf16 / f16 → f32 (exact); out and in have the same element count ----

@@ -8,7 +8,7 @@
 #include <memory>
 #include <optional>
 
-#include "kernels/cpu/gemm.h"
+#include "kernels/ops.h"
 #include "model/gpt.h"
 #include "trainer/checkpoint.h"
 #include "trainer/debug_env.h"
@@ -87,7 +87,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     if (cfg.train.precision != Precision::fp32)
       spdlog::info("precision {0}: compute reads a {0} copy of the float32 master weights; the linear layers' GEMMs: "
                    "{1}; gradients and optimizer state are float32{2}",
-                   precision_name(cfg.train.precision), cpu::half_gemm_path(cfg.train.precision),
+                   precision_name(cfg.train.precision), matmul_path(Stream::cpu(cfg.train.precision)),
                    scaler ? fmt::format("; dynamic loss scale from {:g}", scaler->scale()) : "");
     spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} chunk(s) per rank, {} "
                  "micro-batch slots on rank 0), dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",

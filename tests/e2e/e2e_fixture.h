@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "tests/e2e/metrics_reader.h"
@@ -70,6 +74,16 @@ interval = 1
     const auto r = test::run_shell(cmd);
     EXPECT_EQ(r.code, 0) << cmd << "\n" << r.output;
     return test::metrics_lines(metrics);
+  }
+
+  // The bytes of model.safetensors that `megatrain export` writes for CHECKPOINT (a step folder):
+  // equal bytes, equal weights.
+  std::string exported_weights(const std::string& checkpoint) {
+    const fs::path out = dir_ / ("export_" + fs::path(checkpoint).filename().string());
+    const auto r = test::run_megatrain("export --checkpoint " + checkpoint + " --out " + out.string());
+    EXPECT_EQ(r.code, 0) << r.output;
+    std::ifstream in(out / "model.safetensors", std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
 
   test::TempDir dir_{"e2e"};
