@@ -156,7 +156,7 @@ H5 open_for_read(const std::string& path) {
   quiet_hdf5();
   H5 f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!f.ok())
-    throw InputError(fmt::format("checkpoint {}: cannot be opened as HDF5 (missing, truncated or not a checkpoint)",
+    throw CheckpointError(fmt::format("checkpoint {}: cannot be opened as HDF5 (missing, truncated or not a checkpoint)",
                                  path));
   return f;
 }
@@ -184,7 +184,8 @@ struct LocalRead {
   std::vector<ckpt::CrcPiece> pieces;
 };
 
-// Everything a read does without talking to other ranks; the first problem is thrown as InputError.
+// Everything a read does without talking to other ranks; the first problem is thrown as
+// CheckpointError, or as check_meta's InputError.
 void read_local(const std::string& path, const CheckpointTensors& t, const std::vector<int>& local,
                 const CheckpointMetaCheck& check_meta, LocalRead& out) {
   H5 f = open_for_read(path);
@@ -236,12 +237,21 @@ CheckpointMeta read_sharded(const std::string& path, const CheckpointTensors& t,
   group.agree_misuse(misuse(t, local));
   LocalRead read;
   std::string error;
+  bool refused = false;  // by check_meta: the caller's input is at fault, not the file
   try {
     read_local(path, t, local, check_meta, read);
+  } catch (const CheckpointError& e) {
+    error = e.what();
   } catch (const InputError& e) {
     error = e.what();
+    refused = true;
   }
-  group.agree(error);  // from here on every rank has read every dataset's metadata
+  try {
+    group.agree(error);  // from here on every rank has read every dataset's metadata
+  } catch (const CheckpointError& e) {
+    if (refused) throw InputError(e.what());  // check_meta runs on the same metadata everywhere
+    throw;
+  }
   const Datasets datasets = datasets_of(stored_of(t));
   const std::vector<uint32_t> crcs = group.combine(read.pieces, datasets.bytes, datasets.names);
   for (size_t d = 0; d < crcs.size() && error.empty(); ++d)

@@ -76,7 +76,8 @@ uint32_t checkpoint_meta_crc32(const CheckpointMeta& meta, int64_t version = kCh
 void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, const CheckpointMeta& meta,
                            const Comm& comm);
 
-// Run on the metadata, on every rank, before any tensor is read; throws InputError to refuse the file.
+// Run on the metadata, on every rank, before any tensor is read; throws InputError to refuse the file
+// (the read then throws InputError; a damaged file throws CheckpointError).
 using CheckpointMetaCheck = std::function<void(const CheckpointMeta&)>;
 
 // Collective over `comm`: every rank reads what its slices hold (independent I/O, never the whole

@@ -126,7 +126,7 @@ void ShardGroup::agree(const std::string& error) const {
   if (first == size_) return;
   std::string text = error;
   if (comm_ != MPI_COMM_NULL) broadcast_text(comm_, text, first);
-  throw InputError(text);
+  throw CheckpointError(text);
 }
 
 void ShardGroup::agree_misuse(const std::string& error) const {

@@ -36,7 +36,7 @@ void write_attr_str(hid_t obj, const char* name, const std::string& v) {
 }
 
 void AttrReader::fail(const std::string& what) const {
-  throw InputError(fmt::format("checkpoint {}: {}", path, what));
+  throw CheckpointError(fmt::format("checkpoint {}: {}", path, what));
 }
 
 H5 AttrReader::attr(hid_t obj, const char* name, const std::string& where) const {

@@ -14,11 +14,11 @@
 namespace megatrain {
 
 std::vector<double> normalise_blend_weights(std::span<const double> weights) {
-  MT_INPUT_CHECK(!weights.empty() && weights.size() <= std::numeric_limits<uint16_t>::max(),
+  MT_DATA_CHECK(!weights.empty() && weights.size() <= std::numeric_limits<uint16_t>::max(),
                  "a blend needs 1 to {} datasets, got {}", std::numeric_limits<uint16_t>::max(), weights.size());
   double sum = 0.0;
   for (double w : weights) {
-    MT_INPUT_CHECK(std::isfinite(w) && w > 0.0, "blend weight {} must be a finite number > 0", w);
+    MT_DATA_CHECK(std::isfinite(w) && w > 0.0, "blend weight {} must be a finite number > 0", w);
     sum += w;
   }
   std::vector<double> out(weights.begin(), weights.end());

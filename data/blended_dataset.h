@@ -27,7 +27,7 @@ struct BlendIndex {
   std::vector<int64_t> sample;    // (n): its sample index in that dataset
 };
 
-// Weights normalised to sum 1; InputError unless there are 1 … 65535 positive finite weights.
+// Weights normalised to sum 1; DataError unless there are 1 … 65535 positive finite weights.
 std::vector<double> normalise_blend_weights(std::span<const double> weights);
 
 // The greedy index of the contract for `num_samples` global samples (weights already normalised).

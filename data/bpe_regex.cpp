@@ -86,7 +86,7 @@ Regex::Regex(std::string_view pattern, Syntax syntax, std::string_view where) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
     const std::string form = text == pattern ? "" : fmt::format(" of its PCRE2 form '{}'", text);
-    throw InputError(fmt::format("{} '{}' does not compile at offset {}{}: {}; fix the pattern",
+    throw DataError(fmt::format("{} '{}' does not compile at offset {}{}: {}; fix the pattern",
                                  where, pattern, offset, form,
                                  reinterpret_cast<const char*>(message)));
   }

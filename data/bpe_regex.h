@@ -22,7 +22,7 @@ class Splitter {
 class Regex final : public Splitter {
  public:
   enum class Syntax { kRegex, kLiteral };
-  // A pattern that does not compile throws InputError "<where> '<pattern>' does not compile...".
+  // A pattern that does not compile throws DataError "<where> '<pattern>' does not compile...".
   Regex(std::string_view pattern, Syntax syntax, std::string_view where);
   ~Regex() override;
   Regex(const Regex&) = delete;

@@ -28,7 +28,7 @@ using nlohmann::json;
 const json kNull;                                  // what an absent field reads as
 
 [[noreturn]] void bad(const std::string& path, std::string_view field, std::string_view what) {
-  throw InputError(fmt::format("tokenizer file '{}': {} {}", path, field, what));
+  throw DataError(fmt::format("tokenizer file '{}': {} {}", path, field, what));
 }
 
 // One pre-tokenization step: optionally prepend a space, then optionally split by a regex.
@@ -250,7 +250,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   Impl& m = *impl;
   m.path = path;
   std::ifstream file(path, std::ios::binary);
-  MT_INPUT_CHECK(file.good(),
+  MT_DATA_CHECK(file.good(),
                  "tokenizer file '{}' cannot be opened ({}); give the path of a "
                  "Hugging Face tokenizer.json, or \"bytes\"",
                  path, std::strerror(errno));
@@ -390,7 +390,7 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;
   for (int32_t id : ids) {
-    MT_INPUT_CHECK(id >= 0 && id < vocab_size() && !impl_->id_bytes[id].empty(),
+    MT_DATA_CHECK(id >= 0 && id < vocab_size() && !impl_->id_bytes[id].empty(),
                    "token id {} is not in tokenizer '{}' (vocab_size {}); the ids come from a "
                    "different tokenizer",
                    id, impl_->path, vocab_size());

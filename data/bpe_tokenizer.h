@@ -7,7 +7,7 @@
 // decode maps ids back to their bytes (added tokens to their content). The decoder and
 // post_processor sections are not used: encode adds no BOS/EOS (preprocess appends eod_id()).
 // Unsupported settings (a normalizer, BPE dropout, subword prefixes/suffixes, Split behaviours
-// other than Isolated, single_word added tokens) are rejected with InputError, never ignored.
+// other than Isolated, single_word added tokens) are rejected with DataError, never ignored.
 // Invariants: all 256 byte symbols are in the vocab, so every byte string encodes and every id
 // is < vocab_size(); decode(encode(x)) == x for every byte string x (valid UTF-8 or not) unless
 // ByteLevel.add_prefix_space is set or an added token has lstrip/rstrip (HF drops text there).
@@ -28,7 +28,7 @@ namespace megatrain {
 class BpeTokenizer final : public Tokenizer {
  public:
   // Parses the tokenizer.json at `path`. A missing or malformed file, or an unsupported or
-  // inconsistent field, throws InputError naming the path, the field and the fix.
+  // inconsistent field, throws DataError naming the path, the field and the fix.
   static BpeTokenizer load(const std::string& path);
 
   BpeTokenizer(BpeTokenizer&&) noexcept;
@@ -36,11 +36,11 @@ class BpeTokenizer final : public Tokenizer {
   ~BpeTokenizer() override;
 
   std::vector<int32_t> encode(std::string_view text) const override;
-  // An id outside [0, vocab_size()) or with no token throws InputError.
+  // An id outside [0, vocab_size()) or with no token throws DataError.
   std::string decode(std::span<const int32_t> ids) const override;
   // 1 + the largest id in model.vocab and added_tokens.
   int vocab_size() const override;
-  // Id of "<|endoftext|>", else "<|end_of_text|>", else "</s>"; InputError when none exists.
+  // Id of "<|endoftext|>", else "<|end_of_text|>", else "</s>"; DataError when none exists.
   int32_t eod_id() const override;
   // Id of an added token's content or of a vocab entry (byte-level spelling); nullopt if none.
   std::optional<int32_t> token_id(std::string_view token) const;

@@ -195,14 +195,14 @@ class Trainer {
 }  // namespace
 
 BpeTrainResult train_bpe(const BpeTrainOptions& opts) {
-  MT_INPUT_CHECK(!opts.inputs.empty(), "tokenizer train: no --input files given");
+  MT_DATA_CHECK(!opts.inputs.empty(), "tokenizer train: no --input files given");
   std::unordered_set<std::string> seen;
   for (const std::string& s : opts.special_tokens) {
-    MT_INPUT_CHECK(!s.empty(), "tokenizer train: a --special token is empty");
-    MT_INPUT_CHECK(seen.insert(s).second, "tokenizer train: --special token '{}' is given twice", s);
+    MT_DATA_CHECK(!s.empty(), "tokenizer train: a --special token is empty");
+    MT_DATA_CHECK(seen.insert(s).second, "tokenizer train: --special token '{}' is given twice", s);
   }
   const int64_t min_vocab = 257 + static_cast<int64_t>(opts.special_tokens.size());
-  MT_INPUT_CHECK(opts.vocab_size >= min_vocab,
+  MT_DATA_CHECK(opts.vocab_size >= min_vocab,
                  "tokenizer train: --vocab-size {} is too small; it must be at least {} (256 byte tokens, "
                  "at least one merge, and {} special token(s))",
                  opts.vocab_size, min_vocab, opts.special_tokens.size());
@@ -212,13 +212,13 @@ BpeTrainResult train_bpe(const BpeTrainOptions& opts) {
   std::vector<std::string_view> pieces;
   for (const std::string& path : opts.inputs) {
     std::ifstream in(path, std::ios::binary);
-    MT_INPUT_CHECK(in.is_open(), "tokenizer train: cannot open input file '{}': {}", path, std::strerror(errno));
+    MT_DATA_CHECK(in.is_open(), "tokenizer train: cannot open input file '{}': {}", path, std::strerror(errno));
     std::string line;
     while (std::getline(in, line)) {
       if (!in.eof()) line.push_back('\n');
       count_words(line, opts.special_tokens, split, pieces, counts);
     }
-    MT_INPUT_CHECK(!in.bad(), "tokenizer train: reading input file '{}' failed", path);
+    MT_DATA_CHECK(!in.bad(), "tokenizer train: reading input file '{}' failed", path);
   }
 
   // Deterministic word order (the result does not depend on it, but keep runs identical).
@@ -291,18 +291,18 @@ void write_bpe_tokenizer_json(const BpeTrainResult& result, const std::string& p
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    MT_INPUT_CHECK(out.is_open(), "tokenizer train: cannot write '{}': {}", tmp, std::strerror(errno));
+    MT_DATA_CHECK(out.is_open(), "tokenizer train: cannot write '{}': {}", tmp, std::strerror(errno));
     out << j.dump(2) << '\n';
     out.flush();
     if (!out) {
       std::remove(tmp.c_str());
-      MT_INPUT_CHECK(false, "tokenizer train: writing '{}' failed (disk full?)", tmp);
+      MT_DATA_CHECK(false, "tokenizer train: writing '{}' failed (disk full?)", tmp);
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());
-    MT_INPUT_CHECK(false, "tokenizer train: cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err));
+    MT_DATA_CHECK(false, "tokenizer train: cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err));
   }
 }
 

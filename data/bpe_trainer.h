@@ -27,11 +27,11 @@ struct BpeTrainResult {
   int64_t words = 0;                                        // distinct pre-tokenized words
 };
 
-// Bad options, or an input that cannot be opened or read, throw InputError naming it.
+// Bad options, or an input that cannot be opened or read, throw DataError naming it.
 BpeTrainResult train_bpe(const BpeTrainOptions& opts);
 
 // Writes a Hugging Face tokenizer.json (ByteLevel pre-tokenizer/decoder/post-processor, BPE
-// model) atomically: `path`.tmp, then rename. A write failure throws InputError naming the path.
+// model) atomically: `path`.tmp, then rename. A write failure throws DataError naming the path.
 void write_bpe_tokenizer_json(const BpeTrainResult& result, const std::string& path);
 
 }  // namespace megatrain

@@ -49,7 +49,7 @@ struct BuildReport {
 
 std::string sample_index_key(std::span<const BlendPart> parts, const SampleIndexOptions& options);
 
-// InputError when a range has fewer than seq_len + 1 tokens or a weight is not positive.
+// DataError when a range has fewer than seq_len + 1 tokens or a weight is not positive.
 std::unique_ptr<BlendedDataset> build_blended_dataset(std::span<const BlendPart> parts,
                                                       const SampleIndexOptions& options, BuildReport& report);
 

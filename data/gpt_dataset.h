@@ -23,7 +23,7 @@ namespace megatrain {
 
 class GptDataset : public SampleSource {
  public:
-  // Builds the index (InputError when the range is too small; see build_gpt_sample_index).
+  // Builds the index (DataError when the range is too small; see build_gpt_sample_index).
   // `dataset` must outlive this object.
   GptDataset(const IndexedDataset& dataset, const GptSampleSpec& spec);
   // Adopts an index built earlier for the same (dataset, spec), e.g. loaded from the cache; the

@@ -32,12 +32,12 @@ std::string range_name(const IndexedDataset& ds, const DocRange& r) {
   return fmt::format("\"{}\" documents [{}, {})", ds.prefix(), r.begin, r.end);
 }
 
-// Token counts of the documents of the range; InputError when the range cannot give one sample.
+// Token counts of the documents of the range; DataError when the range cannot give one sample.
 std::vector<int64_t> range_lengths(const IndexedDataset& ds, const GptSampleSpec& spec, int64_t& total) {
   const DocRange& r = spec.docs;
   MT_CHECK(r.begin >= 0 && r.begin <= r.end && r.end <= ds.num_documents(), "document range [{}, {}) of {} documents",
            r.begin, r.end, ds.num_documents());
-  MT_INPUT_CHECK(r.size() <= kInt32Max,
+  MT_DATA_CHECK(r.size() <= kInt32Max,
                  "{}: more than {} documents in one dataset are not supported; split the data "
                  "into several datasets and blend them",
                  range_name(ds, r), kInt32Max);
@@ -45,13 +45,13 @@ std::vector<int64_t> range_lengths(const IndexedDataset& ds, const GptSampleSpec
   total = 0;
   for (int64_t d = r.begin; d < r.end; ++d) {
     const int64_t len = document_tokens(ds, d).count;
-    MT_INPUT_CHECK(len <= kInt32Max, "\"{}\": document {} has {} tokens, more than {} are not supported", ds.prefix(),
+    MT_DATA_CHECK(len <= kInt32Max, "\"{}\": document {} has {} tokens, more than {} are not supported", ds.prefix(),
                    d, len, kInt32Max);
     lengths[static_cast<size_t>(d - r.begin)] = len;
     total += len;
   }
-  MT_INPUT_CHECK(spec.seq_len >= 1, "train.seq_len = {} must be at least 1", spec.seq_len);
-  MT_INPUT_CHECK(total >= int64_t{spec.seq_len} + 1,
+  MT_DATA_CHECK(spec.seq_len >= 1, "train.seq_len = {} must be at least 1", spec.seq_len);
+  MT_DATA_CHECK(total >= int64_t{spec.seq_len} + 1,
                  "{} hold {} tokens, fewer than train.seq_len + 1 = {}; use more data, a smaller train.seq_len "
                  "or a data.split that gives this part more documents",
                  range_name(ds, r), total, int64_t{spec.seq_len} + 1);
@@ -79,7 +79,7 @@ GptSampleIndex build_gpt_sample_index(const IndexedDataset& ds, const GptSampleS
   x.docs_per_epoch = n;
   x.samples_per_epoch = (total - 1) / S;
   x.epochs = epochs_for(spec.num_samples, x.samples_per_epoch);
-  MT_INPUT_CHECK(x.epochs < (int64_t{1} << 31), "{}: {} samples need {} epochs, more than 2^31",
+  MT_DATA_CHECK(x.epochs < (int64_t{1} << 31), "{}: {} samples need {} epochs, more than 2^31",
                  range_name(ds, spec.docs), spec.num_samples, x.epochs);
   const int64_t pe = x.samples_per_epoch;
   x.doc_idx.resize(static_cast<size_t>(x.epochs * n));

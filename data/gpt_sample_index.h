@@ -50,7 +50,7 @@ struct GptSampleIndex {
   std::vector<int64_t> shuffle_idx;  // (epochs · per_epoch): sample number read as sample i
 };
 
-// Throws InputError (naming the prefix, the document range and the fix) when the range has fewer
+// Throws DataError (naming the prefix, the document range and the fix) when the range has fewer
 // than S + 1 tokens, more than 2^31 − 1 documents, or a document of 2^31 tokens or more.
 GptSampleIndex build_gpt_sample_index(const IndexedDataset& dataset, const GptSampleSpec& spec);
 

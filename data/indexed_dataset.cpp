@@ -61,14 +61,14 @@ class Mapping {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       int err = errno;
-      MT_INPUT_CHECK(err != ENOENT, "{}: file not found; run `megatrain preprocess --input FILE... "
+      MT_DATA_CHECK(err != ENOENT, "{}: file not found; run `megatrain preprocess --input FILE... "
                      "--output-prefix PREFIX` to create it", path);
-      MT_INPUT_CHECK(false, "{}: cannot open ({}); check its permissions", path, std::strerror(err));
+      MT_DATA_CHECK(false, "{}: cannot open ({}); check its permissions", path, std::strerror(err));
     }
     struct stat st{};
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
-      MT_INPUT_CHECK(false, "{}: not a regular file; point the dataset prefix at a .bin/.idx pair", path);
+      MT_DATA_CHECK(false, "{}: not a regular file; point the dataset prefix at a .bin/.idx pair", path);
     }
     Mapping m;
     m.size_ = static_cast<size_t>(st.st_size);
@@ -76,7 +76,7 @@ class Mapping {
       void* p = mmap(nullptr, m.size_, PROT_READ, MAP_SHARED, fd, 0);
       int err = errno;
       ::close(fd);
-      MT_INPUT_CHECK(p != MAP_FAILED, "{}: mmap failed ({}); check the file system supports mmap",
+      MT_DATA_CHECK(p != MAP_FAILED, "{}: mmap failed ({}); check the file system supports mmap",
                      path, std::strerror(err));
       m.data_ = static_cast<const unsigned char*>(p);
     } else {
@@ -98,7 +98,7 @@ void convert_tokens(const unsigned char* src, int64_t count, int32_t* out) {
   for (int64_t i = 0; i < count; ++i) {
     T v = load_le<T>(src + static_cast<size_t>(i) * sizeof(T));
     if constexpr (sizeof(T) > 4) {
-      MT_INPUT_CHECK(v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max(),
+      MT_DATA_CHECK(v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max(),
                      "i64 token {} does not fit int32; re-create the dataset with a 32-bit vocabulary", v);
     }
     out[i] = static_cast<int32_t>(v);
@@ -160,33 +160,33 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   const size_t size = impl->idx.size();
 
   // 1. Header.
-  MT_INPUT_CHECK(size >= kHeaderBytes, "{}: truncated: {} bytes, but the header alone is {}; {}",
+  MT_DATA_CHECK(size >= kHeaderBytes, "{}: truncated: {} bytes, but the header alone is {}; {}",
                  idx_path, size, kHeaderBytes, kRecreate);
-  MT_INPUT_CHECK(std::memcmp(p, kMagic, sizeof(kMagic)) == 0,
+  MT_DATA_CHECK(std::memcmp(p, kMagic, sizeof(kMagic)) == 0,
                  "{}: bad magic (expected \"MMIDIDX\\0\\0\"): not a Megatron indexed dataset; {}",
                  idx_path, kRecreate);
   uint64_t version = load_le<uint64_t>(p + 9);
-  MT_INPUT_CHECK(version == kVersion, "{}: unknown version {} (only version 1 is supported); {}",
+  MT_DATA_CHECK(version == kVersion, "{}: unknown version {} (only version 1 is supported); {}",
                  idx_path, version, kRecreate);
   uint8_t code = p[17];
-  MT_INPUT_CHECK(valid_dtype_code(code), "{}: unknown dtype code {} (known: 1..8); {}", idx_path,
+  MT_DATA_CHECK(valid_dtype_code(code), "{}: unknown dtype code {} (known: 1..8); {}", idx_path,
                  static_cast<int>(code), kRecreate);
   impl->dtype = static_cast<TokenDtype>(code);
-  MT_INPUT_CHECK(impl->dtype != TokenDtype::f32 && impl->dtype != TokenDtype::f64,
+  MT_DATA_CHECK(impl->dtype != TokenDtype::f32 && impl->dtype != TokenDtype::f64,
                  "{}: dtype {} is a floating-point type, not token ids; {}", idx_path,
                  token_dtype_name(impl->dtype), kRecreate);
   impl->itemsize = token_dtype_size(impl->dtype);
   uint64_t seq = load_le<uint64_t>(p + 18), docs = load_le<uint64_t>(p + 26);
 
   // 2. Size implied by the counts (checked against overflow before multiplying).
-  MT_INPUT_CHECK(seq <= size / 12 && docs <= size / 8,
+  MT_DATA_CHECK(seq <= size / 12 && docs <= size / 8,
                  "{}: truncated: {} bytes cannot hold {} sequences and {} document indices; {}",
                  idx_path, size, seq, docs, kRecreate);
   const size_t expected = kHeaderBytes + 12 * seq + 8 * docs;
-  MT_INPUT_CHECK(size >= expected,
+  MT_DATA_CHECK(size >= expected,
                  "{}: truncated: {} bytes, but {} sequences and {} document indices need {}; {}",
                  idx_path, size, seq, docs, expected, kRecreate);
-  MT_INPUT_CHECK(size == expected || size == expected + seq,
+  MT_DATA_CHECK(size == expected || size == expected + seq,
                  "{}: {} unexpected trailing bytes after the arrays; {}", idx_path, size - expected,
                  kRecreate);
   impl->sequence_count = static_cast<int64_t>(seq);
@@ -201,8 +201,8 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   for (int64_t i = 0; i < impl->sequence_count; ++i) {
     int32_t len = load_le<int32_t>(impl->lengths + 4 * i);
     int64_t ptr = load_le<int64_t>(impl->pointers + 8 * i);
-    MT_INPUT_CHECK(len >= 0, "{}: sequence_lengths[{}] = {} is negative; {}", idx_path, i, len, kRecreate);
-    MT_INPUT_CHECK(ptr == tokens * impl->itemsize,
+    MT_DATA_CHECK(len >= 0, "{}: sequence_lengths[{}] = {} is negative; {}", idx_path, i, len, kRecreate);
+    MT_DATA_CHECK(ptr == tokens * impl->itemsize,
                    "{}: sequence_pointers[{}] = {}, but the lengths before it imply byte {}; the .idx "
                    "is corrupt; {}", idx_path, i, ptr, tokens * impl->itemsize, kRecreate);
     tokens += len;
@@ -210,23 +210,23 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   impl->num_tokens = tokens;
 
   // 4. Document indices: 0, non-decreasing, ending at sequence_count.
-  MT_INPUT_CHECK(docs >= 1, "{}: document_count is 0 (Megatron writes at least the leading 0); {}",
+  MT_DATA_CHECK(docs >= 1, "{}: document_count is 0 (Megatron writes at least the leading 0); {}",
                  idx_path, kRecreate);
   int64_t prev = 0;
   for (int64_t d = 0; d < impl->document_count; ++d) {
     int64_t v = load_le<int64_t>(doc_indices + 8 * d);
-    MT_INPUT_CHECK((d == 0 ? v == 0 : v >= prev) && v <= impl->sequence_count,
+    MT_DATA_CHECK((d == 0 ? v == 0 : v >= prev) && v <= impl->sequence_count,
                    "{}: document_indices[{}] = {} is out of order or range (sequence_count {}); {}",
                    idx_path, d, v, impl->sequence_count, kRecreate);
     prev = v;
   }
-  MT_INPUT_CHECK(prev == impl->sequence_count,
+  MT_DATA_CHECK(prev == impl->sequence_count,
                  "{}: the last document index is {}, not sequence_count {}; {}", idx_path, prev,
                  impl->sequence_count, kRecreate);
 
   // 5. The .bin holds exactly the tokens the .idx describes.
   const uint64_t bin_expected = static_cast<uint64_t>(tokens) * impl->itemsize;
-  MT_INPUT_CHECK(impl->bin.size() == bin_expected,
+  MT_DATA_CHECK(impl->bin.size() == bin_expected,
                  "{}: {} bytes, but {} says {} {} tokens = {} bytes; the pair does not belong "
                  "together or a copy was cut short; {}", bin_path, impl->bin.size(), idx_path, tokens,
                  token_dtype_name(impl->dtype), bin_expected, kRecreate);
@@ -304,7 +304,7 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype
            "token dtype must be an integer type, got code {}", static_cast<int>(dtype));
   const std::string path = prefix_ + ".bin.tmp";
   bin_ = std::fopen(path.c_str(), "wb");
-  MT_INPUT_CHECK(bin_ != nullptr, "{}: cannot create ({}); check that the output prefix's directory "
+  MT_DATA_CHECK(bin_ != nullptr, "{}: cannot create ({}); check that the output prefix's directory "
                  "exists and is writable", path, std::strerror(errno));
 }
 
@@ -358,7 +358,7 @@ void IndexedDatasetWriter::finalize() {
   for (uint64_t d = 0; d <= n; ++d) store_le<int64_t>(idx, static_cast<int64_t>(d));
 
   std::FILE* f = std::fopen(idx_tmp.c_str(), "wb");
-  MT_INPUT_CHECK(f != nullptr, "{}: cannot create ({}); check that the output prefix's directory is "
+  MT_DATA_CHECK(f != nullptr, "{}: cannot create ({}); check that the output prefix's directory is "
                  "writable", idx_tmp, std::strerror(errno));
   bool ok = std::fwrite(idx.data(), 1, idx.size(), f) == idx.size();
   int err = errno;

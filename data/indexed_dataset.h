@@ -37,7 +37,7 @@ TokenDtype smallest_token_dtype(int64_t vocab_size);
 
 class IndexedDataset {
  public:
-  // Maps PREFIX.idx and PREFIX.bin read-only and validates both; throws InputError naming the
+  // Maps PREFIX.idx and PREFIX.bin read-only and validates both; throws DataError naming the
   // file, what is wrong and the fix.
   static IndexedDataset open(const std::string& prefix);
 
@@ -52,7 +52,7 @@ class IndexedDataset {
   std::pair<int64_t, int64_t> document_sequences(int64_t d) const;
 
   // Copies tokens [first_token, first_token + count) of the concatenated stream into out,
-  // converted to int32 (an i64 token outside int32 range throws InputError).
+  // converted to int32 (an i64 token outside int32 range throws DataError).
   void read_tokens(int64_t first_token, int64_t count, int32_t* out) const;
 
  private:

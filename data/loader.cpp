@@ -18,8 +18,8 @@ BatchLoader::BatchLoader(const SampleSource& dataset, int micro_batch_size, int 
       micro_batches_(0),
       scratch_(static_cast<size_t>(dataset.seq_len()) + 1) {
   MT_CHECK(dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size, "dp rank {} of {}", dp_rank, dp_size);
-  MT_INPUT_CHECK(micro_batch_size >= 1, "train.micro_batch_size = {} must be at least 1", micro_batch_size);
-  MT_INPUT_CHECK(global_batch_size >= 1 && global_batch_size % (static_cast<int64_t>(micro_batch_size) * dp_size) == 0,
+  MT_DATA_CHECK(micro_batch_size >= 1, "train.micro_batch_size = {} must be at least 1", micro_batch_size);
+  MT_DATA_CHECK(global_batch_size >= 1 && global_batch_size % (static_cast<int64_t>(micro_batch_size) * dp_size) == 0,
                  "train.global_batch_size = {} must be a positive multiple of train.micro_batch_size "
                  "× dp = {} × {} = {}; change one of them",
                  global_batch_size, micro_batch_size, dp_size, static_cast<int64_t>(micro_batch_size) * dp_size);

@@ -21,7 +21,7 @@ namespace megatrain {
 
 class BatchLoader {
  public:
-  // Throws InputError unless global_batch_size is a positive multiple of micro_batch_size × dp.
+  // Throws DataError unless global_batch_size is a positive multiple of micro_batch_size × dp.
   // `dataset` must outlive this object.
   BatchLoader(const SampleSource& dataset, int micro_batch_size, int global_batch_size, int dp_rank, int dp_size);
 

@@ -134,7 +134,7 @@ class Pipeline {
 
   void read_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
-    MT_INPUT_CHECK(in.is_open(), "preprocess: input file {} cannot be opened ({}); check the --input path",
+    MT_DATA_CHECK(in.is_open(), "preprocess: input file {} cannot be opened ({}); check the --input path",
                    path, std::strerror(errno));
     std::string doc, line;
     int64_t line_no = 0;
@@ -157,7 +157,7 @@ class Pipeline {
       doc += line;
       if (had_newline) doc += '\n';
     }
-    MT_INPUT_CHECK(!in.bad(), "preprocess: reading input file {} failed at line {}", path, line_no + 1);
+    MT_DATA_CHECK(!in.bad(), "preprocess: reading input file {} failed at line {}", path, line_no + 1);
     add_document(doc);
   }
 
@@ -175,7 +175,7 @@ class Pipeline {
   }
 
   void bad_line(const std::string& path, int64_t line_no, const std::string& what) {
-    MT_INPUT_CHECK(options_.skip_bad_lines, "preprocess: {}:{}: {}; fix the input, or use --skip-bad-lines "
+    MT_DATA_CHECK(options_.skip_bad_lines, "preprocess: {}:{}: {}; fix the input, or use --skip-bad-lines "
                    "to skip such lines", path, line_no, what);
     ++skipped_lines_;
     if (skipped_first_.size() < kSkippedShown) skipped_first_.push_back(fmt::format("{}:{}", path, line_no));
@@ -296,23 +296,23 @@ class Progress {
 
 PreprocessStats preprocess(const PreprocessOptions& options) {
   const auto start = Clock::now();
-  MT_INPUT_CHECK(!options.inputs.empty(), "preprocess: no --input files given");
-  MT_INPUT_CHECK(!options.output_prefix.empty(), "preprocess: --output-prefix is empty; give a path "
+  MT_DATA_CHECK(!options.inputs.empty(), "preprocess: no --input files given");
+  MT_DATA_CHECK(!options.output_prefix.empty(), "preprocess: --output-prefix is empty; give a path "
                  "prefix such as data/corpus");
-  MT_INPUT_CHECK(options.workers >= 1 && options.workers <= 1024, "preprocess: --workers {} is out of range; "
+  MT_DATA_CHECK(options.workers >= 1 && options.workers <= 1024, "preprocess: --workers {} is out of range; "
                  "give 1 to 1024", options.workers);
-  MT_INPUT_CHECK(options.batch_bytes > 0, "preprocess: batch size {} must be positive", options.batch_bytes);
-  MT_INPUT_CHECK(!(options.doc_separator && options.blank_line_docs), "preprocess: --doc-separator and "
+  MT_DATA_CHECK(options.batch_bytes > 0, "preprocess: batch size {} must be positive", options.batch_bytes);
+  MT_DATA_CHECK(!(options.doc_separator && options.blank_line_docs), "preprocess: --doc-separator and "
                  "--blank-line-docs both set; choose one");
-  MT_INPUT_CHECK(!(options.json_key && (options.doc_separator || options.blank_line_docs)), "preprocess: "
+  MT_DATA_CHECK(!(options.json_key && (options.doc_separator || options.blank_line_docs)), "preprocess: "
                  "--json-key reads one document per JSONL line; drop --doc-separator/--blank-line-docs");
-  MT_INPUT_CHECK(!options.json_key || !options.json_key->empty(), "preprocess: --json-key is empty; give "
+  MT_DATA_CHECK(!options.json_key || !options.json_key->empty(), "preprocess: --json-key is empty; give "
                  "the key of the document text, such as text");
   auto tokenizer = make_tokenizer(options.tokenizer);
   // Fail on a missing input before creating any output file.
   for (const auto& path : options.inputs) {
     std::ifstream probe(path, std::ios::binary);
-    MT_INPUT_CHECK(probe.is_open(), "preprocess: input file {} cannot be opened ({}); check the "
+    MT_DATA_CHECK(probe.is_open(), "preprocess: input file {} cannot be opened ({}); check the "
                    "--input path", path, std::strerror(errno));
   }
 
@@ -342,7 +342,7 @@ PreprocessStats preprocess(const PreprocessOptions& options) {
                      : options.doc_separator ? " (with --doc-separator)"
                      : options.blank_line_docs ? " (with --blank-line-docs)"
                                                : "";
-  MT_INPUT_CHECK(stats.documents > 0, "preprocess: the inputs hold no non-empty document{}; check "
+  MT_DATA_CHECK(stats.documents > 0, "preprocess: the inputs hold no non-empty document{}; check "
                  "the --input files", mode);
   writer.finalize();
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -19,7 +19,7 @@
 // byte-identical for any number of workers.
 //
 // Bad input (invalid UTF-8 in any mode; in JSONL mode a line that is not a JSON object, lacks
-// json_key or holds a non-string there) throws InputError naming FILE:LINE, unless
+// json_key or holds a non-string there) throws DataError naming FILE:LINE, unless
 // skip_bad_lines: then the line is dropped (in text mode from its document; in JSONL mode the
 // line's document), counted and listed in the stats.
 //
@@ -55,7 +55,7 @@ struct PreprocessStats {
   std::vector<std::string> skipped_first;  // FILE:LINE of the first few of them
 };
 
-// Throws InputError for a missing/unreadable input, an unknown tokenizer, conflicting options,
+// Throws DataError for a missing/unreadable input, an unknown tokenizer, conflicting options,
 // bad input (see above) or no documents at all.
 PreprocessStats preprocess(const PreprocessOptions& options);
 

@@ -23,7 +23,7 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
       text += "<|endoftext|>";
       continue;
     }
-    MT_INPUT_CHECK(id >= 0 && id < 256, "token id {} is outside the byte tokenizer's vocabulary "
+    MT_DATA_CHECK(id >= 0 && id < 256, "token id {} is outside the byte tokenizer's vocabulary "
                    "[0, 257); the ids come from a different tokenizer or a larger vocab_size", id);
     text += static_cast<char>(static_cast<unsigned char>(id));
   }
@@ -33,7 +33,7 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
   if (spec == "bytes") return std::make_unique<ByteTokenizer>();
   std::error_code ec;
-  MT_INPUT_CHECK(std::filesystem::is_regular_file(spec, ec),
+  MT_DATA_CHECK(std::filesystem::is_regular_file(spec, ec),
                  "tokenizer = \"{}\": no such file; use \"bytes\" (byte-level, vocab 257) or the "
                  "path of a Hugging Face tokenizer.json (byte-level BPE)", spec);
   return std::make_unique<BpeTokenizer>(BpeTokenizer::load(spec));

@@ -17,7 +17,7 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
   // Token ids of `text`; does not append the end-of-document token.
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
-  // Text of `ids`; an id outside [0, vocab_size()) throws InputError.
+  // Text of `ids`; an id outside [0, vocab_size()) throws DataError.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int vocab_size() const = 0;
   virtual int32_t eod_id() const = 0;  // appended after every document by preprocess
@@ -34,7 +34,7 @@ class ByteTokenizer final : public Tokenizer {
 };
 
 // "bytes" -> ByteTokenizer; anything else is the path of a Hugging Face tokenizer.json ->
-// BpeTokenizer (data/bpe_tokenizer.h). A missing file throws InputError naming it.
+// BpeTokenizer (data/bpe_tokenizer.h). A missing file throws DataError naming it.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 
 }  // namespace megatrain

@@ -34,11 +34,11 @@ struct Fields {
     return it == j.end() || it->is_null() ? nullptr : &*it;
   }
   [[noreturn]] void fail(const char* key, const std::string& want) const {
-    throw InputError(fmt::format("{}: '{}' must be {}, got {}", source, key, want, j.at(key).dump()));
+    throw DataError(fmt::format("{}: '{}' must be {}, got {}", source, key, want, j.at(key).dump()));
   }
   const json& required(const char* key) const {
     const json* v = get(key);
-    MT_INPUT_CHECK(v, "{}: '{}' is missing; a \"{}\" config.json needs it", source, key, type);
+    MT_DATA_CHECK(v, "{}: '{}' is missing; a \"{}\" config.json needs it", source, key, type);
     return *v;
   }
   int integer(const char* key, std::optional<int> def = std::nullopt) const {
@@ -69,7 +69,7 @@ struct Fields {
   // KEY must have the value megatrain's layers compute with.
   template <class T>
   void require(const char* key, const T& got, const T& want, const std::string& why) const {
-    MT_INPUT_CHECK(got == want, "{}: {} = {} is not supported: {}", source, key, json(got).dump(), why);
+    MT_DATA_CHECK(got == want, "{}: {} = {} is not supported: {}", source, key, json(got).dump(), why);
   }
 };
 
@@ -85,7 +85,7 @@ ModelConfig gpt2_model(const Fields& f) {
   m.init_std = f.number("initializer_range", 0.02f);
   m.dropout = f.number("resid_pdrop", 0.1f);
   const std::string act = f.string("activation_function", "gelu_new");
-  MT_INPUT_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast",
+  MT_DATA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast",
                  "{}: activation_function = \"{}\" is not supported: megatrain's gelu is the tanh approximation "
                  "(\"gelu_new\")",
                  f.source, act);
@@ -132,7 +132,7 @@ ModelConfig llama_model(const Fields& f) {
     if (value->is_object())
       for (const char* k : {"rope_type", "type"})
         if (value->contains(k) && (*value)[k].is_string()) type = (*value)[k].get<std::string>();
-    MT_INPUT_CHECK(value->is_object() && type == "default",
+    MT_DATA_CHECK(value->is_object() && type == "default",
                    "{}: {} = {} is not supported: megatrain's RoPE is the default, unscaled one", f.source, key,
                    value->dump());
   }
@@ -193,7 +193,7 @@ json hf_config_json(const ModelConfig& m, HfFamily family, Precision dtype) {
 }
 
 ModelConfig hf_model_config(const json& config, const std::string& source) {
-  MT_INPUT_CHECK(config.is_object(), "{}: must be a JSON object", source);
+  MT_DATA_CHECK(config.is_object(), "{}: must be a JSON object", source);
   const std::string none;
   const Fields probe{config, source, none};
   const std::string type = probe.string("model_type", "");
@@ -204,7 +204,7 @@ ModelConfig hf_model_config(const json& config, const std::string& source) {
   else if (type == "llama")
     m = llama_model(f);
   else
-    throw InputError(fmt::format("{}: model_type \"{}\" is not supported; megatrain imports \"gpt2\" "
+    throw DataError(fmt::format("{}: model_type \"{}\" is not supported; megatrain imports \"gpt2\" "
                                  "(GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)",
                                  source, type));
   validate_model_config(m, source);  // before any tensor is sized from m

@@ -65,12 +65,12 @@ bool ignorable(const std::string& name, const ModelConfig& m) {
 
 nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);
-  MT_INPUT_CHECK(in.good(), "{}: cannot be opened; a Hugging Face model folder holds config.json and model.safetensors",
+  MT_DATA_CHECK(in.good(), "{}: cannot be opened; a Hugging Face model folder holds config.json and model.safetensors",
                  path.string());
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON ({})", path.string(), e.what()));
+    throw DataError(fmt::format("{}: not valid JSON ({})", path.string(), e.what()));
   }
 }
 
@@ -80,7 +80,7 @@ HfFamily hf_family(const ModelConfig& m, const std::string& source) {
   const auto gpt2 = gpt2_failures(m), llama = llama_failures(m);
   if (gpt2.empty()) return HfFamily::gpt2;
   if (llama.empty()) return HfFamily::llama;
-  throw InputError(fmt::format(
+  throw DataError(fmt::format(
       "{}: this model has no Hugging Face equivalent: as GPT-2 (GPT2LMHeadModel) it would need model.{}; as Llama "
       "(LlamaForCausalLM) it would need model.{}",
       source, fmt::join(gpt2, ", model."), fmt::join(llama, ", model.")));
@@ -170,17 +170,17 @@ void hf_export(const std::string& out_dir, const ModelConfig& m, const float* pa
   }
   std::error_code ec;
   fs::create_directories(out_dir, ec);
-  MT_INPUT_CHECK(!ec, "{}: cannot create the output folder ({}); check --out", out_dir, ec.message());
+  MT_DATA_CHECK(!ec, "{}: cannot create the output folder ({}); check --out", out_dir, ec.message());
   // transformers refuses safetensors files whose metadata does not name the framework.
   safetensors_write((fs::path(out_dir) / "model.safetensors").string(), refs, {{"format", "pt"}});
   const fs::path config = fs::path(out_dir) / "config.json", tmp = config.string() + ".tmp";
   {
     std::ofstream out(tmp);
     out << hf_config_json(m, family, dtype).dump(2) << "\n";
-    MT_INPUT_CHECK(out.good(), "{}: cannot be written; check --out", tmp.string());
+    MT_DATA_CHECK(out.good(), "{}: cannot be written; check --out", tmp.string());
   }
   fs::rename(tmp, config, ec);
-  MT_INPUT_CHECK(!ec, "{}: cannot be renamed to config.json ({})", tmp.string(), ec.message());
+  MT_DATA_CHECK(!ec, "{}: cannot be renamed to config.json ({})", tmp.string(), ec.message());
 }
 
 HfWeights HfWeights::open(const std::string& dir) {
@@ -193,16 +193,16 @@ HfWeights HfWeights::open(const std::string& dir) {
   } else if (fs::exists(index)) {
     w.source_ = index.string();
     const nlohmann::json j = read_json(index);
-    MT_INPUT_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "{}: no \"weight_map\" object",
+    MT_DATA_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "{}: no \"weight_map\" object",
                    w.source_);
     std::set<std::string> files;
     for (const auto& [name, file] : j["weight_map"].items()) {
-      MT_INPUT_CHECK(file.is_string(), "{}: weight_map[\"{}\"] must be a file name", w.source_, name);
+      MT_DATA_CHECK(file.is_string(), "{}: weight_map[\"{}\"] must be a file name", w.source_, name);
       files.insert(file.get<std::string>());
     }
     for (const std::string& f : files) paths.push_back(fs::path(dir) / f);
   } else {
-    throw InputError(fmt::format("{}: holds neither model.safetensors nor model.safetensors.index.json; save the "
+    throw DataError(fmt::format("{}: holds neither model.safetensors nor model.safetensors.index.json; save the "
                                  "model with save_pretrained(…, safe_serialization=True)",
                                  dir));
   }
@@ -210,7 +210,7 @@ HfWeights HfWeights::open(const std::string& dir) {
     w.files_.push_back(SafetensorsFile::open(p.string()));
     for (const std::string& name : w.files_.back().names()) {
       const auto [it, fresh] = w.where_.emplace(name, w.files_.size() - 1);
-      MT_INPUT_CHECK(fresh, "{}: tensor '{}' is in both {} and {}", w.source_, name, w.files_[it->second].path(),
+      MT_DATA_CHECK(fresh, "{}: tensor '{}' is in both {} and {}", w.source_, name, w.files_[it->second].path(),
                      p.string());
     }
   }
@@ -229,7 +229,7 @@ const std::string& HfWeights::file_of(const std::string& name) const {
 
 void HfWeights::read_f32(const std::string& name, std::span<float> out) const {
   auto it = where_.find(name);
-  MT_INPUT_CHECK(it != where_.end(), "{}: tensor '{}' is missing", source_, name);
+  MT_DATA_CHECK(it != where_.end(), "{}: tensor '{}' is missing", source_, name);
   files_[it->second].read_f32(name, out);
 }
 
@@ -254,9 +254,9 @@ HfImport hf_import(const std::string& dir) {
   for (const HfTensorMap& t : hf_tensor_map(r.model, family)) {
     const std::string name = strip ? t.hf_name.substr(prefix.size()) : t.hf_name;
     const TensorInfo* info = w.find(name);
-    MT_INPUT_CHECK(info, "{}: tensor '{}' is missing; {} describes a {} model that needs it", w.source(), name,
+    MT_DATA_CHECK(info, "{}: tensor '{}' is missing; {} describes a {} model that needs it", w.source(), name,
                    config_path.string(), family == HfFamily::gpt2 ? "GPT-2" : "Llama");
-    MT_INPUT_CHECK(info->shape == t.hf_shape(), "{}: tensor '{}' has shape {}, but {} implies {}", w.file_of(name),
+    MT_DATA_CHECK(info->shape == t.hf_shape(), "{}: tensor '{}' has shape {}, but {} implies {}", w.file_of(name),
                    name, shape_text(info->shape), config_path.string(), shape_text(t.hf_shape()));
     float* block = block_of(r.params.data(), r.layout, t);
     const int64_t width = std::max<int64_t>(t.cols, 1), n = t.rows * width;
@@ -273,7 +273,7 @@ HfImport hf_import(const std::string& dir) {
   std::vector<std::string> extra;
   for (const std::string& name : w.names())
     if (!used.count(name) && !ignorable(name, r.model)) extra.push_back(name);
-  MT_INPUT_CHECK(extra.empty(),
+  MT_DATA_CHECK(extra.empty(),
                  "{}: unexpected tensors {}{}: {} describes a {} model without them; megatrain cannot import a model "
                  "with extra parts",
                  w.source(), fmt::join(extra.begin(), extra.begin() + std::min<size_t>(extra.size(), 5), ", "),

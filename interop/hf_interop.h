@@ -4,7 +4,7 @@
 // LlamaForCausalLM. One table (hf_tensor_map) says where every Hugging Face tensor lives in our
 // flat parameter buffer, and both directions walk it, so export and import cannot disagree.
 // Invariant: export then import gives back every parameter bit for bit (the padded vocabulary rows,
-// which are not exported, come back as zeros); every problem with a model folder is an InputError
+// which are not exported, come back as zeros); every problem with a model folder is an DataError
 // naming the file and the key or tensor.
 #pragma once
 #include <map>
@@ -21,7 +21,7 @@ namespace megatrain {
 
 enum class HfFamily { gpt2, llama };
 
-// The family `m` exports as. Anything else is an InputError naming `source` and listing, for each
+// The family `m` exports as. Anything else is an DataError naming `source` and listing, for each
 // family, the constraints `m` fails.
 HfFamily hf_family(const ModelConfig& m, const std::string& source);
 
@@ -44,7 +44,7 @@ std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& m, HfFamily family);
 nlohmann::json hf_config_json(const ModelConfig& m, HfFamily family, Precision dtype = Precision::fp32);
 // The model described by a config.json (keys transformers would default are defaulted likewise;
 // the fields HF has no word for keep megatrain's defaults), checked by validate_model_config.
-// InputError naming `source` and the key.
+// DataError naming `source` and the key.
 ModelConfig hf_model_config(const nlohmann::json& config, const std::string& source);
 
 // Writes OUT_DIR/config.json and OUT_DIR/model.safetensors for `params`, which follows

@@ -49,7 +49,7 @@ int64_t checked_numel(const std::vector<int64_t>& shape) {
 }
 
 [[noreturn]] void io_failed(const std::string& path, const std::string& what) {
-  throw InputError(fmt::format("{}: cannot {}: {}", path, what, std::strerror(errno)));
+  throw DataError(fmt::format("{}: cannot {}: {}", path, what, std::strerror(errno)));
 }
 
 void write_all(int fd, const void* data, size_t n, const std::string& tmp) {
@@ -186,7 +186,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size < 8) {
     ::close(fd);
-    throw InputError(fmt::format("{}: file is {} bytes, shorter than the 8-byte header length of a "
+    throw DataError(fmt::format("{}: file is {} bytes, shorter than the 8-byte header length of a "
                                  "safetensors file (truncated or not a safetensors file)",
                                  path, size));
   }
@@ -198,7 +198,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
   uint64_t n = 0;
   std::memcpy(&n, f.map_, 8);
-  MT_INPUT_CHECK(n <= size - 8,
+  MT_DATA_CHECK(n <= size - 8,
                  "{}: header length {} (the first 8 bytes) runs beyond the end of the file ({} bytes); the file "
                  "is truncated or not a safetensors file",
                  path, n, size);
@@ -219,25 +219,25 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     const char* begin = reinterpret_cast<const char*>(f.map_ + 8);
     header = json::parse(begin, begin + n, on_event);
   } catch (const json::exception& e) {
-    throw InputError(fmt::format("{}: the header is not valid JSON: {}", path, e.what()));
+    throw DataError(fmt::format("{}: the header is not valid JSON: {}", path, e.what()));
   }
-  MT_INPUT_CHECK(header.is_object(), "{}: the header is JSON {}, not an object of tensors", path, header.type_name());
-  MT_INPUT_CHECK(duplicate.empty(), "{}: tensor '{}': the name appears more than once in the header", path,
+  MT_DATA_CHECK(header.is_object(), "{}: the header is JSON {}, not an object of tensors", path, header.type_name());
+  MT_DATA_CHECK(duplicate.empty(), "{}: tensor '{}': the name appears more than once in the header", path,
                  duplicate);
 
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
-      MT_INPUT_CHECK(entry.is_object(), "{}: __metadata__ is JSON {}, not an object of strings", path,
+      MT_DATA_CHECK(entry.is_object(), "{}: __metadata__ is JSON {}, not an object of strings", path,
                      entry.type_name());
       for (const auto& [key, value] : entry.items()) {
-        MT_INPUT_CHECK(value.is_string(), "{}: __metadata__ key '{}' holds JSON {}, not a string", path, key,
+        MT_DATA_CHECK(value.is_string(), "{}: __metadata__ key '{}' holds JSON {}, not a string", path, key,
                        value.type_name());
         f.metadata_[key] = value.get<std::string>();
       }
       continue;
     }
     auto bad = [&](const std::string& what) {
-      return InputError(fmt::format("{}: tensor '{}': {}", path, name, what));
+      return DataError(fmt::format("{}: tensor '{}': {}", path, name, what));
     };
     if (!entry.is_object()) throw bad(fmt::format("entry is JSON {}, not an object", entry.type_name()));
     TensorInfo info;
@@ -284,16 +284,16 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   uint64_t pos = 0;
   const TensorInfo* prev = nullptr;
   for (const TensorInfo* t : sorted) {
-    MT_INPUT_CHECK(t->begin >= pos, "{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' at [{}, {}]", path,
+    MT_DATA_CHECK(t->begin >= pos, "{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' at [{}, {}]", path,
                    t->name, t->begin, t->end, prev ? prev->name : "", prev ? prev->begin : 0, prev ? prev->end : 0);
-    MT_INPUT_CHECK(t->begin == pos, "{}: tensor '{}': data_offsets [{}, {}] leave a gap: bytes [{}, {}) after {} belong "
+    MT_DATA_CHECK(t->begin == pos, "{}: tensor '{}': data_offsets [{}, {}] leave a gap: bytes [{}, {}) after {} belong "
                    "to no tensor", path, t->name, t->begin, t->end, pos, t->begin,
                    prev ? "tensor '" + prev->name + "'" : std::string("the start of the data section"));
     pos = t->end;
     prev = t;
     f.order_.push_back(t->name);
   }
-  MT_INPUT_CHECK(pos == data_size,
+  MT_DATA_CHECK(pos == data_size,
                  "{}: the data section has {} bytes but the tensors cover only the first {} (last tensor: '{}'); "
                  "the header does not describe the whole file",
                  path, data_size, pos, prev ? prev->name : "none");
@@ -310,7 +310,7 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   std::sort(near.begin(), near.end());
   std::vector<std::string> close;
   for (size_t i = 0; i < near.size() && i < 5; ++i) close.push_back("'" + near[i].second + "'");
-  throw InputError(fmt::format("{}: tensor '{}' is not in the file ({} tensors; closest names: {})", path_, name,
+  throw DataError(fmt::format("{}: tensor '{}' is not in the file ({} tensors; closest names: {})", path_, name,
                                infos_.size(), close.empty() ? "none" : fmt::format("{}", fmt::join(close, ", "))));
 }
 
@@ -321,7 +321,7 @@ std::span<const uint8_t> SafetensorsFile::bytes(const std::string& name) const {
 
 void SafetensorsFile::read_f32(const std::string& name, std::span<float> out) const {
   const TensorInfo& t = info(name);
-  MT_INPUT_CHECK(static_cast<size_t>(t.numel()) == out.size(),
+  MT_DATA_CHECK(static_cast<size_t>(t.numel()) == out.size(),
                  "{}: tensor '{}': has shape [{}] ({} elements) but {} elements are expected", path_, name,
                  fmt::join(t.shape, ", "), t.numel(), out.size());
   std::span<const uint8_t> src = bytes(name);
@@ -335,7 +335,7 @@ void SafetensorsFile::read_f32(const std::string& name, std::span<float> out) co
       out[i] = bf16 ? bf16_to_float(h) : fp16_to_float(h);
     }
   } else {
-    throw InputError(fmt::format("{}: tensor '{}': dtype {} cannot be read as float (F32, BF16 or F16 can)", path_,
+    throw DataError(fmt::format("{}: tensor '{}': dtype {} cannot be read as float (F32, BF16 or F16 can)", path_,
                                  name, t.dtype));
   }
 }

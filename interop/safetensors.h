@@ -6,7 +6,7 @@
 // renamed) and its header is padded with spaces so the data section starts at a multiple of 8; a
 // SafetensorsFile that opened has a valid header whose tensors have known dtypes, sizes that match
 // their shapes, and offsets that cover the data section exactly, without gaps or overlaps. Every
-// problem with a file is an InputError naming the file, the tensor and what is wrong.
+// problem with a file is an DataError naming the file, the tensor and what is wrong.
 //
 // Reading is zero-copy: SafetensorsFile maps the file read-only and bytes() returns views into
 // the mapping, valid while the SafetensorsFile lives. load() makes an owned SafeTensor copy.
@@ -37,7 +37,7 @@ struct SafeTensorRef {
 
 // Writes `tensors` (data in the order given) and `metadata` ("__metadata__"; left out when empty)
 // to `path` atomically. Bad arguments (unknown dtype, size ≠ shape, duplicate or reserved names)
-// throw Error; a file-system failure throws InputError naming the path. The header's JSON lists
+// throw Error; a file-system failure throws DataError naming the path. The header's JSON lists
 // "__metadata__" first, then the tensors in the order given.
 void safetensors_write(const std::string& path, const std::vector<SafeTensorRef>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
@@ -61,7 +61,7 @@ struct SafeTensor {
 
 class SafetensorsFile {
  public:
-  // Maps and validates the file (see the invariant at the top); throws InputError on any problem.
+  // Maps and validates the file (see the invariant at the top); throws DataError on any problem.
   static SafetensorsFile open(const std::string& path);
 
   SafetensorsFile(SafetensorsFile&& other) noexcept;
@@ -75,7 +75,7 @@ class SafetensorsFile {
   // Tensor names in the order their data appears in the file (for our writer: the order given).
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const { return infos_.count(name) != 0; }
-  // The tensor's description; a missing name is an InputError that lists a few close names.
+  // The tensor's description; a missing name is an DataError that lists a few close names.
   const TensorInfo& info(const std::string& name) const;
   // The tensor's raw little-endian bytes, a view into the mapping (not necessarily aligned).
   std::span<const uint8_t> bytes(const std::string& name) const;

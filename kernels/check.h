@@ -13,10 +13,22 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
-// Bad user input (config, data file, flag): the message alone is enough, no source location.
+// Bad user input: the message alone is enough, no source location. InputError itself is a bad
+// config or command line; the two kinds below name the input file that is at fault. main maps each
+// to its exit code (trainer/exit_codes.h).
 class InputError : public Error {
  public:
   explicit InputError(const std::string& what) : Error(what) {}
+};
+// A dataset, tokenizer, text or model file that cannot be used as it is.
+class DataError : public InputError {
+ public:
+  using InputError::InputError;
+};
+// A checkpoint that cannot be loaded (missing, damaged, not a checkpoint).
+class CheckpointError : public InputError {
+ public:
+  using InputError::InputError;
 };
 
 [[noreturn]] void check_failed(const char* file, int line, const char* expr, const std::string& msg);
@@ -33,4 +45,16 @@ class InputError : public Error {
   do {                                                                     \
     if (!(cond)) [[unlikely]]                                              \
       throw ::megatrain::InputError(::fmt::format(__VA_ARGS__));           \
+  } while (0)
+
+#define MT_DATA_CHECK(cond, ...)                                           \
+  do {                                                                     \
+    if (!(cond)) [[unlikely]]                                              \
+      throw ::megatrain::DataError(::fmt::format(__VA_ARGS__));            \
+  } while (0)
+
+#define MT_CHECKPOINT_CHECK(cond, ...)                                     \
+  do {                                                                     \
+    if (!(cond)) [[unlikely]]                                              \
+      throw ::megatrain::CheckpointError(::fmt::format(__VA_ARGS__));      \
   } while (0)

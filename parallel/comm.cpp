@@ -101,7 +101,7 @@ void Work::wait() const {
   state_->cv.wait(lock, [&] { return state_->complete; });
   lock.unlock();
   state_->stats->add_exposed(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  if (!state_->error.empty()) throw Error(state_->error);
+  if (!state_->error.empty()) throw CommError(state_->error);
 }
 
 bool Work::done() const {

@@ -9,9 +9,9 @@
 //  2. Buffers passed to an operation must stay valid, and must not be touched (written, or read
 //     for an output buffer), until wait() on its Work has returned. A Work that is never waited on
 //     still completes, but its buffers must outlive the communicator.
-//  3. An MPI error, an invalid argument or a failed operation raises megatrain::Error with text
-//     "rank R group 'NAME': OPERATION failed: WHY". Invalid arguments throw at the call; MPI errors
-//     throw at the call or from Work::wait() (and from every later wait()). After an MPI error the
+//  3. An invalid argument raises megatrain::Error, an MPI error or a failed operation CommError,
+//     with text "rank R group 'NAME': OPERATION failed: WHY". Invalid arguments throw at the call;
+//     MPI errors throw at the call or from Work::wait() (and from every later wait()). After an MPI error the
 //     communicator is unusable: the caller ends the job (main aborts the world).
 //  4. The blocking barrier() is issue + wait on the same path, so it is
 //     ordered with the asynchronous ones.
@@ -36,7 +36,15 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/check.h"
+
 namespace megatrain {
+
+// An MPI error or a failed communication (a peer lost, a broken link): the job cannot go on.
+class CommError : public Error {
+ public:
+  using Error::Error;
+};
 
 // Initialises MPI (MPI_THREAD_MULTIPLE: progress threads and the checkpoint writer call MPI) for
 // the lifetime of the object (a world of one is still a world).

@@ -250,7 +250,7 @@ class MpiBackend final : public CommBackend {
 
  private:
   void check(int rc, const char* op) const {
-    if (rc != MPI_SUCCESS) throw Error(fmt::format("{} failed: {}", where(op), mpi_error_string(rc)));
+    if (rc != MPI_SUCCESS) throw CommError(fmt::format("{} failed: {}", where(op), mpi_error_string(rc)));
   }
 
   static int64_t sum(std::span<const int64_t> counts) {
@@ -332,7 +332,7 @@ class MpiBackend final : public CommBackend {
 std::shared_ptr<CommBackend> make_mpi_backend(MPI_Comm comm, bool owned, std::string name, const CommOptions& options) {
   auto fail = [&](const char* op, const std::string& why) {
     if (owned) MPI_Comm_free(&comm);
-    throw Error(fmt::format("group '{}': {} failed: {}", name, op, why));
+    throw CommError(fmt::format("group '{}': {} failed: {}", name, op, why));
   };
   if (comm == MPI_COMM_NULL) fail("split", "no communicator (MPI_UNDEFINED color)");
   int level = 0;

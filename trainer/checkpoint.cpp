@@ -59,11 +59,12 @@ std::vector<int64_t> complete_steps(const fs::path& dir) {
 // the settings that may change and do.
 void check_same_model(const std::string& path, const std::string& saved, const Config& current, bool verbose) {
   const ModelChanges changes = model_changes(saved, current);
-  MT_INPUT_CHECK(changes.refused.empty(),
-                 "checkpoint {}: its [model] differs from the config's and cannot be reconciled:\n  {}\n"
-                 "fix: use the checkpoint's [model] settings, or start fresh (checkpoint.load = \"\"); README "
-                 "\"What a checkpoint fixes\" lists the settings that may change",
-                 path, fmt::join(changes.refused, "\n  "));
+  if (!changes.refused.empty())
+    throw InputError(fmt::format(
+        "CKPT_INCOMPATIBLE checkpoint {}: its [model] differs from the config's and cannot be reconciled:\n  {}\n"
+        "fix: use the checkpoint's [model] settings, or start fresh (checkpoint.load = \"\"); README "
+        "\"What a checkpoint fixes\" lists the settings that may change",
+        path, fmt::join(changes.refused, "\n  ")));
   if (!verbose) return;
   for (const auto& c : changes.noted) spdlog::info("checkpoint {}: {} (a training-only setting)", path, c);
   for (const auto& c : changes.warned)
@@ -111,17 +112,17 @@ std::string checkpoint_step_name(int64_t step) { return fmt::format("step_{:07}"
 
 std::string checkpoint_model_file(const std::string& arg) {
   fs::path folder = arg;
-  MT_INPUT_CHECK(fs::is_directory(folder), "--checkpoint {}: no such folder; pass checkpoint.dir of a run or one of "
+  MT_CHECKPOINT_CHECK(fs::is_directory(folder), "--checkpoint {}: no such folder; pass checkpoint.dir of a run or one of "
                  "its DIR/step_NNNNNNN folders", arg);
   if (!fs::exists(folder / "model.h5") && fs::exists(folder / "latest")) {
     std::ifstream latest(folder / "latest");
     std::string name;
-    MT_INPUT_CHECK(static_cast<bool>(latest >> name), "--checkpoint {}: 'latest' is empty; pass a checkpoint folder "
+    MT_CHECKPOINT_CHECK(static_cast<bool>(latest >> name), "--checkpoint {}: 'latest' is empty; pass a checkpoint folder "
                    "such as {}/step_0000100", arg, arg);
     folder /= name;
   }
   const fs::path file = folder / "model.h5";
-  MT_INPUT_CHECK(fs::exists(file),
+  MT_CHECKPOINT_CHECK(fs::exists(file),
                  "--checkpoint {}: not a checkpoint: expected a folder holding model.h5 (DIR/step_NNNNNNN) or a "
                  "checkpoint dir holding 'latest'",
                  arg);
@@ -219,7 +220,7 @@ std::optional<CheckpointMeta> checkpoint_load(const Config& cfg, const Checkpoin
         spdlog::warn("checkpoint: fell back to {} because newer ones are invalid:{}", c.string(), reasons);
       if (verbose) spdlog::info("checkpoint: resumed from {} (step {})", c.string(), meta.state.step);
       return meta;
-    } catch (const InputError& e) {
+    } catch (const CheckpointError& e) {  // a config the checkpoint cannot take is not skipped: older ones differ too
       reasons += fmt::format("\n  {}", e.what());
     }
   }

@@ -18,16 +18,16 @@
 
 namespace megatrain {
 
-// checkpoint.load asked for a checkpoint and none is valid (exit code 3 unless --allow-fresh-start).
-class NoValidCheckpoint : public InputError {
+// checkpoint.load asked for a checkpoint and none is valid (unless --allow-fresh-start).
+class NoValidCheckpoint : public CheckpointError {
  public:
-  using InputError::InputError;
+  using CheckpointError::CheckpointError;
 };
 
 std::string checkpoint_step_name(int64_t step);  // "step_0000042"
 
 // The model.h5 of a --checkpoint argument: a checkpoint folder (DIR/step_N), or a checkpoint dir
-// whose `latest` names one. Throws InputError when it is neither.
+// whose `latest` names one. Throws CheckpointError when it is neither.
 std::string checkpoint_model_file(const std::string& arg);
 
 class Checkpointer {

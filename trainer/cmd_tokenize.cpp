@@ -40,7 +40,7 @@ Command add_tokenize_command(CLI::App& root) {
               } catch (const std::exception&) {
                 used = 0;
               }
-              MT_INPUT_CHECK(used == word.size() && v >= 0 && v < tok->vocab_size(),
+              MT_DATA_CHECK(used == word.size() && v >= 0 && v < tok->vocab_size(),
                              "tokenize --decode: '{}' is not a token id in [0, {}) of tokenizer {}", word,
                              tok->vocab_size(), opts->tokenizer);
               ids.push_back(static_cast<int32_t>(v));

@@ -5,10 +5,7 @@
 // second per call) and run where MPI cannot start. Any exception ends here: the message is
 // printed as "[rank r host h] error: …" and an MPI job is aborted so no peer waits forever in a
 // collective.
-// Exit codes: 0 success, 1 internal error, 2 bad input (config, data file, flag, damaged
-// checkpoint), 3 checkpoint.load found no valid checkpoint, 10 stopped early on request after a
-// save (trainer/stop_request.h), 76 train.max_consecutive_skips steps in a row with Inf/NaN
-// gradients (trainer/train.h).
+// The exit code says what ended the run (trainer/exit_codes.h): each error class maps to one.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -20,6 +17,7 @@
 #include "parallel/comm.h"
 #include "trainer/checkpoint.h"
 #include "trainer/commands.h"
+#include "trainer/exit_codes.h"
 #include "trainer/train.h"
 
 int main(int argc, char** argv) {
@@ -41,8 +39,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
-    return rc == 0 ? 0 : 2;
+    const int rc = rank == 0 ? app.exit(e) : e.get_exit_code();
+    return rc == 0 ? 0 : kExitUsage;
   }
 
   int code = 0;
@@ -50,17 +48,23 @@ int main(int argc, char** argv) {
   try {
     for (const Command& c : commands)
       if (c.app->parsed()) return c.run();
-  } catch (const NoValidCheckpoint& e) {
-    code = 3;
-    message = e.what();
   } catch (const NonFiniteSteps& e) {
     code = kExitNonFinite;
     message = e.what();
+  } catch (const CommError& e) {
+    code = kExitHang;
+    message = e.what();
+  } catch (const DataError& e) {
+    code = kExitData;
+    message = e.what();
+  } catch (const CheckpointError& e) {
+    code = kExitCheckpoint;
+    message = e.what();
   } catch (const InputError& e) {
-    code = 2;
+    code = kExitUsage;
     message = e.what();
   } catch (const std::exception& e) {
-    code = 1;
+    code = kExitSoftware;
     message = e.what();
   }
   fmt::print(stderr, "[rank {} host {}] error: {}\n", rank, host_name(), message);

@@ -13,10 +13,9 @@
 
 #include "parallel/comm.h"
 #include "trainer/config.h"
+#include "trainer/exit_codes.h"
 
 namespace megatrain {
-
-inline constexpr int kExitStopped = 10;  // stopped early on request, after the save
 
 class StopRequests {
  public:

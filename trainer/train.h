@@ -9,6 +9,7 @@
 #include "kernels/check.h"
 #include "parallel/comm.h"
 #include "trainer/config.h"
+#include "trainer/exit_codes.h"
 
 namespace megatrain {
 
@@ -25,7 +26,6 @@ class NonFiniteSteps : public Error {
  public:
   using Error::Error;
 };
-inline constexpr int kExitNonFinite = 76;
 
 struct TrainOptions {
   bool allow_fresh_start = false;  // checkpoint.load finds nothing valid: start fresh instead of failing

@@ -25,8 +25,8 @@ const IndexedDataset& open_dataset(std::map<std::string, std::unique_ptr<Indexed
   if (auto it = files.find(prefix); it != files.end()) return *it->second;
   try {
     return *files.emplace(prefix, std::make_unique<IndexedDataset>(IndexedDataset::open(prefix))).first->second;
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: {} = \"{}\": {}", cfg.source, field, prefix, e.what()));
+  } catch (const DataError& e) {
+    throw DataError(fmt::format("{}: {} = \"{}\": {}", cfg.source, field, prefix, e.what()));
   }
 }
 
@@ -58,8 +58,8 @@ TrainData::TrainData(const Config& c, int dp_rank, int dp) {
     std::unique_ptr<BlendedDataset> set;
     try {
       set = build_blended_dataset(parts, o, report);
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("{}: {}{}: {}", c.source, key,
+    } catch (const DataError& e) {
+      throw DataError(fmt::format("{}: {}{}: {}", c.source, key,
                                    split ? fmt::format(" (data.split = \"{}\")", c.data.split) : "", e.what()));
     }
     if (dp_rank == 0) {

@@ -1,5 +1,5 @@
 // Checkpoints end to end: bitwise resume (sync and async save), crash between write and rename,
-// keep_last, damaged checkpoints refused, fallback to the newest valid one, exit code 3.
+// keep_last, damaged checkpoints refused, fallback to the newest valid one, exit codes 64 and 66.
 #include <cstring>
 #include <fstream>
 
@@ -105,7 +105,7 @@ TEST_F(CheckpointE2E, DamagedCheckpointsAreRefusedAndLatestFallsBack) {
     f.write(&c, 1);
   }
   auto r = train_raw("--set train.steps=5 --set checkpoint.load='\"" + (d / "step_0000004").string() + "\"'");
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 66) << r.output;
   EXPECT_NE(r.output.find(newest.string()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("checksum"), std::string::npos) << r.output;
   // latest falls back to step 2 and says so.
@@ -115,15 +115,16 @@ TEST_F(CheckpointE2E, DamagedCheckpointsAreRefusedAndLatestFallsBack) {
   // Truncated file.
   fs::resize_file(d / "step_0000002" / "model.h5", 1000);
   r = train_raw("--set train.steps=5 --set checkpoint.load='\"" + (d / "step_0000002").string() + "\"'");
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 66) << r.output;
   EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
   // A different architecture cannot be reconciled.
   ASSERT_EQ(train_raw("--set train.steps=2 --set checkpoint.save_interval=2 " + ckpt(dir_ / "e", "")).code, 0);
   r = train_raw("--set model.d_model=32 " + ckpt(dir_ / "e", "--set checkpoint.load=latest"));
-  EXPECT_EQ(r.code, 3) << r.output;  // the only checkpoint is unusable: nothing valid to resume
+  EXPECT_EQ(r.code, 64) << r.output;  // the config is at fault: no fallback to an older checkpoint
+  EXPECT_NE(r.output.find("CKPT_INCOMPATIBLE"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("model.d_model"), std::string::npos) << r.output;
   r = train_raw("--set model.d_model=32 --set checkpoint.load='\"" + (dir_ / "e" / "step_0000002").string() + "\"'");
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 64) << r.output;
   EXPECT_NE(r.output.find("model.d_model"), std::string::npos) << r.output;
 }
 
@@ -182,11 +183,11 @@ TEST_F(CheckpointE2E, TwoRankAsyncCheckpointResumesInOneProcess) {
   for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(one[i], two[i], 1e-5 * std::fabs(two[i])) << "step " << 5 + i;
 }
 
-TEST_F(CheckpointE2E, NothingValidExitsThreeUnlessFreshStartAllowed) {
+TEST_F(CheckpointE2E, NothingValidExits66UnlessFreshStartAllowed) {
   const fs::path d = dir_ / "empty";
   fs::create_directories(d);
   auto r = train_raw("--set train.steps=2 " + ckpt(d, "--set checkpoint.load=latest"));
-  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_EQ(r.code, 66) << r.output;
   EXPECT_NE(r.output.find("--allow-fresh-start"), std::string::npos) << r.output;
   r = train_raw("--set train.steps=2 --allow-fresh-start " + ckpt(d, "--set checkpoint.load=latest"));
   EXPECT_EQ(r.code, 0) << r.output;

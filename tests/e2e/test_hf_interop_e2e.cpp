@@ -1,7 +1,7 @@
 // `megatrain export` / `megatrain import` end to end: a checkpoint trained for 2 steps (GPT-2-like and
 // Llama-like with GQA and an untied head) → Hugging Face folder → checkpoint gives back every
 // parameter bit for bit, with zero Adam state at step 0; training continues from the imported
-// checkpoint with the written config; bad input exits with code 2 naming the file.
+// checkpoint with the written config; bad input exits with its code (65 data, 66 checkpoint, 64 flag) naming the file.
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -100,7 +100,7 @@ class HfInteropE2E : public test::TrainE2E {
     EXPECT_EQ(model_section(written), model_section(b.cfg));
     r = run_megatrain("train --config " + toml.string() + " --set data.train='\"" + (dir_ / "train").string() +
                       "\"' --set train.steps=1 --set train.micro_batch_size=8 --set log.interval=1");
-    EXPECT_EQ(r.code, 0) << r.output;  // a checkpoint.load that fails exits with 2 or 3
+    EXPECT_EQ(r.code, 0) << r.output;  // a checkpoint.load that fails exits with 64 or 66
   }
 };
 
@@ -120,29 +120,29 @@ TEST_F(HfInteropE2E, LlamaExportImportRoundTripIsBitExact) {
   EXPECT_EQ(j["tie_word_embeddings"], false);
 }
 
-TEST_F(HfInteropE2E, BadInputExitsWithCode2NamingTheFile) {
+TEST_F(HfInteropE2E, BadInputExitsWithItsCodeNamingTheFile) {
   // rmsnorm with learned positions has no Hugging Face equivalent.
   const fs::path mixed = train_checkpoint("mixed", "--set model.norm=rmsnorm");
   auto r = run_megatrain("export --checkpoint " + mixed.string() + " --out " + (dir_ / "mixed_hf").string());
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 65) << r.output;
   EXPECT_NE(r.output.find((mixed / "step_0000002" / "model.h5").string()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("model.position = \"rope\""), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir_ / "mixed_hf"));
 
   r = run_megatrain("export --checkpoint " + (dir_ / "nowhere").string() + " --out " + (dir_ / "x").string());
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 66) << r.output;
   EXPECT_NE(r.output.find("nowhere"), std::string::npos) << r.output;
 
   fs::create_directories(dir_ / "bert");
   test::write_file(dir_ / "bert" / "config.json", R"({"model_type": "bert", "hidden_size": 64})");
   r = run_megatrain("import --hf " + (dir_ / "bert").string() + " --out " + (dir_ / "bert_ckpt").string());
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 65) << r.output;
   EXPECT_NE(r.output.find((dir_ / "bert" / "config.json").string()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("model_type \"bert\" is not supported"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir_ / "bert_ckpt"));
 
   r = run_megatrain("import --hf " + (dir_ / "bert").string() + " --out " + (dir_ / "bert").string());
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 64) << r.output;
   EXPECT_NE(r.output.find("already exists"), std::string::npos) << r.output;
 }
 

@@ -1,5 +1,5 @@
 // The binary end to end on tiny configs: determinism of the loss sequence, a falling validation
-// loss on real text, the metrics file, and bad input (config, data) giving a clean exit 2 with a
+// loss on real text, the metrics file, and bad input (config, data) giving a clean exit 64 or 65 with a
 // message naming the file, the field and the fix.
 #include <gtest/gtest.h>
 
@@ -109,7 +109,7 @@ TEST_F(TrainE2E, TokenizeAndInspectShowWhatTheDataHolds) {
   r = test::run_shell("echo '104 195 169 33' | " + test::megatrain_bin() + " tokenize --decode");
   EXPECT_EQ(r.output, "h\xc3\xa9!");
   r = test::run_shell("echo '104 999' | " + test::megatrain_bin() + " tokenize --decode");
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 65) << r.output;
   EXPECT_NE(r.output.find("'999' is not a token id"), std::string::npos) << r.output;
 
   // Document 0 of the training set is the first fortune of the science file, then EOD.
@@ -124,7 +124,7 @@ TEST_F(TrainE2E, TokenizeAndInspectShowWhatTheDataHolds) {
   r = run_megatrain("data inspect " + (dir_ / "train").string() + " --doc 0 --decode --tokenizer bytes");
   EXPECT_EQ(r.output.substr(r.output.find('\n') + 1), first + "<|endoftext|>\n");
   r = run_megatrain("data inspect " + (dir_ / "train").string() + " --doc 999999");
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 64) << r.output;
 }
 
 // [Note: MPI start] An Open MPI component that does not exist stops MPI from starting: the
@@ -147,6 +147,7 @@ struct BadInput {
   const char* name;
   std::string set;            // overrides, or a replacement config line
   std::vector<std::string> must_mention;
+  int code = 64;              // trainer/exit_codes.h: 64 config, 65 data
 };
 
 TEST_F(TrainE2E, BadConfigAndDataExitCleanlyNamingFileFieldAndFix) {
@@ -156,11 +157,11 @@ TEST_F(TrainE2E, BadConfigAndDataExitCleanlyNamingFileFieldAndFix) {
       {"wrong type", "--set model.n_layers='\"four\"'", {cfg, "model.n_layers", "integer"}},
       {"heads do not divide", "--set model.n_heads=5", {cfg, "model.n_heads", "model.d_model"}},
       {"missing data file", "--set data.train='\"" + (dir_ / "nope").string() + "\"'",
-       {cfg, "data.train", "nope.idx", "megatrain preprocess"}},
+       {cfg, "data.train", "nope.idx", "megatrain preprocess"}, 65},
   };
   for (const auto& c : cases) {
     auto r = run_megatrain("train --config " + cfg + " " + c.set, 60);
-    EXPECT_EQ(r.code, 2) << c.name << ": " << r.output;
+    EXPECT_EQ(r.code, c.code) << c.name << ": " << r.output;
     for (const auto& s : c.must_mention) EXPECT_NE(r.output.find(s), std::string::npos) << c.name << " lacks '" << s << "':\n" << r.output;
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << c.name;
   }
@@ -169,15 +170,15 @@ TEST_F(TrainE2E, BadConfigAndDataExitCleanlyNamingFileFieldAndFix) {
   fs::copy_file(dir_ / "train.idx", dir_ / "cut.idx");
   fs::resize_file(dir_ / "cut.idx", fs::file_size(dir_ / "cut.idx") - 9);
   auto r = run_megatrain("train --config " + cfg + " --set data.train='\"" + (dir_ / "cut").string() + "\"'", 60);
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 65) << r.output;
   EXPECT_NE(r.output.find("cut.idx"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("data.train"), std::string::npos) << r.output;
   // A missing config file and an unknown flag.
   r = run_megatrain("train --config " + (dir_ / "missing.toml").string(), 60);
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 64) << r.output;
   EXPECT_NE(r.output.find("missing.toml"), std::string::npos) << r.output;
   r = run_megatrain("train --config " + cfg + " --bogus", 60);
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 64) << r.output;
   EXPECT_NE(r.output.find("--bogus"), std::string::npos) << r.output;
 }
 
@@ -190,7 +191,7 @@ TEST_F(TrainE2E, OneFailingRankAbortsTheWholeJobWithoutAHang) {
                                  "-x OMP_NUM_THREADS=1 -np 1 " + run + " : -np 1 " + run + " --set train.seq_len=oops",
                                  90);
   EXPECT_NE(r.code, 124) << "the job hung until the time limit:\n" << r.output;
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 64) << r.output;
   EXPECT_NE(r.output.find("[rank 1 host"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("train.seq_len"), std::string::npos) << r.output;
 }
