@@ -15,7 +15,7 @@ class Error : public std::runtime_error {
 
 // Bad user input: the message alone is enough, no source location. InputError itself is a bad
 // config or command line; the two kinds below name the input file that is at fault. main maps each
-// to its exit code (trainer/exit_codes.h).
+// to its exit code (health/exit_codes.h).
 class InputError : public Error {
  public:
   explicit InputError(const std::string& what) : Error(what) {}
@@ -41,20 +41,13 @@ class CheckpointError : public InputError {
       ::megatrain::check_failed(__FILE__, __LINE__, #cond, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 
-#define MT_INPUT_CHECK(cond, ...)                                          \
-  do {                                                                     \
-    if (!(cond)) [[unlikely]]                                              \
-      throw ::megatrain::InputError(::fmt::format(__VA_ARGS__));           \
+// Throws ErrorType(message) unless cond: the input checks below, one per kind of input.
+#define MT_THROW_UNLESS(ErrorType, cond, ...)                    \
+  do {                                                           \
+    if (!(cond)) [[unlikely]]                                    \
+      throw ::megatrain::ErrorType(::fmt::format(__VA_ARGS__));  \
   } while (0)
 
-#define MT_DATA_CHECK(cond, ...)                                           \
-  do {                                                                     \
-    if (!(cond)) [[unlikely]]                                              \
-      throw ::megatrain::DataError(::fmt::format(__VA_ARGS__));            \
-  } while (0)
-
-#define MT_CHECKPOINT_CHECK(cond, ...)                                     \
-  do {                                                                     \
-    if (!(cond)) [[unlikely]]                                              \
-      throw ::megatrain::CheckpointError(::fmt::format(__VA_ARGS__));      \
-  } while (0)
+#define MT_INPUT_CHECK(cond, ...) MT_THROW_UNLESS(InputError, cond, __VA_ARGS__)
+#define MT_DATA_CHECK(cond, ...) MT_THROW_UNLESS(DataError, cond, __VA_ARGS__)
+#define MT_CHECKPOINT_CHECK(cond, ...) MT_THROW_UNLESS(CheckpointError, cond, __VA_ARGS__)

@@ -9,6 +9,7 @@
 
 #include "kernels/check.h"
 #include "parallel/comm_backend.h"
+#include "parallel/flight_recorder.h"
 
 namespace megatrain {
 
@@ -39,6 +40,19 @@ int64_t elem_size(ElemType t) {
     case ElemType::bf16: return 2;
   }
   return 0;
+}
+
+const char* elem_type_name(ElemType t) {
+  switch (t) {
+    case ElemType::f32: return "f32";
+    case ElemType::f64: return "f64";
+    case ElemType::i32: return "i32";
+    case ElemType::i64: return "i64";
+    case ElemType::u8: return "u8";
+    case ElemType::u16: return "u16";
+    case ElemType::bf16: return "bf16";
+  }
+  return "?";
 }
 
 // ---- stats and work state ----
@@ -90,6 +104,7 @@ void WorkState::finish(std::string why) {
     complete = true;
     error = std::move(why);
   }
+  if (flight_id >= 0) FlightRecorder::instance().complete(flight_id, error.empty());
   stats->op_finished();
   cv.notify_all();
 }
@@ -110,6 +125,13 @@ bool Work::done() const {
   return state_->complete;
 }
 
+CommBackend::CommBackend(int rank, int size, std::string name, std::vector<int> members)
+    : rank_(rank),
+      size_(size),
+      name_(std::move(name)),
+      stats_(std::make_shared<CommStatsCounter>()),
+      flight_group_(FlightRecorder::instance().add_group(name_, std::move(members))) {}
+
 std::string CommBackend::where(std::string_view op) const {
   return fmt::format("rank {} group '{}': {}", rank_, name_, op);
 }
@@ -118,15 +140,25 @@ std::string CommBackend::where(std::string_view op) const {
 
 namespace {
 
-// Issues one operation: a WorkState, one recorded call, the backend's issue; an issue error
-// finishes the work before it propagates. The time the caller spends inside the issuing call
+// What the flight recorder keeps of an operation besides the group: elements, their type, and
+// for send/recv the peer.
+struct Flight {
+  int64_t count;
+  ElemType type;
+  int peer = -1;
+  bool is_send = false;
+};
+
+// Issues one operation: a WorkState, one recorded call, a flight record, the backend's issue; an
+// issue error finishes the work before it propagates. The time the caller spends inside the issuing call
 // counts as exposed (an MPI non-blocking collective may do its first round — copies of the
 // whole buffer for large messages — before it returns).
 template <class Issue>
-Work issue(const CommBackend& b, const char* op, int64_t bytes, Issue&& fn) {
+Work issue(const CommBackend& b, const char* op, int64_t bytes, const Flight& f, Issue&& fn) {
   const auto t0 = std::chrono::steady_clock::now();
   auto w = std::make_shared<WorkState>(b.where(op), b.stats());
   b.stats()->record_call(bytes);
+  w->flight_id = FlightRecorder::instance().issue(b.flight_group(), op, f.count, elem_type_name(f.type), f.peer, f.is_send);
   try {
     fn(w);
   } catch (const std::exception& e) {
@@ -203,7 +235,7 @@ Work Comm::all_reduce_raw(void* data, int64_t n, ElemType t, ReduceOp op) const 
   if (t == ElemType::u16) invalid(b, "all_reduce", "uint16_t elements are moved, not added; use Bf16 for bfloat16 sums");
   if (t == ElemType::bf16 && op != ReduceOp::sum) invalid(b, "all_reduce", "Bf16 elements support sum only");
   const int64_t p = b.size(), s = n * elem_size(t);
-  return issue(b, "all_reduce", 2 * (p - 1) * s / p, [&](auto& w) { backend_->all_reduce(w, data, n, t, op); });
+  return issue(b, "all_reduce", 2 * (p - 1) * s / p, {n, t}, [&](auto& w) { backend_->all_reduce(w, data, n, t, op); });
 }
 
 Work Comm::reduce_scatter_raw(void* out, const void* in, std::span<const int64_t> counts, ElemType t) const {
@@ -213,7 +245,7 @@ Work Comm::reduce_scatter_raw(void* out, const void* in, std::span<const int64_t
   check_n(b, "reduce_scatter", counts[b.rank()], out);
   if (t != ElemType::f32 && t != ElemType::bf16) invalid(b, "reduce_scatter", "elements must be float or Bf16");
   const int64_t p = b.size(), s = total * elem_size(t);
-  return issue(b, "reduce_scatter", (p - 1) * s / p,
+  return issue(b, "reduce_scatter", (p - 1) * s / p, {total, t},
                [&](auto& w) { backend_->reduce_scatter(w, out, in, counts, t); });
 }
 
@@ -223,7 +255,7 @@ Work Comm::all_gather_raw(void* out, const void* in, std::span<const int64_t> co
   check_n(b, "all_gather", total, out);
   check_n(b, "all_gather", counts[b.rank()], in);
   const int64_t p = b.size(), s = total * elem_size(t);
-  return issue(b, "all_gather", (p - 1) * s / p, [&](auto& w) { backend_->all_gather(w, out, in, counts, t); });
+  return issue(b, "all_gather", (p - 1) * s / p, {total, t}, [&](auto& w) { backend_->all_gather(w, out, in, counts, t); });
 }
 
 Work Comm::all_to_all(float* out, std::span<const int64_t> recv_counts, const float* in,
@@ -237,7 +269,7 @@ Work Comm::all_to_all(float* out, std::span<const int64_t> recv_counts, const fl
     invalid(b, "all_to_all",
             fmt::format("send_counts[{0}] = {1} differs from recv_counts[{0}] = {2} (this rank's own part)", b.rank(),
                         send_counts[b.rank()], recv_counts[b.rank()]));
-  return issue(b, "all_to_all", (sent - send_counts[b.rank()]) * 4,
+  return issue(b, "all_to_all", (sent - send_counts[b.rank()]) * 4, {sent, ElemType::f32},
                [&](auto& w) { backend_->all_to_all(w, out, recv_counts, in, send_counts); });
 }
 
@@ -245,7 +277,7 @@ Work Comm::broadcast_raw(void* data, int64_t n, ElemType t, int root) const {
   const CommBackend& b = *backend_;
   check_n(b, "broadcast", n, data);
   check_rank(b, "broadcast", "root", root);
-  return issue(b, "broadcast", b.size() > 1 ? n * elem_size(t) : 0,
+  return issue(b, "broadcast", b.size() > 1 ? n * elem_size(t) : 0, {n, t},
                [&](auto& w) { backend_->broadcast(w, data, n, t, root); });
 }
 
@@ -254,7 +286,7 @@ Work Comm::send_raw(const void* data, int64_t n, ElemType t, int peer, int tag) 
   check_n(b, "send", n, data);
   check_rank(b, "send", "peer", peer);
   check_tag(b, "send", tag);
-  return issue(b, "send", n * elem_size(t), [&](auto& w) { backend_->send(w, data, n, t, peer, tag); });
+  return issue(b, "send", n * elem_size(t), {n, t, peer, true}, [&](auto& w) { backend_->send(w, data, n, t, peer, tag); });
 }
 
 Work Comm::recv_raw(void* data, int64_t n, ElemType t, int peer, int tag) const {
@@ -262,11 +294,11 @@ Work Comm::recv_raw(void* data, int64_t n, ElemType t, int peer, int tag) const 
   check_n(b, "recv", n, data);
   check_rank(b, "recv", "peer", peer);
   check_tag(b, "recv", tag);
-  return issue(b, "recv", 0, [&](auto& w) { backend_->recv(w, data, n, t, peer, tag); });
+  return issue(b, "recv", 0, {n, t, peer, false}, [&](auto& w) { backend_->recv(w, data, n, t, peer, tag); });
 }
 
 Work Comm::barrier_async() const {
-  return issue(*backend_, "barrier", 0, [&](auto& w) { backend_->barrier(w); });
+  return issue(*backend_, "barrier", 0, {0, ElemType::u8}, [&](auto& w) { backend_->barrier(w); });
 }
 
 void Comm::barrier() const { barrier_async().wait(); }

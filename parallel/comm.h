@@ -80,6 +80,7 @@ constexpr ElemType elem_type_of() {
   }
 }
 int64_t elem_size(ElemType t);
+const char* elem_type_name(ElemType t);  // "f32", "bf16", …
 
 struct WorkState;  // parallel/comm_backend.h
 

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "parallel/comm.h"
 
@@ -41,6 +42,7 @@ struct WorkState {
   // wait(). Only the first call counts.
   void finish(std::string error);
 
+  int64_t flight_id = -1;   // its FlightRecorder record, completed by finish()
   const std::string where;  // "rank R group 'NAME': OPERATION", the start of an error message
   const std::shared_ptr<CommStatsCounter> stats;
   std::mutex mu;
@@ -51,8 +53,8 @@ struct WorkState {
 
 class CommBackend {
  public:
-  CommBackend(int rank, int size, std::string name)
-      : rank_(rank), size_(size), name_(std::move(name)), stats_(std::make_shared<CommStatsCounter>()) {}
+  // `members`: the world ranks of the group, in group-rank order (registered with the FlightRecorder).
+  CommBackend(int rank, int size, std::string name, std::vector<int> members);
   virtual ~CommBackend() = default;
   CommBackend(const CommBackend&) = delete;
   CommBackend& operator=(const CommBackend&) = delete;
@@ -61,6 +63,7 @@ class CommBackend {
   int size() const { return size_; }
   const std::string& name() const { return name_; }
   const std::shared_ptr<CommStatsCounter>& stats() const { return stats_; }
+  int flight_group() const { return flight_group_; }
   // "rank R group 'NAME': OP"
   std::string where(std::string_view op) const;
 
@@ -89,6 +92,7 @@ class CommBackend {
   int rank_, size_;
   std::string name_;
   std::shared_ptr<CommStatsCounter> stats_;
+  int flight_group_;
 };
 
 // The MPI backend (parallel/comm_mpi.cpp). With `owned`, MPI_Comm_free(comm) when it is destroyed.

@@ -76,8 +76,9 @@ struct MpiOp {
 
 class MpiBackend final : public CommBackend {
  public:
-  MpiBackend(MPI_Comm comm, bool owned, std::string name, const CommOptions& options, int rank, int size, int tag_ub)
-      : CommBackend(rank, size, std::move(name)), comm_(comm), owned_(owned), options_(options), tag_ub_(tag_ub) {}
+  MpiBackend(MPI_Comm comm, bool owned, std::string name, const CommOptions& options, int rank, int size, int tag_ub,
+             std::vector<int> members)
+      : CommBackend(rank, size, std::move(name), std::move(members)), comm_(comm), owned_(owned), options_(options), tag_ub_(tag_ub) {}
 
   ~MpiBackend() override {
     int finalized = 0;
@@ -327,6 +328,18 @@ class MpiBackend final : public CommBackend {
   std::thread thread_;
 };
 
+// The world ranks of `comm`'s members, in its rank order.
+std::vector<int> world_ranks(MPI_Comm comm, int size) {
+  std::vector<int> mine(static_cast<size_t>(size)), world(static_cast<size_t>(size), -1);
+  for (int i = 0; i < size; ++i) mine[static_cast<size_t>(i)] = i;
+  MPI_Group g = MPI_GROUP_NULL, w = MPI_GROUP_NULL;
+  if (MPI_Comm_group(comm, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS)
+    MPI_Group_translate_ranks(g, size, mine.data(), w, world.data());
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (w != MPI_GROUP_NULL) MPI_Group_free(&w);
+  return world;
+}
+
 }  // namespace
 
 std::shared_ptr<CommBackend> make_mpi_backend(MPI_Comm comm, bool owned, std::string name, const CommOptions& options) {
@@ -347,7 +360,8 @@ std::shared_ptr<CommBackend> make_mpi_backend(MPI_Comm comm, bool owned, std::st
   MPI_Comm_size(comm, &size);
   rc = MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);  // cached on the world only
   if (rc != MPI_SUCCESS || !flag) fail("get_attr", "no MPI_TAG_UB");
-  return std::make_shared<MpiBackend>(comm, owned, std::move(name), options, rank, size, *tag_ub);
+  return std::make_shared<MpiBackend>(comm, owned, std::move(name), options, rank, size, *tag_ub,
+                                      world_ranks(comm, size));
 }
 
 }  // namespace megatrain

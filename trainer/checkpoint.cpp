@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint_shard.h"
-#include "trainer/debug_env.h"
+#include "health/fault_inject.h"
 #include "trainer/model_compat.h"
 
 namespace megatrain {
@@ -150,20 +150,25 @@ void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta)
   const fs::path dir = cfg_.checkpoint.dir;
   const std::string name = checkpoint_step_name(meta.state.step);
   const fs::path tmp = dir / (name + ".tmp"), final_dir = dir / name;
+  const FaultPlan& faults = FaultPlan::from_environment();
+  const int64_t step = meta.state.step;
+  inject_checkpoint_delay(faults, io_.rank(), step);
   if (io_.rank() == 0) {
     fs::remove_all(tmp);
     fs::create_directories(tmp);
   }
   io_.barrier();
+  inject_checkpoint_crash(faults, io_.rank(), step, "mid_shard_write");
   checkpoint_file_write((tmp / kModelFile).string(), t, meta, io_);
   io_.barrier();
   if (io_.rank() == 0) {
     fsync_path(tmp / kModelFile);
     fsync_path(tmp);
-    if (debug_env::crash_before_rename()) std::_Exit(42);
+    inject_checkpoint_crash(faults, 0, step, "after_shard_before_commit");
     fs::remove_all(final_dir);
     fs::rename(tmp, final_dir);
     fsync_path(dir);
+    inject_checkpoint_crash(faults, 0, step, "after_commit_before_latest");
     write_atomic(dir / "latest", name + "\n");
     if (cfg_.checkpoint.keep_last > 0) {
       auto steps = complete_steps(dir);

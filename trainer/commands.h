@@ -24,5 +24,6 @@ Command add_import_command(CLI::App& root);
 Command add_tokenize_command(CLI::App& root);
 Command add_data_command(CLI::App& root);
 Command add_tokenizer_command(CLI::App& root);
+Command add_diagnose_command(CLI::App& root);
 
 }  // namespace megatrain

@@ -33,8 +33,8 @@ using config_fields::quote;
 using config_fields::spellings;
 
 constexpr std::string_view kReference = "(see README, \"Config reference\")";
-constexpr std::array<std::string_view, 8> kSections = {"model", "parallel",   "train", "optimizer",
-                                                       "data",  "checkpoint", "log",   "loss_scale"};
+constexpr std::array<std::string_view, 9> kSections = {"model",      "parallel", "train",      "optimizer", "data",
+                                                       "checkpoint", "log",      "loss_scale", "health"};
 
 struct Key {
   std::string_view section, name;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "health/health_options.h"
 #include "kernels/device.h"
 #include "model/recompute.h"
 #include "trainer/loss_scaler.h"
@@ -118,6 +119,7 @@ struct Config {
   CheckpointConfig checkpoint;
   LogConfig log;
   LossScaleOptions loss_scale;  // fp16 only
+  HealthOptions health;         // watchdog, heartbeats, flight recorder (health/health_options.h)
   std::string source;  // file path, for messages
 };
 

@@ -81,6 +81,12 @@ void for_each_field(C& c, V&& v) {
   v("loss_scale", "initial_scale", l.initial_scale), v("loss_scale", "min_scale", l.min_scale);
   v("loss_scale", "growth_factor", l.growth_factor), v("loss_scale", "backoff_factor", l.backoff_factor);
   v("loss_scale", "growth_interval", l.growth_interval), v("loss_scale", "hysteresis", l.hysteresis);
+  auto& h = c.health;
+  v("health", "run_dir", h.run_dir), v("health", "watchdog", h.watchdog);
+  v("health", "init_timeout_s", h.init_timeout_s), v("health", "step_timeout_floor_s", h.step_timeout_floor_s);
+  v("health", "step_timeout_factor", h.step_timeout_factor), v("health", "calibrate_steps", h.calibrate_steps);
+  v("health", "io_timeout_s", h.io_timeout_s), v("health", "heartbeat_interval_s", h.heartbeat_interval_s);
+  v("health", "flight_recorder_entries", h.flight_recorder_entries);
 }
 
 // A TOML basic string: quoted, with \\, \" and control characters escaped.

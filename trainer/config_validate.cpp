@@ -78,6 +78,15 @@ void validate_config_fields(const Config& c) {
   r.at_least("loss_scale.growth_interval", l.growth_interval, int64_t{1});
   r.at_least("loss_scale.hysteresis", l.hysteresis, int64_t{1});
 
+  const HealthOptions& h = c.health;
+  r.positive("health.init_timeout_s", h.init_timeout_s);
+  r.positive("health.step_timeout_floor_s", h.step_timeout_floor_s);
+  r.check(h.step_timeout_factor >= 1.0, "health.step_timeout_factor", h.step_timeout_factor, "at least 1", "");
+  r.at_least("health.calibrate_steps", h.calibrate_steps, 1);
+  r.positive("health.io_timeout_s", h.io_timeout_s);
+  r.at_least("health.heartbeat_interval_s", h.heartbeat_interval_s, 0.0, "(0 = no heartbeats)");
+  r.at_least("health.flight_recorder_entries", h.flight_recorder_entries, 1);
+
   r.at_least("log.interval", c.log.interval, 1);
   if (!c.log.peak_tflops.automatic)
     r.at_least("log.peak_tflops", c.log.peak_tflops.value, 0.0, "(0 = MFU not reported; \"auto\" = measure it)");

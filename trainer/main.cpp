@@ -5,7 +5,7 @@
 // second per call) and run where MPI cannot start. Any exception ends here: the message is
 // printed as "[rank r host h] error: …" and an MPI job is aborted so no peer waits forever in a
 // collective.
-// The exit code says what ended the run (trainer/exit_codes.h): each error class maps to one.
+// The exit code says what ended the run (health/exit_codes.h): each error class maps to one.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -17,8 +17,22 @@
 #include "parallel/comm.h"
 #include "trainer/checkpoint.h"
 #include "trainer/commands.h"
-#include "trainer/exit_codes.h"
+#include "health/exit_codes.h"
 #include "trainer/train.h"
+
+namespace {
+
+int exit_code_of(const std::exception& e) {
+  using namespace megatrain;
+  if (dynamic_cast<const NonFiniteSteps*>(&e)) return kExitNonFinite;
+  if (dynamic_cast<const CommError*>(&e)) return kExitHang;
+  if (dynamic_cast<const DataError*>(&e)) return kExitData;
+  if (dynamic_cast<const CheckpointError*>(&e)) return kExitCheckpoint;
+  if (dynamic_cast<const InputError*>(&e)) return kExitUsage;
+  return kExitSoftware;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace megatrain;
@@ -26,7 +40,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<Command> commands = {add_train_command(app), add_config_command(app), add_preprocess_command(app),
                                    add_generate_command(app), add_export_command(app), add_import_command(app),
-                                   add_tokenize_command(app), add_data_command(app), add_tokenizer_command(app)};
+                                   add_tokenize_command(app), add_data_command(app), add_tokenizer_command(app),
+                                   add_diagnose_command(app)};
   const bool uses_mpi = argc > 1 && std::ranges::any_of(commands, [&](const Command& c) {
     return c.uses_mpi && c.app->get_name() == argv[1];
   });
@@ -48,23 +63,8 @@ int main(int argc, char** argv) {
   try {
     for (const Command& c : commands)
       if (c.app->parsed()) return c.run();
-  } catch (const NonFiniteSteps& e) {
-    code = kExitNonFinite;
-    message = e.what();
-  } catch (const CommError& e) {
-    code = kExitHang;
-    message = e.what();
-  } catch (const DataError& e) {
-    code = kExitData;
-    message = e.what();
-  } catch (const CheckpointError& e) {
-    code = kExitCheckpoint;
-    message = e.what();
-  } catch (const InputError& e) {
-    code = kExitUsage;
-    message = e.what();
   } catch (const std::exception& e) {
-    code = kExitSoftware;
+    code = exit_code_of(e);
     message = e.what();
   }
   fmt::print(stderr, "[rank {} host {}] error: {}\n", rank, host_name(), message);

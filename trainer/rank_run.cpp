@@ -198,10 +198,10 @@ double RankRun::grad_norm() {
   return std::sqrt(squares);
 }
 
-int RankRun::first_overflow_rank() {
+int RankRun::first_overflow_rank(bool loss_nonfinite) {
   const float* g = zero.optimizer_grads();
   const int64_t n = zero.optimizer_range().size();
-  int bad = 0;
+  int bad = loss_nonfinite ? 1 : 0;
 #pragma omp parallel for reduction(| : bad) schedule(static)
   for (int64_t i = 0; i < n; ++i) bad |= std::isfinite(g[i]) ? 0 : 1;
   // The max of (world size − rank) over the ranks that saw one: the lowest such rank.

@@ -13,7 +13,7 @@
 
 #include "parallel/comm.h"
 #include "trainer/config.h"
-#include "trainer/exit_codes.h"
+#include "health/exit_codes.h"
 
 namespace megatrain {
 

@@ -8,10 +8,14 @@
 #include <memory>
 #include <optional>
 
+#include "health/fault_inject.h"
+#include "health/heartbeat.h"
+#include "health/watchdog.h"
 #include "kernels/ops.h"
+#include "parallel/flight_recorder.h"
+#include "parallel/launch_env.h"
 #include "model/gpt.h"
 #include "trainer/checkpoint.h"
-#include "trainer/debug_env.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
@@ -53,6 +57,14 @@ double peak_tflops_per_rank(const Config& cfg, const Comm& world) {
 
 TrainResult run_training(const Config& cfg, const Comm& world, const TrainOptions& options) {
   const bool rank0 = world.rank() == 0;
+  const int rank = world.rank();
+  const FaultPlan& faults = FaultPlan::from_environment();
+  Progress progress;
+  progress.enter(Section::init, 0);
+  FlightRecorder::instance().set_capacity(static_cast<size_t>(cfg.health.flight_recorder_entries));
+  Watchdog watchdog(cfg.health, progress, rank, host_name());
+  Heartbeat heartbeat(cfg.health, progress, rank, rank / local_size_from_env(), host_name());
+  inject_at_step_start(faults, rank, 0);
   RankRun run(cfg, world);
   const CheckpointTensors state = run.checkpoint_tensors();
   const int64_t G = cfg.train.global_batch_size;
@@ -107,15 +119,21 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   Logged logged;
   const auto start = Clock::now();
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
+    progress.enter(step == start_step ? Section::init : Section::step, step + 1);  // init ends with the first step
+    inject_at_step_start(faults, rank, step + 1);
     const auto t0 = Clock::now();
     run.dp_comm.reset_stats();
     run.tp_comm.reset_stats();
     run.pp_comm.reset_stats();
     const double scale = scaler ? scaler->scale() : 1.0;
     const double loss = run.train_step(step, scale);
-    if (debug_env::grad_overflow_injected(step + 1, world.rank()) && run.zero.optimizer_range().size() > 0)
-      run.zero.optimizer_grads()[0] = std::numeric_limits<float>::infinity();
-    const int overflow = run.first_overflow_rank();  // Inf/NaN in any rank's gradients: skip the step
+    bool loss_nonfinite = false;
+    if (const Fault* f = faults.find(FaultKind::nan, rank, step + 1)) {
+      log_injection(*f, rank, step + 1, "where=" + f->detail);
+      if (f->detail == "loss") loss_nonfinite = true;
+      else if (run.zero.optimizer_range().size() > 0) run.zero.optimizer_grads()[0] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const int overflow = run.first_overflow_rank(loss_nonfinite);  // Inf/NaN on any rank: skip the step
     const double rate = lr.at(step + 1 - skipped);  // skipped steps do not advance the schedule (Megatron)
     double norm = std::numeric_limits<double>::quiet_NaN();
     if (overflow < 0) {
@@ -144,6 +162,8 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
             nonfinite_in_a_row, step + 1, overflow));
     }
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    progress.set_loss(loss);
+    watchdog.step_done(dt, world);
     result.losses.push_back(loss);
     result.grad_norms.push_back(norm);
     logged.add(dt, run.dp_comm.stats(), run.tp_comm.stats(), run.pp_comm.stats());
@@ -182,6 +202,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       logged = Logged{};
     }
     const auto save = [&] {
+      progress.enter(Section::checkpoint, step + 1);
       TrainState ts{step + 1, (step + 1) * G, cfg.train.seed, skipped};
       if (scaler) {
         const LossScaleState& l = scaler->state();
@@ -195,6 +216,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     const bool saved = checkpointer && cfg.checkpoint.save_interval > 0 && (step + 1) % cfg.checkpoint.save_interval == 0;
     if (saved) save();
     if (run.data.valid() && cfg.train.eval_interval > 0 && ((step + 1) % cfg.train.eval_interval == 0 || last)) {
+      progress.enter(Section::eval, step + 1);
       const double v = run.evaluate();
       result.val_losses.push_back(v);
       log.validation(step + 1, v);
@@ -208,6 +230,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       break;
     }
   }
+  progress.enter(Section::checkpoint, progress.step());
   if (checkpointer) checkpointer->wait();
   return result;
 }

@@ -9,7 +9,7 @@
 #include "kernels/check.h"
 #include "parallel/comm.h"
 #include "trainer/config.h"
-#include "trainer/exit_codes.h"
+#include "health/exit_codes.h"
 
 namespace megatrain {
 

@@ -65,8 +65,8 @@ TEST_F(CheckpointE2E, CrashBetweenWriteAndRenameKeepsThePreviousCheckpoint) {
   const fs::path d = dir_ / "c";
   ASSERT_EQ(train_raw("--set train.steps=2 --set checkpoint.save_interval=2 " + ckpt(d, "")).code, 0);
   auto r = train_raw("--set train.steps=4 --set checkpoint.save_interval=2 " + ckpt(d, "--set checkpoint.load=latest"),
-                     "env MEGATRAIN_DEBUG_CRASH_BEFORE_RENAME=1 ");
-  EXPECT_EQ(r.code, 42) << r.output;
+                     "env MEGATRAIN_FAULT=ckpt_crash:rank=0:step=4:phase=after_shard_before_commit ");
+  EXPECT_EQ(r.code, 137) << r.output;  // SIGKILL
   EXPECT_TRUE(fs::exists(d / "step_0000004.tmp"));
   EXPECT_FALSE(fs::exists(d / "step_0000004"));
   std::ifstream latest(d / "latest");

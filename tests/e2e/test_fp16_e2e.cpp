@@ -1,6 +1,6 @@
 // fp16 training end to end (the tiny config): the linear layers multiply fp16 roundings with the
 // loss dynamically scaled (trainer/loss_scaler.h). An overflow injected at one step
-// (MEGATRAIN_DEBUG_GRAD_OVERFLOW, trainer/debug_env.h) skips exactly that step — the weights after
+// (MEGATRAIN_FAULT nan, health/fault_plan.h) skips exactly that step — the weights after
 // it equal the weights before it, to the byte — and lowers the scale as specified; an overflow on
 // rank 1 is reported as rank 1's; a scale that would fall below the minimum stops the run with the
 // error; fp16 runs at (tp, pp) = (2, 2) like one process (tolerances of
@@ -24,9 +24,9 @@ class Fp16E2E : public test::TrainE2E {
  protected:
   static constexpr const char* kFp16 =
       "--set train.eval_interval=0 --set model.dropout=0.0 --set train.precision=fp16 --set optimizer.decay_steps=40";
-  // `megatrain train` with MEGATRAIN_DEBUG_GRAD_OVERFLOW=inject (none when empty).
+  // `megatrain train` with a NaN gradient on rank 0 at the steps `inject` ("A" or "A..B"; none when empty).
   test::Result run(const std::string& inject, const std::string& extra, const std::string& metrics) {
-    const std::string env = inject.empty() ? "" : "env MEGATRAIN_DEBUG_GRAD_OVERFLOW=" + inject + " ";
+    const std::string env = inject.empty() ? "" : "env MEGATRAIN_FAULT=nan:rank=0:step=" + inject + " ";
     return test::run_shell(env + test::megatrain_bin() + " train --config " + config_.string() +
                            " --set log.metrics_file=" + (dir_ / metrics).string() + " " + kFp16 + " " + extra);
   }
@@ -64,7 +64,7 @@ TEST_F(Fp16E2E, AnInjectedOverflowSkipsExactlyThatStepAndBacksTheScaleOff) {
 
 TEST_F(Fp16E2E, AnOverflowOnRankOneIsLoggedWithRankOne) {
   const std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 "
-                          "-x OMP_NUM_THREADS=1 -x MEGATRAIN_DEBUG_GRAD_OVERFLOW=2@1 " + test::megatrain_bin() +
+                          "-x OMP_NUM_THREADS=1 -x MEGATRAIN_FAULT=nan:rank=1:step=2 " + test::megatrain_bin() +
                           " train --config " + config_.string() + " --set log.metrics_file=" +
                           (dir_ / "dp2.jsonl").string() + " " + kFp16 +
                           " --set train.steps=3 --set parallel.zero_stage=1";
@@ -78,13 +78,13 @@ TEST_F(Fp16E2E, AnOverflowOnRankOneIsLoggedWithRankOne) {
 }
 
 TEST_F(Fp16E2E, AScaleCollapsingBelowTheMinimumStopsTheRun) {
-  const auto r = run("2,3", "--set train.steps=5 --set loss_scale.initial_scale=4.0 --set loss_scale.min_scale=2.0",
+  const auto r = run("2..3", "--set train.steps=5 --set loss_scale.initial_scale=4.0 --set loss_scale.min_scale=2.0",
                      "collapse.jsonl");
   EXPECT_EQ(r.code, 0) << r.output;
   // Step 2: hysteresis 2 keeps the scale; step 3 backs off to 2 (the minimum); a third overflow stops.
   EXPECT_CONTAINS(r.output, "step 3 skipped: gradients overflowed (Inf/NaN, first seen on rank 0) at loss scale 4; "
                             "scale now 2");
-  const auto r2 = run("2,3,4", "--set train.steps=5 --set loss_scale.initial_scale=4.0 --set loss_scale.min_scale=2.0",
+  const auto r2 = run("2..4", "--set train.steps=5 --set loss_scale.initial_scale=4.0 --set loss_scale.min_scale=2.0",
                       "collapse2.jsonl");
   EXPECT_NE(r2.code, 0) << r2.output;
   EXPECT_CONTAINS(r2.output, "fp16 loss scale collapsed");

@@ -1,5 +1,5 @@
 // Non-finite gradients at fp32 (robustness spec R16; trainer/train.h): a step whose gradients hold
-// Inf/NaN on any rank (injected with MEGATRAIN_DEBUG_GRAD_OVERFLOW) is skipped on every rank — the
+// Inf/NaN on any rank (injected with MEGATRAIN_FAULT nan, health/fault_plan.h) is skipped on every rank — the
 // weights after it equal those before it, byte for byte — and logged with the rank it came from;
 // train.max_consecutive_skips such steps in a row stop the run with exit code 76.
 #include <gtest/gtest.h>
@@ -14,9 +14,10 @@ namespace {
 
 class NonFiniteE2E : public test::TrainE2E {
  protected:
-  test::Result run(int np, const std::string& inject, const std::string& extra) {
-    return test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np " +
-                           std::to_string(np) + " -x OMP_NUM_THREADS=1 -x MEGATRAIN_DEBUG_GRAD_OVERFLOW=" + inject + " " +
+  // `fault`: a MEGATRAIN_FAULT value.
+  test::Result run(int np, const std::string& fault, const std::string& extra) {
+    return test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MEGATRAIN_FAULT='" + fault +
+                           "' mpirun --oversubscribe -np " + std::to_string(np) + " -x OMP_NUM_THREADS=1 -x MEGATRAIN_FAULT " +
                            test::megatrain_bin() + " train --config " + config_.string() +
                            " --set train.eval_interval=0 --set model.dropout=0.0 --set optimizer.decay_steps=40 "
                            "--set log.metrics_file=" + (dir_ / "m.jsonl").string() + " " + extra);
@@ -25,7 +26,7 @@ class NonFiniteE2E : public test::TrainE2E {
 
 TEST_F(NonFiniteE2E, ANonFiniteGradientOnRankOneSkipsThatStepOnEveryRank) {
   const std::string ckpt = (dir_ / "ckpt").string();
-  const auto r = run(2, "4@1", "--set train.steps=6 --set parallel.zero_stage=1 --set checkpoint.save_interval=1 "
+  const auto r = run(2, "nan:rank=1:step=4", "--set train.steps=6 --set parallel.zero_stage=1 --set checkpoint.save_interval=1 "
                                "--set checkpoint.dir=" + ckpt);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "NONFINITE step=4 origin_rank=1 skipped=1/5");
@@ -42,12 +43,13 @@ TEST_F(NonFiniteE2E, ANonFiniteGradientOnRankOneSkipsThatStepOnEveryRank) {
 }
 
 TEST_F(NonFiniteE2E, FiveInARowStopTheRunWithCode76) {
-  const auto r = run(2, "7,8,9,10,11,12,13,14", "--set train.steps=20");
+  const auto r = run(2, "nan:rank=0:step=7..14", "--set train.steps=20");
   EXPECT_EQ(r.code, 76) << r.output;
   EXPECT_CONTAINS(r.output, "NONFINITE step=11 origin_rank=0 skipped=5/5");
   EXPECT_CONTAINS(r.output, "5 steps in a row (to step 11) had Inf/NaN gradients");
   EXPECT_EQ(r.output.find("NONFINITE step=12"), std::string::npos) << r.output;
-  const auto clean = run(1, "7,9,11,13", "--set train.steps=14");  // never 5 in a row: runs to the end
+  const auto clean = run(1, "nan:rank=0:step=7;nan:rank=0:step=9;nan:rank=0:step=11;nan:rank=0:step=13",
+                         "--set train.steps=14");  // never 5 in a row: runs to the end
   EXPECT_EQ(clean.code, 0) << clean.output;
   EXPECT_CONTAINS(clean.output, "NONFINITE step=13 origin_rank=0 skipped=1/5");
 }

@@ -147,7 +147,7 @@ struct BadInput {
   const char* name;
   std::string set;            // overrides, or a replacement config line
   std::vector<std::string> must_mention;
-  int code = 64;              // trainer/exit_codes.h: 64 config, 65 data
+  int code = 64;              // health/exit_codes.h: 64 config, 65 data
 };
 
 TEST_F(TrainE2E, BadConfigAndDataExitCleanlyNamingFileFieldAndFix) {

@@ -284,6 +284,21 @@ TEST_F(ConfigTest, EarlyStopsNeedACheckpointFolder) {
   EXPECT_EQ(c.train.exit_duration_mins, 1.5);
 }
 
+TEST_F(ConfigTest, HealthTimeoutsMustBePositiveAndTheFactorAtLeastOne) {
+  load_error("[health]\ninit_timeout_s = 0.0\n", "health.init_timeout_s");
+  load_error("[health]\nstep_timeout_floor_s = -1.0\n", "health.step_timeout_floor_s");
+  EXPECT_CONTAINS(load_error("[health]\nstep_timeout_factor = 0.5\n", "health.step_timeout_factor"), "at least 1");
+  load_error("[health]\ncalibrate_steps = 0\n", "health.calibrate_steps");
+  load_error("[health]\nio_timeout_s = 0.0\n", "health.io_timeout_s");
+  load_error("[health]\nheartbeat_interval_s = -1.0\n", "health.heartbeat_interval_s");
+  load_error("[health]\nflight_recorder_entries = 0\n", "health.flight_recorder_entries");
+  load_error("[health]\nwatchdogs = false\n", "health.watchdogs");
+  Config c = load_config(write("[health]\nrun_dir = \"run\"\nwatchdog = false\nheartbeat_interval_s = 0.0\n"), {});
+  EXPECT_EQ(c.health.run_dir, "run");
+  EXPECT_FALSE(c.health.watchdog);
+  EXPECT_EQ(c.health.heartbeat_interval_s, 0.0);
+}
+
 TEST_F(ConfigTest, TomlHasEveryKeyInSectionOrder) {
   Config c;
   std::string text = config_to_toml(c);

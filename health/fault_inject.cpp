@@ -1,0 +1,54 @@
+#include "health/fault_inject.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <string>
+#include <thread>
+
+#include "kernels/check.h"
+
+namespace megatrain {
+
+void inject_at_step_start(const FaultPlan& plan, int rank, int64_t step) {
+  if (const Fault* f = plan.find(FaultKind::slow, rank, step)) {
+    log_injection(*f, rank, step, fmt::format("ms={}", f->ms));
+    std::this_thread::sleep_for(std::chrono::milliseconds(f->ms));
+  }
+  if (const Fault* f = plan.find(FaultKind::kill, rank, step)) {
+    log_injection(*f, rank, step, fmt::format("sig={}", f->sig));
+    std::raise(f->sig);
+  }
+  if (const Fault* f = plan.find(FaultKind::exc, rank, step)) {
+    log_injection(*f, rank, step);
+    throw Error(fmt::format("injected exception (MEGATRAIN_FAULT) at rank={} step={}", rank, step));
+  }
+  if (const Fault* f = plan.find(FaultKind::hang, rank, step)) {
+    log_injection(*f, rank, step, "how=" + f->detail);
+    if (f->detail == "sigstop") std::raise(SIGSTOP);
+    if (f->detail == "spin") {
+      std::atomic<uint64_t> spins{0};  // a live process that makes no progress
+      for (;;) spins.fetch_add(1, std::memory_order_relaxed);
+    }
+    for (;;) pause();  // sleep, and what is left after SIGCONT
+  }
+}
+
+void inject_checkpoint_crash(const FaultPlan& plan, int rank, int64_t step, const char* phase) {
+  const Fault* f = plan.find(FaultKind::ckpt_crash, rank, step);
+  if (!f || f->detail != phase) return;
+  log_injection(*f, rank, step, std::string("phase=") + phase);
+  std::raise(SIGKILL);
+}
+
+void inject_checkpoint_delay(const FaultPlan& plan, int rank, int64_t step) {
+  if (const Fault* f = plan.find(FaultKind::ckpt_slow, rank, step)) {
+    log_injection(*f, rank, step, fmt::format("ms={}", f->ms));
+    std::this_thread::sleep_for(std::chrono::milliseconds(f->ms));
+  }
+}
+
+}  // namespace megatrain

@@ -1,0 +1,160 @@
+#include "health/fault_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "kernels/check.h"
+
+namespace megatrain {
+namespace {
+
+struct KindSpec {
+  FaultKind kind;
+  const char* name;
+  std::set<std::string> required, optional;
+};
+
+const std::vector<KindSpec>& kinds() {
+  static const std::vector<KindSpec> k = {
+      {FaultKind::slow, "slow", {"rank", "ms"}, {"from_step", "to_step"}},
+      {FaultKind::kill, "kill", {"rank", "step"}, {"sig"}},
+      {FaultKind::hang, "hang", {"rank", "step"}, {"how"}},
+      {FaultKind::exc, "exc", {"rank", "step"}, {}},
+      {FaultKind::nan, "nan", {"rank", "step"}, {"where"}},
+      {FaultKind::ckpt_crash, "ckpt_crash", {"rank", "step", "phase"}, {}},
+      {FaultKind::ckpt_slow, "ckpt_slow", {"ms"}, {"rank"}},
+  };
+  return k;
+}
+
+[[noreturn]] void bad(const std::string& spec, const std::string& why) {
+  throw InputError(fmt::format(
+      "MEGATRAIN_FAULT = \"{}\": {}; expected KIND:key=value:…[;KIND:…] with KIND one of slow, kill, hang, exc, nan, "
+      "ckpt_crash, ckpt_slow (health/fault_plan.h lists each kind's keys)",
+      spec, why));
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  for (size_t next; (next = s.find(sep, pos)) != std::string::npos; pos = next + 1) out.push_back(s.substr(pos, next - pos));
+  out.push_back(s.substr(pos));
+  return out;
+}
+
+int64_t integer(const std::string& spec, const std::string& key, const std::string& text) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size()) bad(spec, fmt::format("{} = \"{}\" is not an integer", key, text));
+  return v;
+}
+
+void one_of(const std::string& spec, const std::string& key, const std::string& v, std::initializer_list<const char*> ok) {
+  if (std::none_of(ok.begin(), ok.end(), [&](const char* o) { return v == o; }))
+    bad(spec, fmt::format("{} = \"{}\" is not one of {}", key, v, fmt::join(ok, ", ")));
+}
+
+Fault parse_one(const std::string& spec, const std::string& item) {
+  const std::vector<std::string> parts = split(item, ':');
+  const auto kind = std::find_if(kinds().begin(), kinds().end(), [&](const KindSpec& k) { return parts[0] == k.name; });
+  if (kind == kinds().end()) bad(spec, fmt::format("unknown kind \"{}\"", parts[0]));
+  std::map<std::string, std::string> kv;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const size_t eq = parts[i].find('=');
+    if (eq == std::string::npos) bad(spec, fmt::format("\"{}\" is not key=value", parts[i]));
+    const std::string key = parts[i].substr(0, eq);
+    if (!kind->required.contains(key) && !kind->optional.contains(key))
+      bad(spec, fmt::format("{} takes the keys {}{}{}, not \"{}\"", kind->name, fmt::join(kind->required, ", "),
+                            kind->optional.empty() ? "" : " and optionally ", fmt::join(kind->optional, ", "), key));
+    if (!kv.emplace(key, parts[i].substr(eq + 1)).second) bad(spec, fmt::format("{} is given twice", key));
+  }
+  for (const std::string& key : kind->required)
+    if (!kv.contains(key)) bad(spec, fmt::format("{} needs {}", kind->name, key));
+  Fault f;
+  f.kind = kind->kind;
+  if (auto r = kv.find("rank"); r != kv.end() && r->second != "*") {
+    f.rank = static_cast<int>(integer(spec, "rank", r->second));
+    if (f.rank < 0) bad(spec, "rank must be ≥ 0 or *");
+  }
+  if (auto s = kv.find("step"); s != kv.end()) {
+    const size_t dots = s->second.find("..");
+    f.first_step = integer(spec, "step", s->second.substr(0, dots));
+    f.last_step = dots == std::string::npos ? f.first_step : integer(spec, "step", s->second.substr(dots + 2));
+    const int64_t lowest = f.kind == FaultKind::hang ? 0 : 1;
+    if (f.first_step < lowest || f.last_step < f.first_step)
+      bad(spec, fmt::format("step = \"{}\" must be S or A..B with {} ≤ A ≤ B", s->second, lowest));
+  }
+  if (kv.contains("from_step")) f.first_step = integer(spec, "from_step", kv["from_step"]);
+  if (kv.contains("to_step")) f.last_step = integer(spec, "to_step", kv["to_step"]);
+  if (f.kind == FaultKind::slow && (f.first_step < 1 || f.last_step < f.first_step))
+    bad(spec, "slow needs 1 ≤ from_step ≤ to_step");
+  if (kv.contains("ms")) {
+    f.ms = integer(spec, "ms", kv["ms"]);
+    if (f.ms < 0) bad(spec, "ms must be ≥ 0");
+  }
+  if (kv.contains("sig")) {
+    f.sig = static_cast<int>(integer(spec, "sig", kv["sig"]));
+    if (f.sig < 1 || f.sig > 64) bad(spec, "sig must be a signal number in 1 … 64");
+  }
+  if (f.kind == FaultKind::hang) {
+    f.detail = kv.contains("how") ? kv["how"] : "sigstop";
+    one_of(spec, "how", f.detail, {"sigstop", "spin", "sleep"});
+  } else if (f.kind == FaultKind::nan) {
+    f.detail = kv.contains("where") ? kv["where"] : "grad";
+    one_of(spec, "where", f.detail, {"grad", "loss"});
+  } else if (f.kind == FaultKind::ckpt_crash) {
+    f.detail = kv["phase"];
+    one_of(spec, "phase", f.detail, {"mid_shard_write", "after_shard_before_commit", "after_commit_before_latest"});
+  }
+  return f;
+}
+
+}  // namespace
+
+FaultPlan FaultPlan::parse(const std::string& spec) {
+  FaultPlan plan;
+  if (spec.empty()) return plan;
+  for (const std::string& item : split(spec, ';'))
+    if (!item.empty()) plan.faults_.push_back(parse_one(spec, item));
+  return plan;
+}
+
+const FaultPlan& FaultPlan::from_environment() {
+  static const FaultPlan plan = [] {
+    const char* v = std::getenv("MEGATRAIN_FAULT");
+    return parse(v ? v : "");
+  }();
+  return plan;
+}
+
+const Fault* FaultPlan::find(FaultKind kind, int rank, int64_t step) const {
+  for (const Fault& f : faults_)
+    if (f.kind == kind && (kind == FaultKind::ckpt_slow ? f.rank < 0 || f.rank == rank : f.on(rank, step))) return &f;
+  return nullptr;
+}
+
+const char* fault_kind_name(FaultKind k) {
+  for (const KindSpec& s : kinds())
+    if (s.kind == k) return s.name;
+  return "?";
+}
+
+void log_injection(const Fault& f, int rank, int64_t step, const std::string& detail) {
+  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::fprintf(stderr, "FAULT_INJECTED kind=%s rank=%d step=%lld%s%s t_wall=%.3f\n", fault_kind_name(f.kind), rank,
+               static_cast<long long>(step), detail.empty() ? "" : " ", detail.c_str(), wall);
+  std::fflush(stderr);
+}
+
+}  // namespace megatrain

@@ -1,0 +1,65 @@
+// Fault injection: one switch, MEGATRAIN_FAULT, read by every rank (robustness spec C0; the model
+// is nvrx's inject_fault and Megatron's FaultInjectorConfig). Syntax:
+//
+//   MEGATRAIN_FAULT="KIND:key=value:key=value;KIND:…"
+//
+//   slow:rank=R:ms=M[:from_step=A][:to_step=B]   sleep M ms at the start of every step in [A, B]
+//                                                (default A = 1, B = no end): a straggler
+//   kill:rank=R:step=S[:sig=9]                   the rank sends itself signal SIG at the start of step S
+//   hang:rank=R:step=S[:how=sigstop]             at the start of step S: sigstop (the process
+//                                                stops), spin (a busy loop: alive, no progress) or
+//                                                sleep (blocked forever); S = 0: before training
+//                                                starts (an initialisation hang)
+//   exc:rank=R:step=S                            an exception at the start of step S
+//   nan:rank=R:step=S[:where=grad]               after backward of step S: a NaN gradient (grad)
+//                                                or this rank's loss NaN (loss)
+//   ckpt_crash:rank=R:step=S:phase=P             the rank kills itself (SIGKILL) while saving step S:
+//                                                mid_shard_write (any rank), after_shard_before_commit
+//                                                or after_commit_before_latest (rank 0, which commits)
+//   ckpt_slow:ms=M[:rank=R]                      every checkpoint write takes M ms longer
+//
+// rank = an integer or * (every rank); step = S or a range A..B (nan, exc, kill, hang fire at each
+// step of it). Steps are numbered from 1, as logged. Every injection prints one line
+// `FAULT_INJECTED kind=K rank=R step=S … t_wall=T` on stderr before it acts, so tests tell injection from
+// detection. A malformed value is an InputError naming the variable and the expected form.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace megatrain {
+
+enum class FaultKind { slow, kill, hang, exc, nan, ckpt_crash, ckpt_slow };
+
+struct Fault {
+  FaultKind kind = FaultKind::slow;
+  int rank = -1;  // -1 = every rank
+  int64_t first_step = 1, last_step = std::numeric_limits<int64_t>::max();
+  int64_t ms = 0;      // slow, ckpt_slow
+  int sig = 9;         // kill
+  std::string detail;  // hang: how; nan: where; ckpt_crash: phase
+  bool on(int r, int64_t step) const { return (rank < 0 || rank == r) && step >= first_step && step <= last_step; }
+};
+
+class FaultPlan {
+ public:
+  // The faults of `spec` (MEGATRAIN_FAULT syntax); "" = none. Throws InputError.
+  static FaultPlan parse(const std::string& spec);
+  // MEGATRAIN_FAULT, parsed on first use (the same plan for the process's life).
+  static const FaultPlan& from_environment();
+
+  // The first fault of `kind` for rank `rank` at `step` (for ckpt_slow: any step), or nullptr.
+  const Fault* find(FaultKind kind, int rank, int64_t step) const;
+  bool empty() const { return faults_.empty(); }
+
+ private:
+  std::vector<Fault> faults_;
+};
+
+const char* fault_kind_name(FaultKind k);
+
+// Prints `FAULT_INJECTED kind=K rank=R step=S DETAIL t_wall=UNIX_SECONDS` on stderr and flushes it.
+void log_injection(const Fault& f, int rank, int64_t step, const std::string& detail = "");
+
+}  // namespace megatrain

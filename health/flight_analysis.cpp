@@ -1,0 +1,166 @@
+#include "health/flight_analysis.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace megatrain {
+namespace {
+
+// A group as every member knows it: name, members, and which of the same-named groups it is (a
+// process may create the same group twice; every rank creates them in the same order).
+using GroupKey = std::tuple<std::string, std::vector<int>, int>;
+
+struct Member {
+  const FlightDump* dump = nullptr;
+  std::vector<const FlightRecord*> ops;  // this group's, oldest first
+};
+
+struct GroupView {
+  std::map<int, Member> by_rank;  // world rank → what its dump holds of this group
+};
+
+std::map<GroupKey, GroupView> group_views(const std::vector<FlightDump>& dumps) {
+  std::map<GroupKey, GroupView> views;
+  for (const FlightDump& d : dumps) {
+    std::map<std::pair<std::string, std::vector<int>>, int> seen;
+    std::vector<GroupKey> keys;
+    for (const FlightGroup& g : d.snapshot.groups) {
+      keys.emplace_back(g.name, g.members, seen[{g.name, g.members}]++);
+      views[keys.back()].by_rank[d.rank].dump = &d;
+    }
+    for (const FlightRecord& r : d.snapshot.records) views[keys[static_cast<size_t>(r.group)]].by_rank[d.rank].ops.push_back(&r);
+  }
+  return views;
+}
+
+std::string group_text(const GroupKey& k) {
+  return fmt::format("group '{}' [{}]", std::get<0>(k), fmt::join(std::get<1>(k), ","));
+}
+
+std::string op_text(const FlightRecord& r) { return fmt::format("{} {} x {}", r.op, r.count, r.dtype); }
+
+// The last collective number a member issued in the group; -1 if none is in its dump.
+int64_t last_collective(const Member& m) {
+  int64_t last = -1;
+  for (const FlightRecord* r : m.ops)
+    if (r->peer < 0) last = std::max(last, r->seq);
+  return last;
+}
+
+// How many of op `op` towards `peer` (group rank) a member's dump holds, as the highest number + 1.
+int64_t p2p_issued(const Member& m, const std::string& op, int peer) {
+  int64_t n = 0;
+  for (const FlightRecord* r : m.ops)
+    if (r->peer == peer && r->op == op) n = std::max(n, r->seq + 1);
+  return n;
+}
+
+// Who waits on whom: an edge from each rank blocked on an operation to each rank it waits for.
+using WaitEdges = std::set<std::pair<int, int>>;
+
+void find_hangs(const GroupKey& key, const GroupView& view, FlightDiagnosis& out, WaitEdges& edges) {
+  const std::vector<int>& members = std::get<1>(key);
+  // Collectives: the lowest number in flight on a member that dumped.
+  const FlightRecord* stuck = nullptr;
+  for (const auto& [rank, m] : view.by_rank)
+    for (const FlightRecord* r : m.ops)
+      if (r->peer < 0 && r->state == FlightState::in_flight && (!stuck || r->seq < stuck->seq)) stuck = r;
+  if (stuck) {
+    std::vector<int> missing, waiting;
+    for (int w : members) {
+      const auto it = view.by_rank.find(w);
+      const bool arrived = it != view.by_rank.end() && last_collective(it->second) >= stuck->seq;
+      (arrived ? waiting : missing).push_back(w);
+    }
+    if (!missing.empty()) {
+      for (int w : waiting)
+        for (int m : missing) edges.emplace(w, m);
+      out.hangs.push_back(fmt::format("seq={} {} {} missing ranks: {{{}}} (waiting: {})", stuck->seq, stuck->op,
+                                      group_text(key), fmt::join(missing, ","), fmt::join(waiting, ",")));
+    }
+  }
+  // Point to point: each in-flight send or receive whose counterpart the peer has not issued.
+  for (const auto& [rank, m] : view.by_rank) {
+    const auto me = std::find(members.begin(), members.end(), rank) - members.begin();
+    for (const FlightRecord* r : m.ops) {
+      if (r->peer < 0 || r->state != FlightState::in_flight) continue;
+      const int peer = members[static_cast<size_t>(r->peer)];
+      const auto it = view.by_rank.find(peer);
+      const std::string other = r->op == "send" ? "recv" : "send";
+      if (it != view.by_rank.end() && p2p_issued(it->second, other, static_cast<int>(me)) > r->seq) continue;
+      edges.emplace(rank, peer);
+      out.hangs.push_back(fmt::format("{} #{} rank {} → rank {} {}: rank {} {}", r->op, r->seq, rank, peer,
+                                      group_text(key), peer,
+                                      it == view.by_rank.end() ? "left no dump" : "has not posted the " + other));
+    }
+  }
+}
+
+void find_desyncs(const GroupKey& key, const GroupView& view, FlightDiagnosis& out) {
+  std::map<int64_t, std::vector<std::pair<int, const FlightRecord*>>> by_seq;
+  for (const auto& [rank, m] : view.by_rank)
+    for (const FlightRecord* r : m.ops)
+      if (r->peer < 0) by_seq[r->seq].emplace_back(rank, r);
+  for (const auto& [seq, recs] : by_seq) {
+    const FlightRecord& a = *recs.front().second;
+    const bool differ = std::any_of(recs.begin(), recs.end(), [&](const auto& p) {
+      const FlightRecord& b = *p.second;
+      return b.op != a.op || b.dtype != a.dtype || (b.count != a.count && a.op != "all_to_all");
+    });
+    if (!differ) continue;
+    std::vector<std::string> what;
+    for (const auto& [rank, r] : recs) what.push_back(fmt::format("rank {} {}", rank, op_text(*r)));
+    out.desyncs.push_back(fmt::format("{} seq={}: {}", group_text(key), seq, fmt::join(what, ", ")));
+    return;  // the first divergence explains the rest
+  }
+}
+
+}  // namespace
+
+FlightDiagnosis diagnose_flights(const std::vector<FlightDump>& dumps) {
+  FlightDiagnosis out;
+  std::set<int> world, dumped;
+  for (const FlightDump& d : dumps) {
+    dumped.insert(d.rank);
+    for (const FlightGroup& g : d.snapshot.groups) world.insert(g.members.begin(), g.members.end());
+  }
+  for (int r : world)
+    if (!dumped.contains(r)) out.without_dump.push_back(r);
+  WaitEdges edges;
+  for (const auto& [key, view] : group_views(dumps)) {
+    find_hangs(key, view, out, edges);
+    find_desyncs(key, view, out);
+  }
+  // The ranks waited on that wait on nobody themselves: where the hang starts. A rank that only
+  // waits for a rank stuck elsewhere is a victim. In a cycle every rank waited on is named.
+  std::set<int> waiters, waited;
+  for (const auto& [w, m] : edges) waiters.insert(w), waited.insert(m);
+  for (int m : waited)
+    if (!waiters.contains(m)) out.not_arrived.insert(m);
+  if (out.not_arrived.empty()) out.not_arrived = waited;
+  return out;
+}
+
+std::string format_diagnosis(const std::vector<FlightDump>& dumps, const FlightDiagnosis& d) {
+  std::string s;
+  for (const FlightDump& x : dumps)
+    s += fmt::format("rank {} host {} pid {}: step {}, section {}, {} operations completed; {}\n", x.rank, x.host, x.pid,
+                     x.step, x.section, x.snapshot.completed, x.reason);
+  if (!d.without_dump.empty()) s += fmt::format("no dump from rank(s) {{{}}}\n", fmt::join(d.without_dump, ","));
+  for (const std::string& h : d.hangs) s += "HANG " + h + "\n";
+  for (const std::string& x : d.desyncs) s += "DESYNC " + x + "\n";
+  if (!d.not_arrived.empty())
+    s += fmt::format("VERDICT rank(s) {{{}}} did not arrive{}\n", fmt::join(d.not_arrived, ","),
+                     d.desyncs.empty() ? "" : "; ranks disagree on an operation (see DESYNC)");
+  else if (!d.desyncs.empty())
+    s += "VERDICT ranks disagree on an operation (see DESYNC)\n";
+  else
+    s += "VERDICT no operation is waiting on a rank in these dumps\n";
+  return s;
+}
+
+}  // namespace megatrain

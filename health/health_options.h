@@ -1,0 +1,23 @@
+// The [health] config section: where a run keeps its health records, and the watchdog's,
+// heartbeat's and flight recorder's settings (README "When things go wrong").
+#pragma once
+#include <string>
+
+namespace megatrain {
+
+struct HealthOptions {
+  // Folder for hb/rank_R.json (heartbeats), fr/rank_R.json (flight-recorder dumps) and reports/;
+  // "" = none (a watchdog that fires still prints its diagnosis).
+  std::string run_dir;
+  bool watchdog = true;
+  double init_timeout_s = 600.0;        // start-up until the first step has ended
+  double step_timeout_floor_s = 60.0;   // the calibrated step timeout is at least this
+  double step_timeout_factor = 5.0;     // … and this many times the slowest step seen while calibrating
+  int calibrate_steps = 5;              // steps observed before calibrating (until then: init_timeout_s)
+  double io_timeout_s = 1800.0;         // checkpoint saves and validation
+  double heartbeat_interval_s = 1.0;    // hb/rank_R.json rewritten this often (needs run_dir); 0 = off
+  int flight_recorder_entries = 2000;   // operations kept per process
+  friend bool operator==(const HealthOptions&, const HealthOptions&) = default;
+};
+
+}  // namespace megatrain

@@ -1,0 +1,112 @@
+#include "health/watchdog.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "health/exit_codes.h"
+#include "health/flight_dump.h"
+#include "parallel/flight_recorder.h"
+
+namespace megatrain {
+namespace {
+
+constexpr double kGraceS = 0.5;  // between a watchdog's dump and its exit: its peers' time to dump
+
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The oldest operation still in flight: "all_reduce group 'dp' seq=57 issued 2.1 s ago", or "none".
+std::string oldest_in_flight(const FlightSnapshot& s) {
+  for (const FlightRecord& r : s.records)
+    if (r.state == FlightState::in_flight)
+      return fmt::format("{} group '{}' {}seq={} issued {:.1f} s ago", r.op, s.groups[static_cast<size_t>(r.group)].name,
+                         r.peer >= 0 ? fmt::format("peer={} ", r.peer) : "", r.seq, s.now - r.t_issue);
+  return "none";
+}
+
+}  // namespace
+
+Watchdog::Watchdog(const HealthOptions& opts, const Progress& progress, int rank, std::string host)
+    : opts_(opts), progress_(progress), rank_(rank), host_(std::move(host)) {
+  if (opts_.watchdog) thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::step_done(double seconds, const Comm& world) {
+  if (!opts_.watchdog || steps_seen_ > opts_.calibrate_steps) return;
+  slowest_ = std::max(slowest_, seconds);
+  if (++steps_seen_ <= opts_.calibrate_steps) return;  // the steps before this one were observed
+  double slowest = slowest_;
+  world.all_reduce(&slowest, 1, ReduceOp::max).wait();
+  const double t = std::max(opts_.step_timeout_floor_s, opts_.step_timeout_factor * slowest);
+  step_timeout_.store(t);
+  if (world.rank() == 0)
+    spdlog::info("watchdog: step timeout {:.3g} s = max(health.step_timeout_floor_s = {:g}, {:g} × the slowest of "
+                 "the first {} steps, {:.3g} s)",
+                 t, opts_.step_timeout_floor_s, opts_.step_timeout_factor, opts_.calibrate_steps, slowest);
+}
+
+double Watchdog::step_timeout() const { return step_timeout_.load(); }
+
+double Watchdog::timeout(Section s) const {
+  switch (s) {
+    case Section::init: return opts_.init_timeout_s;
+    case Section::step: return step_timeout() > 0.0 ? step_timeout() : opts_.init_timeout_s;
+    case Section::eval:
+    case Section::checkpoint: return opts_.io_timeout_s;
+  }
+  return opts_.init_timeout_s;
+}
+
+void Watchdog::run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    const Section s = progress_.section();
+    const double limit = timeout(s);
+    const double poll = std::clamp(limit / 20.0, 0.02, 1.0);
+    if (cv_.wait_for(lock, std::chrono::duration<double>(poll), [&] { return stop_; })) return;
+    // The section may have changed while waiting: judge by the one in force now.
+    const Section now_in = progress_.section();
+    const double stale = FlightRecorder::now() - progress_.last_progress();
+    if (stale > timeout(now_in)) fire(now_in, stale, timeout(now_in));
+  }
+}
+
+void Watchdog::fire(Section s, double stale, double limit) {
+  FlightDump d;
+  d.rank = rank_, d.host = host_, d.pid = static_cast<long>(::getpid());
+  d.section = section_name(s), d.step = progress_.step(), d.t_wall = wall_now();
+  d.reason = fmt::format("watchdog: no progress for {:.1f} s in section {} (timeout {:.3g} s)", stale, d.section, limit);
+  d.snapshot = FlightRecorder::instance().snapshot();
+  std::string dump = "none (health.run_dir is empty)";
+  if (!opts_.run_dir.empty()) {
+    const std::string path =
+        (std::filesystem::path(opts_.run_dir) / "fr" / fmt::format("rank_{}.json", rank_)).string();
+    dump = write_file_atomic(path, flight_dump_json(d)) ? path : "FAILED to write " + path;
+  }
+  std::fprintf(stderr,
+               "WATCHDOG rank=%d host=%s section=%s step=%lld coll_seq=%lld timeout=%.3gs stale_for=%.1fs in_flight=\"%s\" "
+               "dump=%s t_wall=%.3f\n",
+               rank_, host_.c_str(), d.section.c_str(), d.step, static_cast<long long>(d.snapshot.completed), limit,
+               stale, oldest_in_flight(d.snapshot).c_str(), dump.c_str(), d.t_wall);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::duration<double>(kGraceS));
+  std::_Exit(kExitHang);
+}
+
+}  // namespace megatrain

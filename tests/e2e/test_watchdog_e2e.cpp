@@ -1,0 +1,123 @@
+// The hang watchdog, flight recorder and `megatrain diagnose` end to end on 4 ranks (robustness
+// spec R01, R02, R04, R05), with faults injected through MEGATRAIN_FAULT: rank 1 stopped (SIGSTOP)
+// or spinning at step 8, under (tp, dp) = (2, 2) and (pp, dp) = (2, 2). The job must end with exit
+// code 75 within the step timeout + 2 s of the injection, no rank may survive, every other rank
+// must print a WATCHDOG line at step 8, and `megatrain diagnose` must name rank 1 and only rank 1.
+// An exception on rank 2 ends the job with code 70 and rank 2's message. Each case prints its
+// detection latency (injection to the end of mpirun).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "tests/e2e/e2e_fixture.h"
+#include "tests/expect_contains.h"
+
+namespace megatrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream text;
+  text << in.rdbuf();
+  return nlohmann::json::parse(text.str());
+}
+
+constexpr double kStepTimeoutS = 2.0;  // health.step_timeout_floor_s here: the tiny steps take ~20 ms
+
+class WatchdogE2E : public test::TrainE2E {
+ protected:
+  struct Outcome {
+    test::Result r;
+    double latency_s = -1.0;  // from FAULT_INJECTED to the end of mpirun
+    double detection_s = -1.0;  // from FAULT_INJECTED to the first WATCHDOG line
+    int survivors = -1;       // megatrain processes of this run still alive afterwards
+  };
+  // 4 ranks with MEGATRAIN_FAULT = `fault` and `layout` flags; health records in dir_/run.
+  Outcome run(const std::string& fault, const std::string& layout) {
+    const fs::path script = dir_ / "run.sh";
+    test::write_file(script, "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MEGATRAIN_FAULT='" + fault +
+                                 "' mpirun --oversubscribe -np 4 -x OMP_NUM_THREADS=1 -x MEGATRAIN_FAULT " +
+                                 test::megatrain_bin() + " train --config " + config_.string() + " " + layout +
+                                 " --set train.steps=200 --set train.eval_interval=0 --set log.peak_tflops=0"
+                                 " --set health.run_dir=" + (dir_ / "run").string() +
+                                 fmt::format(" --set health.step_timeout_floor_s={} --set health.calibrate_steps=3",
+                                             kStepTimeoutS) +
+                                 "\nrc=$?\necho \"t_end=$(date +%s.%N) rc=$rc\"\nsleep 0.5\n"
+                                 "echo \"survivors=$(pgrep -fc '" + config_.string() + "')\"\n");
+    Outcome o;
+    o.r = test::run_shell("bash " + script.string(), 120);
+    std::smatch m;
+    const std::regex inj("FAULT_INJECTED .* t_wall=([0-9.]+)"), end("t_end=([0-9.]+) rc=(\\d+)"),
+        alive("survivors=(\\d+)");
+    if (std::regex_search(o.r.output, m, end)) {
+      o.r.code = std::stoi(m[2]);
+      const double t_end = std::stod(m[1]);
+      if (std::regex_search(o.r.output, m, inj)) {
+        const double t_inj = std::stod(m[1]);
+        o.latency_s = t_end - t_inj;
+        if (std::regex_search(o.r.output, m, std::regex("WATCHDOG [^\n]* t_wall=([0-9.]+)")))
+          o.detection_s = std::stod(m[1]) - t_inj;
+      }
+    }
+    if (std::regex_search(o.r.output, m, alive)) o.survivors = std::stoi(m[1]);
+    return o;
+  }
+
+  void expect_hang_of_rank_one(const Outcome& o, const std::string& name) {
+    EXPECT_EQ(o.r.code, 75) << name << "\n" << o.r.output;
+    EXPECT_EQ(o.survivors, 0) << name << ": rank processes outlived the job";
+    EXPECT_GT(o.latency_s, 0.0) << name << "\n" << o.r.output;
+    EXPECT_LE(o.latency_s, kStepTimeoutS + 2.0) << name;
+    EXPECT_GE(o.detection_s, kStepTimeoutS) << name << ": fired before the timeout";
+    EXPECT_LE(o.detection_s, kStepTimeoutS + 1.0) << name;
+    for (int r : {0, 2, 3}) EXPECT_CONTAINS(o.r.output, fmt::format("WATCHDOG rank={} host=", r));
+    EXPECT_TRUE(std::regex_search(o.r.output, std::regex("WATCHDOG rank=0 [^\n]* step=8 coll_seq=\\d+ timeout=2s")))
+        << name << "\n" << o.r.output;
+    const test::Result d = test::run_megatrain("diagnose " + (dir_ / "run").string());
+    EXPECT_EQ(d.code, 0) << d.output;
+    EXPECT_CONTAINS(d.output, "VERDICT rank(s) {1} did not arrive");
+    EXPECT_CONTAINS(d.output, "HANG seq=");
+    // Heartbeats carried progress up to the hang.
+    for (int r = 0; r < 4; ++r) {
+      const auto hb = read_json(dir_ / "run" / "hb" / fmt::format("rank_{}.json", r));
+      EXPECT_EQ(hb["rank"], r);
+      EXPECT_EQ(hb["step"], 8) << name << " rank " << r;
+      EXPECT_GT(hb["coll_seq"].get<int64_t>(), 0);
+    }
+    std::printf("%s: hang detected %.2f s and the job ended %.2f s after the injection (step timeout %.0f s)\n",
+                name.c_str(), o.detection_s, o.latency_s, kStepTimeoutS);
+    fs::remove_all(dir_ / "run");
+  }
+};
+
+TEST_F(WatchdogE2E, AStoppedRankIsDetectedNamedAndEveryRankExits) {
+  expect_hang_of_rank_one(run("hang:rank=1:step=8:how=sigstop", "--set parallel.tp=2"), "sigstop, tp=2 dp=2");
+  expect_hang_of_rank_one(run("hang:rank=1:step=8:how=sigstop", "--set parallel.pp=2 --set train.global_batch_size=32"),
+                          "sigstop, pp=2 dp=2");
+}
+
+TEST_F(WatchdogE2E, ASpinningRankIsALivelockTheWatchdogCatches) {
+  expect_hang_of_rank_one(run("hang:rank=1:step=8:how=spin", "--set parallel.tp=2"), "spin, tp=2 dp=2");
+}
+
+TEST_F(WatchdogE2E, AnExceptionOnOneRankEndsTheJobWithCode70) {
+  const Outcome o = run("exc:rank=2:step=10", "--set parallel.tp=2");
+  EXPECT_EQ(o.r.code, 70) << o.r.output;
+  EXPECT_EQ(o.survivors, 0);
+  EXPECT_CONTAINS(o.r.output, "[rank 2 host");
+  EXPECT_CONTAINS(o.r.output, "injected exception (MEGATRAIN_FAULT) at rank=2 step=10");
+  EXPECT_GT(o.latency_s, 0.0);
+  EXPECT_LE(o.latency_s, 5.0);
+  EXPECT_EQ(o.r.output.find("WATCHDOG"), std::string::npos) << "an exception needs no watchdog";
+  std::printf("exception on rank 2: the job ended %.2f s after it\n", o.latency_s);
+}
+
+}  // namespace
+}  // namespace megatrain

@@ -1,0 +1,68 @@
+// MEGATRAIN_FAULT (health/fault_plan.h): each kind parses with its defaults, rank "*" and step
+// ranges select what they say, and every malformed value is an InputError naming the variable and
+// what is wrong.
+#include <gtest/gtest.h>
+
+#include "health/fault_plan.h"
+#include "tests/expect_contains.h"
+#include "tests/input_error.h"
+
+namespace megatrain {
+namespace {
+
+TEST(FaultPlan, EachKindParsesWithItsDefaults) {
+  const FaultPlan p = FaultPlan::parse(
+      "hang:rank=1:step=20;kill:rank=3:step=25;exc:rank=2:step=10;nan:rank=0:step=7..14:where=loss;"
+      "slow:rank=*:ms=200:from_step=5:to_step=9;ckpt_crash:rank=0:step=30:phase=after_commit_before_latest;"
+      "ckpt_slow:ms=3000");
+  const Fault* hang = p.find(FaultKind::hang, 1, 20);
+  ASSERT_NE(hang, nullptr);
+  EXPECT_EQ(hang->detail, "sigstop");
+  EXPECT_EQ(p.find(FaultKind::hang, 1, 21), nullptr);
+  EXPECT_EQ(p.find(FaultKind::hang, 0, 20), nullptr);
+  ASSERT_NE(p.find(FaultKind::kill, 3, 25), nullptr);
+  EXPECT_EQ(p.find(FaultKind::kill, 3, 25)->sig, 9);
+  ASSERT_NE(p.find(FaultKind::exc, 2, 10), nullptr);
+  for (int64_t s = 7; s <= 14; ++s) ASSERT_NE(p.find(FaultKind::nan, 0, s), nullptr) << s;
+  EXPECT_EQ(p.find(FaultKind::nan, 0, 6), nullptr);
+  EXPECT_EQ(p.find(FaultKind::nan, 0, 15), nullptr);
+  EXPECT_EQ(p.find(FaultKind::nan, 0, 7)->detail, "loss");
+  for (int r = 0; r < 4; ++r) {  // rank * is every rank
+    EXPECT_EQ(p.find(FaultKind::slow, r, 4), nullptr);
+    ASSERT_NE(p.find(FaultKind::slow, r, 5), nullptr);
+    EXPECT_EQ(p.find(FaultKind::slow, r, 9)->ms, 200);
+    EXPECT_EQ(p.find(FaultKind::slow, r, 10), nullptr);
+  }
+  EXPECT_EQ(p.find(FaultKind::ckpt_crash, 0, 30)->detail, "after_commit_before_latest");
+  ASSERT_NE(p.find(FaultKind::ckpt_slow, 3, 12345), nullptr);  // every save, every rank
+  EXPECT_EQ(p.find(FaultKind::ckpt_slow, 3, 1)->ms, 3000);
+  EXPECT_TRUE(FaultPlan::parse("").empty());
+}
+
+TEST(FaultPlan, SlowWithoutAnEndLastsAndHangAtStepZeroIsAllowed) {
+  const FaultPlan p = FaultPlan::parse("slow:rank=1:ms=5;hang:rank=2:step=0:how=sleep");
+  EXPECT_NE(p.find(FaultKind::slow, 1, 1), nullptr);
+  EXPECT_NE(p.find(FaultKind::slow, 1, 1000000), nullptr);
+  ASSERT_NE(p.find(FaultKind::hang, 2, 0), nullptr);
+  EXPECT_EQ(p.find(FaultKind::hang, 2, 0)->detail, "sleep");
+}
+
+TEST(FaultPlan, MalformedValuesNameTheVariableAndTheProblem) {
+  const auto error = [](const std::string& spec) { return test::input_error_of([&] { FaultPlan::parse(spec); }); };
+  EXPECT_CONTAINS(error("boom:rank=1"), "MEGATRAIN_FAULT = \"boom:rank=1\": unknown kind \"boom\"");
+  EXPECT_CONTAINS(error("hang:rank=1:step=2:color=red"), "hang takes the keys rank, step and optionally how, not \"color\"");
+  EXPECT_CONTAINS(error("kill:rank=1"), "kill needs step");
+  EXPECT_CONTAINS(error("exc:rank=x:step=1"), "rank = \"x\" is not an integer");
+  EXPECT_CONTAINS(error("exc:rank=1:step=5x"), "step = \"5x\" is not an integer");
+  EXPECT_CONTAINS(error("hang:rank=1:step=2:how=nap"), "how = \"nap\" is not one of sigstop, spin, sleep");
+  EXPECT_CONTAINS(error("nan:rank=0:step=9..7"), "must be S or A..B");
+  EXPECT_CONTAINS(error("exc:rank=0:step=0"), "must be S or A..B with 1 ≤ A ≤ B");
+  EXPECT_CONTAINS(error("exc:rank=0:step=1:step=2"), "step is given twice");
+  EXPECT_CONTAINS(error("exc:rank=0:step"), "\"step\" is not key=value");
+  EXPECT_CONTAINS(error("kill:rank=0:step=1:sig=99"), "sig must be a signal number");
+  EXPECT_CONTAINS(error("ckpt_crash:rank=0:step=1:phase=later"), "phase = \"later\" is not one of");
+  EXPECT_CONTAINS(error("slow:rank=0:ms=-3"), "ms must be ≥ 0");
+}
+
+}  // namespace
+}  // namespace megatrain

@@ -1,0 +1,112 @@
+// `megatrain diagnose` (health/flight_analysis.h) on hand-built dumps of 4 ranks laid out as
+// tp = dp = 2 (tp groups [0,1] [2,3], dp groups [0,2] [1,3]): the rank that stopped is named and
+// the ranks blocked behind it are not; a rank that spins (dumps, but never issued the operation)
+// is named the same way; a send whose receive was never posted names the receiver; different
+// operations under one number are a desync; dumps survive their JSON form.
+#include <gtest/gtest.h>
+
+#include "health/flight_analysis.h"
+#include "kernels/check.h"
+#include "tests/expect_contains.h"
+
+namespace megatrain {
+namespace {
+
+const std::vector<FlightGroup> kGroups = {{"world", {0, 1, 2, 3}}, {"tp", {0, 1}}, {"tp", {2, 3}},
+                                          {"dp", {0, 2}},          {"dp", {1, 3}}};
+
+// Rank r's dump: its groups (world, its tp, its dp), then `n` done collectives per listed group
+// (group index in the dump, count), then one in flight if `stuck_group` ≥ 0.
+FlightDump dump(int rank, std::vector<std::pair<int, int64_t>> done, int stuck_group) {
+  FlightDump d;
+  d.rank = rank, d.host = "h", d.reason = "watchdog: test";
+  d.snapshot.groups = {kGroups[0], kGroups[1 + rank / 2], kGroups[3 + rank % 2]};
+  int64_t id = 0;
+  for (const auto& [g, n] : done)
+    for (int64_t s = 0; s < n; ++s)
+      d.snapshot.records.push_back({id++, g, s, "all_reduce", 8, "f32", -1, 0.0, 1.0, FlightState::done});
+  if (stuck_group >= 0) {
+    int64_t seq = 0;
+    for (const auto& [g, n] : done)
+      if (g == stuck_group) seq = n;
+    d.snapshot.records.push_back({id++, stuck_group, seq, "all_reduce", 8, "f32", -1, 2.0, -1.0, FlightState::in_flight});
+  }
+  return d;
+}
+
+TEST(FlightAnalysis, AStoppedRankIsNamedAndTheRanksBehindItAreNot) {
+  // Rank 1 stopped before tp collective 5: rank 0 waits for it in tp; ranks 2 and 3 finished their
+  // tp work and wait in dp, where rank 0 (blocked on rank 1) and rank 1 never arrive.
+  const std::vector<FlightDump> dumps = {dump(0, {{1, 5}, {2, 2}}, 1), dump(2, {{1, 6}, {2, 2}}, 2),
+                                         dump(3, {{1, 6}, {2, 2}}, 2)};
+  const FlightDiagnosis d = diagnose_flights(dumps);
+  EXPECT_EQ(d.without_dump, std::vector<int>{1});
+  EXPECT_EQ(d.not_arrived, std::set<int>{1});
+  const std::string report = format_diagnosis(dumps, d);
+  EXPECT_CONTAINS(report, "HANG seq=5 all_reduce group 'tp' [0,1] missing ranks: {1} (waiting: 0)");
+  EXPECT_CONTAINS(report, "HANG seq=2 all_reduce group 'dp' [0,2] missing ranks: {0} (waiting: 2)");
+  EXPECT_CONTAINS(report, "no dump from rank(s) {1}");
+  EXPECT_CONTAINS(report, "VERDICT rank(s) {1} did not arrive");
+}
+
+TEST(FlightAnalysis, ASpinningRankThatDumpedIsNamedByWhatItNeverIssued) {
+  const std::vector<FlightDump> dumps = {dump(0, {{1, 5}, {2, 2}}, 1), dump(1, {{1, 5}, {2, 2}}, -1),
+                                         dump(2, {{1, 6}, {2, 2}}, 2), dump(3, {{1, 6}, {2, 2}}, 2)};
+  const FlightDiagnosis d = diagnose_flights(dumps);
+  EXPECT_TRUE(d.without_dump.empty());
+  EXPECT_EQ(d.not_arrived, std::set<int>{1});
+}
+
+TEST(FlightAnalysis, ASendWhoseReceiveWasNeverPostedNamesTheReceiver) {
+  FlightDump a, b;
+  a.rank = 0, b.rank = 1;
+  a.snapshot.groups = b.snapshot.groups = {{"pp", {0, 1}}};
+  a.snapshot.records = {{0, 0, 0, "send", 4, "f32", 1, 0, 1, FlightState::done},
+                        {1, 0, 1, "send", 4, "f32", 1, 1, -1, FlightState::in_flight}};
+  b.snapshot.records = {{0, 0, 0, "recv", 4, "f32", 0, 0, 1, FlightState::done}};
+  const FlightDiagnosis d = diagnose_flights({a, b});
+  EXPECT_EQ(d.not_arrived, std::set<int>{1});
+  ASSERT_EQ(d.hangs.size(), 1u);
+  EXPECT_CONTAINS(d.hangs[0], "send #1 rank 0 → rank 1 group 'pp' [0,1]: rank 1 has not posted the recv");
+  b.snapshot.records.push_back({1, 0, 1, "recv", 4, "f32", 0, 1, -1, FlightState::in_flight});  // now both wait
+  EXPECT_TRUE(diagnose_flights({a, b}).hangs.empty());
+}
+
+TEST(FlightAnalysis, DifferentOperationsUnderOneNumberAreADesync) {
+  FlightDump a = dump(0, {{0, 3}}, -1), b = dump(1, {{0, 3}}, -1);
+  a.snapshot.records.push_back({9, 0, 3, "all_reduce", 3, "i64", -1, 0, -1, FlightState::in_flight});
+  b.snapshot.records.push_back({9, 0, 3, "all_reduce", 1, "f64", -1, 0, -1, FlightState::in_flight});
+  const FlightDiagnosis d = diagnose_flights({a, b});
+  ASSERT_EQ(d.desyncs.size(), 1u);
+  EXPECT_EQ(d.desyncs[0], "group 'world' [0,1,2,3] seq=3: rank 0 all_reduce 3 x i64, rank 1 all_reduce 1 x f64");
+  // all_to_all counts differ by design.
+  a.snapshot.records.back().op = b.snapshot.records.back().op = "all_to_all";
+  a.snapshot.records.back().dtype = b.snapshot.records.back().dtype = "f32";
+  EXPECT_TRUE(diagnose_flights({a, b}).desyncs.empty());
+}
+
+TEST(FlightAnalysis, NothingInFlightMeansNoVerdictAgainstAnyRank) {
+  const std::vector<FlightDump> dumps = {dump(0, {{1, 5}}, -1), dump(1, {{1, 5}}, -1), dump(2, {{1, 5}}, -1),
+                                         dump(3, {{1, 5}}, -1)};
+  const FlightDiagnosis d = diagnose_flights(dumps);
+  EXPECT_TRUE(d.not_arrived.empty());
+  EXPECT_CONTAINS(format_diagnosis(dumps, d), "VERDICT no operation is waiting on a rank in these dumps");
+}
+
+TEST(FlightAnalysis, DumpsRoundTripThroughJsonAndDamagedOnesAreDataErrors) {
+  FlightDump d = dump(2, {{1, 3}, {2, 1}}, 2);
+  d.pid = 4242, d.section = "step", d.step = 20, d.t_wall = 1.7e9, d.snapshot.completed = 77, d.snapshot.now = 12.5;
+  const FlightDump back = parse_flight_dump(flight_dump_json(d), "x.json");
+  EXPECT_EQ(flight_dump_json(back), flight_dump_json(d));
+  EXPECT_EQ(back.snapshot.records.size(), 5u);
+  EXPECT_EQ(back.snapshot.records.back().state, FlightState::in_flight);
+  EXPECT_THROW(parse_flight_dump("{\"rank\": 1}", "fr/rank_1.json"), DataError);
+  try {
+    parse_flight_dump("not json", "fr/rank_1.json");
+  } catch (const DataError& e) {
+    EXPECT_CONTAINS(e.what(), "fr/rank_1.json: not a flight-recorder dump");
+  }
+}
+
+}  // namespace
+}  // namespace megatrain
