@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -15,7 +16,13 @@ namespace megatrain {
 
 void inject_at_step_start(const FaultPlan& plan, int rank, int64_t step) {
   if (const Fault* f = plan.find(FaultKind::slow, rank, step)) {
-    log_injection(*f, rank, step, fmt::format("ms={}", f->ms));
+    static const Fault* logged = nullptr;  // logged at its first step only: it repeats every step
+    if (f != logged)
+      log_injection(*f, rank, step,
+                    f->last_step == std::numeric_limits<int64_t>::max()
+                        ? fmt::format("ms={} every step from here", f->ms)
+                        : fmt::format("ms={} every step to step {}", f->ms, f->last_step));
+    logged = f;
     std::this_thread::sleep_for(std::chrono::milliseconds(f->ms));
   }
   if (const Fault* f = plan.find(FaultKind::kill, rank, step)) {

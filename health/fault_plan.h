@@ -4,7 +4,8 @@
 //   MEGATRAIN_FAULT="KIND:key=value:key=value;KIND:…"
 //
 //   slow:rank=R:ms=M[:from_step=A][:to_step=B]   sleep M ms at the start of every step in [A, B]
-//                                                (default A = 1, B = no end): a straggler
+//                                                (default A = 1, B = no end): a straggler (logged
+//                                                at step A only)
 //   kill:rank=R:step=S[:sig=9]                   the rank sends itself signal SIG at the start of step S
 //   hang:rank=R:step=S[:how=sigstop]             at the start of step S: sigstop (the process
 //                                                stops), spin (a busy loop: alive, no progress) or

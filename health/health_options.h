@@ -17,6 +17,12 @@ struct HealthOptions {
   double io_timeout_s = 1800.0;         // checkpoint saves and validation
   double heartbeat_interval_s = 1.0;    // hb/rank_R.json rewritten this often (needs run_dir); 0 = off
   int flight_recorder_entries = 2000;   // operations kept per process
+  // Straggler detection (health/straggler.h).
+  int straggler_window = 50;            // steps per scoring window; 0 = off
+  double straggler_threshold = 0.7;     // a score below this is slow
+  double straggler_min_ms = 5.0;        // … when the median also exceeds the reference by this much
+  int straggler_windows = 2;            // … for this many windows in a row
+  double slow_step_factor = 3.0;        // SLOW_STEP: a step this many times its rank's median (and ≥ 10 × min_ms more)
   friend bool operator==(const HealthOptions&, const HealthOptions&) = default;
 };
 

@@ -87,6 +87,9 @@ void for_each_field(C& c, V&& v) {
   v("health", "step_timeout_factor", h.step_timeout_factor), v("health", "calibrate_steps", h.calibrate_steps);
   v("health", "io_timeout_s", h.io_timeout_s), v("health", "heartbeat_interval_s", h.heartbeat_interval_s);
   v("health", "flight_recorder_entries", h.flight_recorder_entries);
+  v("health", "straggler_window", h.straggler_window), v("health", "straggler_threshold", h.straggler_threshold);
+  v("health", "straggler_min_ms", h.straggler_min_ms), v("health", "straggler_windows", h.straggler_windows);
+  v("health", "slow_step_factor", h.slow_step_factor);
 }
 
 // A TOML basic string: quoted, with \\, \" and control characters escaped.

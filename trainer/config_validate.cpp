@@ -86,6 +86,12 @@ void validate_config_fields(const Config& c) {
   r.positive("health.io_timeout_s", h.io_timeout_s);
   r.at_least("health.heartbeat_interval_s", h.heartbeat_interval_s, 0.0, "(0 = no heartbeats)");
   r.at_least("health.flight_recorder_entries", h.flight_recorder_entries, 1);
+  r.at_least("health.straggler_window", h.straggler_window, 0, "(0 = off)");
+  r.check(h.straggler_threshold > 0.0 && h.straggler_threshold < 1.0, "health.straggler_threshold",
+          h.straggler_threshold, "in (0, 1)", "");
+  r.at_least("health.straggler_min_ms", h.straggler_min_ms, 0.0);
+  r.at_least("health.straggler_windows", h.straggler_windows, 1);
+  r.check(h.slow_step_factor > 1.0, "health.slow_step_factor", h.slow_step_factor, "greater than 1", "");
 
   r.at_least("log.interval", c.log.interval, 1);
   if (!c.log.peak_tflops.automatic)

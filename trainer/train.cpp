@@ -10,6 +10,7 @@
 
 #include "health/fault_inject.h"
 #include "health/heartbeat.h"
+#include "health/straggler.h"
 #include "health/watchdog.h"
 #include "kernels/ops.h"
 #include "parallel/flight_recorder.h"
@@ -63,7 +64,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   progress.enter(Section::init, 0);
   FlightRecorder::instance().set_capacity(static_cast<size_t>(cfg.health.flight_recorder_entries));
   Watchdog watchdog(cfg.health, progress, rank, host_name());
-  Heartbeat heartbeat(cfg.health, progress, rank, rank / local_size_from_env(), host_name());
+  const int node = rank / local_size_from_env();
+  Heartbeat heartbeat(cfg.health, progress, rank, node, host_name());
+  StragglerDetector stragglers(cfg.health, world, node, host_name());
   inject_at_step_start(faults, rank, 0);
   RankRun run(cfg, world);
   const CheckpointTensors state = run.checkpoint_tensors();
@@ -120,11 +123,12 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   const auto start = Clock::now();
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     progress.enter(step == start_step ? Section::init : Section::step, step + 1);  // init ends with the first step
-    inject_at_step_start(faults, rank, step + 1);
     const auto t0 = Clock::now();
+    inject_at_step_start(faults, rank, step + 1);
     run.dp_comm.reset_stats();
     run.tp_comm.reset_stats();
     run.pp_comm.reset_stats();
+    world.reset_stats();
     const double scale = scaler ? scaler->scale() : 1.0;
     const double loss = run.train_step(step, scale);
     bool loss_nonfinite = false;
@@ -164,6 +168,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     progress.set_loss(loss);
     watchdog.step_done(dt, world);
+    const double waited_ms = run.dp_comm.stats().exposed_ms + run.tp_comm.stats().exposed_ms +
+                             run.pp_comm.stats().exposed_ms + world.stats().exposed_ms;
+    stragglers.step_done(step + 1, dt * 1e3 - waited_ms, waited_ms);
     result.losses.push_back(loss);
     result.grad_norms.push_back(norm);
     logged.add(dt, run.dp_comm.stats(), run.tp_comm.stats(), run.pp_comm.stats());

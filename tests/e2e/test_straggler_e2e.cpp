@@ -1,0 +1,87 @@
+// Straggler detection end to end on 4 ranks, (tp, dp) = (2, 2), scoring windows of 10 steps
+// (robustness spec R12–R14), with delays injected through MEGATRAIN_FAULT: rank 3 sleeping 200 ms
+// per step from step 5 is reported — it and only it — by step 25 (5 + 2 windows), with a score,
+// its host and node and the last-arrival share, in the log and in reports/straggler.jsonl; a clean
+// run, one slow step (a SLOW_STEP event instead), every rank slowed alike and a delay under the
+// 5 ms floor report nothing; rank 0 slowing down after 30 clean steps is an
+// INDIVIDUAL_DEGRADATION by step 50.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "tests/e2e/e2e_fixture.h"
+#include "tests/expect_contains.h"
+
+namespace megatrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+class StragglerE2E : public test::TrainE2E {
+ protected:
+  test::Result run(const std::string& fault, int steps) {
+    return test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MEGATRAIN_FAULT='" + fault +
+                           "' mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x MEGATRAIN_FAULT " +
+                           test::megatrain_bin() + " train --config " + config_.string() +
+                           " --set parallel.tp=2 --set train.eval_interval=0 --set log.peak_tflops=0 --set log.interval=10"
+                           " --set train.steps=" + std::to_string(steps) + " --set health.straggler_window=10"
+                           " --set health.run_dir=" + (dir_ / "run").string());
+  }
+  // The ranks named by `kind` lines (STRAGGLER, INDIVIDUAL_DEGRADATION) and the first step at which each was.
+  static std::map<int, int64_t> named(const std::string& output, const std::string& kind) {
+    std::map<int, int64_t> first;
+    const std::regex re(kind + " rank=(\\d+) [^\\n]* step=(\\d+)");
+    for (auto it = std::sregex_iterator(output.begin(), output.end(), re); it != std::sregex_iterator(); ++it)
+      first.try_emplace(std::stoi((*it)[1]), std::stoll((*it)[2]));
+    return first;
+  }
+};
+
+TEST_F(StragglerE2E, ASlowRankIsNamedWithinTwoWindowsAndAloneOnTheLogAndInTheReport) {
+  const auto r = run("slow:rank=3:ms=200:from_step=5", 40);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto s = named(r.output, "STRAGGLER");
+  ASSERT_EQ(s.size(), 1u) << r.output;
+  ASSERT_EQ(s.begin()->first, 3) << r.output;
+  EXPECT_LE(s.begin()->second, 25) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("STRAGGLER rank=3 host=\\S+ node=\\d+ section=compute "
+                                                     "score=0\\.0\\d median=2\\d\\d\\.\\dms best=\\d+\\.\\dms "
+                                                     "last_arrival=(0\\.[89]\\d|1\\.00) windows=2 step=20")))
+      << r.output;
+  std::ifstream report(dir_ / "run" / "reports" / "straggler.jsonl");
+  std::set<int> ranks;
+  for (std::string line; std::getline(report, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "STRAGGLER") ranks.insert(j["rank"].get<int>());
+    EXPECT_TRUE(j.contains("host") && j.contains("score") && j.contains("t_wall")) << line;
+  }
+  EXPECT_EQ(ranks, std::set<int>{3});
+  std::printf("straggler rank 3 (slowed from step 5) first reported at step %lld\n",
+              static_cast<long long>(s.begin()->second));
+}
+
+TEST_F(StragglerE2E, NoiseAHiccupUniformSlownessAndASmallDelayAreNotStragglers) {
+  for (const std::string fault : {"", "slow:rank=1:ms=300:from_step=30:to_step=30", "slow:rank=*:ms=50",
+                                  "slow:rank=2:ms=3"}) {
+    const auto r = run(fault, 60);
+    ASSERT_EQ(r.code, 0) << fault << "\n" << r.output;
+    EXPECT_EQ(r.output.find("STRAGGLER"), std::string::npos) << fault << "\n" << r.output;
+    EXPECT_EQ(r.output.find("INDIVIDUAL_DEGRADATION"), std::string::npos) << fault << "\n" << r.output;
+    if (fault.find("to_step=30") != std::string::npos) EXPECT_CONTAINS(r.output, "SLOW_STEP step=30 rank=1");
+  }
+}
+
+TEST_F(StragglerE2E, ARankSlowerThanItsOwnPastIsReported) {
+  const auto r = run("slow:rank=0:ms=40:from_step=31", 60);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto d = named(r.output, "INDIVIDUAL_DEGRADATION");
+  ASSERT_TRUE(d.contains(0)) << r.output;
+  EXPECT_LE(d.at(0), 50);
+  EXPECT_EQ(d.size(), 1u) << r.output;
+}
+
+}  // namespace
+}  // namespace megatrain
