@@ -22,13 +22,13 @@ struct KindSpec {
 
 const std::vector<KindSpec>& kinds() {
   static const std::vector<KindSpec> k = {
-      {FaultKind::slow, "slow", {"rank", "ms"}, {"from_step", "to_step"}},
-      {FaultKind::kill, "kill", {"rank", "step"}, {"sig"}},
-      {FaultKind::hang, "hang", {"rank", "step"}, {"how"}},
-      {FaultKind::exc, "exc", {"rank", "step"}, {}},
-      {FaultKind::nan, "nan", {"rank", "step"}, {"where"}},
-      {FaultKind::ckpt_crash, "ckpt_crash", {"rank", "step", "phase"}, {}},
-      {FaultKind::ckpt_slow, "ckpt_slow", {"ms"}, {"rank"}},
+      {FaultKind::slow, "slow", {"rank", "ms"}, {"from_step", "to_step", "attempt"}},
+      {FaultKind::kill, "kill", {"rank", "step"}, {"sig", "attempt"}},
+      {FaultKind::hang, "hang", {"rank", "step"}, {"how", "attempt"}},
+      {FaultKind::exc, "exc", {"rank", "step"}, {"attempt"}},
+      {FaultKind::nan, "nan", {"rank", "step"}, {"where", "attempt"}},
+      {FaultKind::ckpt_crash, "ckpt_crash", {"rank", "step", "phase"}, {"attempt"}},
+      {FaultKind::ckpt_slow, "ckpt_slow", {"ms"}, {"rank", "attempt"}},
   };
   return k;
 }
@@ -99,6 +99,12 @@ Fault parse_one(const std::string& spec, const std::string& item) {
   if (kv.contains("to_step")) f.last_step = integer(spec, "to_step", kv["to_step"]);
   if (f.kind == FaultKind::slow && (f.first_step < 1 || f.last_step < f.first_step))
     bad(spec, "slow needs 1 ≤ from_step ≤ to_step");
+  if (auto a = kv.find("attempt"); a != kv.end() && a->second != "*") {
+    f.attempt = static_cast<int>(integer(spec, "attempt", a->second));
+    if (f.attempt < 1) bad(spec, "attempt must be ≥ 1 or *");
+  } else if (a != kv.end()) {
+    f.attempt = -1;
+  }
   if (kv.contains("ms")) {
     f.ms = integer(spec, "ms", kv["ms"]);
     if (f.ms < 0) bad(spec, "ms must be ≥ 0");
@@ -122,18 +128,33 @@ Fault parse_one(const std::string& spec, const std::string& item) {
 
 }  // namespace
 
-FaultPlan FaultPlan::parse(const std::string& spec) {
+FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
   FaultPlan plan;
   if (spec.empty()) return plan;
-  for (const std::string& item : split(spec, ';'))
-    if (!item.empty()) plan.faults_.push_back(parse_one(spec, item));
+  for (const std::string& item : split(spec, ';')) {
+    if (item.empty()) continue;
+    const Fault f = parse_one(spec, item);
+    if (f.attempt < 0 || f.attempt == attempt) plan.faults_.push_back(f);
+  }
   return plan;
 }
 
 const FaultPlan& FaultPlan::from_environment() {
   static const FaultPlan plan = [] {
+    const char* a = std::getenv("MEGATRAIN_ATTEMPT");
+    int attempt = 1;
+    if (a) {
+      size_t used = 0;
+      try {
+        attempt = std::stoi(a, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      MT_INPUT_CHECK(used > 0 && used == std::string(a).size() && attempt >= 1,
+                     "MEGATRAIN_ATTEMPT = \"{}\": expected the attempt number, 1, 2, … (set by scripts/megatrain-resilient)", a);
+    }
     const char* v = std::getenv("MEGATRAIN_FAULT");
-    return parse(v ? v : "");
+    return parse(v ? v : "", attempt);
   }();
   return plan;
 }

@@ -20,7 +20,9 @@
 //   ckpt_slow:ms=M[:rank=R]                      every checkpoint write takes M ms longer
 //
 // rank = an integer or * (every rank); step = S or a range A..B (nan, exc, kill, hang fire at each
-// step of it). Steps are numbered from 1, as logged. Every injection prints one line
+// step of it). Every kind also takes attempt=N or * (default 1): the launch it acts in, counted by
+// the resilient driver in MEGATRAIN_ATTEMPT (1 when unset), so a fault does not strike again in the
+// run restarted to recover from it unless asked to. Steps are numbered from 1, as logged. Every injection prints one line
 // `FAULT_INJECTED kind=K rank=R step=S … t_wall=T` on stderr before it acts, so tests tell injection from
 // detection. A malformed value is an InputError naming the variable and the expected form.
 #pragma once
@@ -40,14 +42,17 @@ struct Fault {
   int64_t ms = 0;      // slow, ckpt_slow
   int sig = 9;         // kill
   std::string detail;  // hang: how; nan: where; ckpt_crash: phase
+  int attempt = 1;     // the launch it acts in; -1 = every launch
   bool on(int r, int64_t step) const { return (rank < 0 || rank == r) && step >= first_step && step <= last_step; }
 };
 
 class FaultPlan {
  public:
-  // The faults of `spec` (MEGATRAIN_FAULT syntax); "" = none. Throws InputError.
-  static FaultPlan parse(const std::string& spec);
-  // MEGATRAIN_FAULT, parsed on first use (the same plan for the process's life).
+  // The faults of `spec` (MEGATRAIN_FAULT syntax) that act in launch `attempt`; "" = none. Throws
+  // InputError.
+  static FaultPlan parse(const std::string& spec, int attempt = 1);
+  // MEGATRAIN_FAULT for launch MEGATRAIN_ATTEMPT, parsed on first use (the same plan for the
+  // process's life).
   static const FaultPlan& from_environment();
 
   // The first fault of `kind` for rank `rank` at `step` (for ckpt_slow: any step), or nullptr.

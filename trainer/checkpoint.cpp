@@ -79,20 +79,36 @@ CheckpointMeta load_one(const fs::path& dir, const CheckpointTensors& t, const C
   });
 }
 
-// The folders checkpoint.load = "latest" tries, in order: the one `latest` names, then every other
-// complete step_* from the newest down. Decided on rank 0, so every rank tries the same list.
+// Removes the step_*.tmp folders of saves that never committed (a crash mid-save) and says so.
+void remove_unfinished_saves(const fs::path& dir) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_directory() || !n.starts_with("step_") || !n.ends_with(".tmp")) continue;
+    uintmax_t bytes = 0;
+    for (const auto& f : fs::recursive_directory_iterator(e.path()))
+      if (f.is_regular_file()) bytes += f.file_size();
+    fs::remove_all(e.path());
+    spdlog::warn("checkpoint: removed {} ({:.1f} MiB), a save that never committed", e.path().string(),
+                 static_cast<double>(bytes) / (1 << 20));
+  }
+}
+
+// The folders checkpoint.load = "latest" tries, in order: every committed step_* (renamed from its
+// .tmp: the rename is the commit) from the newest down. `latest` is a pointer for people and tools;
+// when it lags the newest committed folder, that is said and the folder wins. Decided on rank 0, so
+// every rank tries the same list.
 std::vector<fs::path> load_candidates(const fs::path& dir, const Comm& comm) {
   std::string list;
   if (comm.rank() == 0) {
-    std::vector<fs::path> candidates;
     std::ifstream latest(dir / "latest");
     std::string named;
-    if (latest >> named) candidates.push_back(dir / named);
-    auto steps = complete_steps(dir);
-    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
-      if (candidates.empty() || dir / checkpoint_step_name(*it) != candidates.front())
-        candidates.push_back(dir / checkpoint_step_name(*it));
-    for (const auto& c : candidates) list += c.string() + "\n";
+    latest >> named;
+    const auto steps = complete_steps(dir);
+    if (!steps.empty() && named != checkpoint_step_name(steps.back()))
+      spdlog::warn("checkpoint: latest pointer stale (it names \"{}\"), using step {}: the newest committed "
+                   "checkpoint (a save may have ended between its commit and the pointer's update)",
+                   named, steps.back());
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) list += (dir / checkpoint_step_name(*it)).string() + "\n";
   }
   ckpt::ShardGroup(comm.handle()).broadcast(list);
   std::vector<fs::path> candidates;
@@ -132,7 +148,10 @@ std::string checkpoint_model_file(const std::string& arg) {
 Checkpointer::Checkpointer(const Config& cfg, const Comm& world)
     : cfg_(cfg), world_(world), io_(world.split(0, world.rank(), "checkpoint-io")),
       config_toml_(config_to_toml(cfg)), layout_json_(layout_json(cfg, world.size())) {
-  if (world.rank() == 0) fs::create_directories(cfg.checkpoint.dir);
+  if (world.rank() == 0) {
+    fs::create_directories(cfg.checkpoint.dir);
+    remove_unfinished_saves(cfg.checkpoint.dir);
+  }
   world.barrier();
 }
 

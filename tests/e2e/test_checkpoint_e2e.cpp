@@ -76,6 +76,28 @@ TEST_F(CheckpointE2E, CrashBetweenWriteAndRenameKeepsThePreviousCheckpoint) {
   r = train_raw("--set train.steps=3 " + ckpt(d, "--set checkpoint.load=latest"));
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from " + (d / "step_0000002").string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("removed " + (d / "step_0000004.tmp").string()), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(d / "step_0000004.tmp"));
+}
+
+// A crash after the folder's rename (the commit) and before `latest` is rewritten: the committed
+// step 4 is newer than what `latest` names, and resuming takes it, saying the pointer is stale.
+TEST_F(CheckpointE2E, CrashBeforeTheLatestPointerMovesResumesFromTheCommittedStep) {
+  const fs::path d = dir_ / "stale";
+  ASSERT_EQ(train_raw("--set train.steps=2 --set checkpoint.save_interval=2 " + ckpt(d, "")).code, 0);
+  auto r = train_raw("--set train.steps=4 --set checkpoint.save_interval=2 " + ckpt(d, "--set checkpoint.load=latest"),
+                     "env MEGATRAIN_FAULT=ckpt_crash:rank=0:step=4:phase=after_commit_before_latest ");
+  EXPECT_EQ(r.code, 137) << r.output;
+  std::ifstream latest(d / "latest");
+  std::string name;
+  latest >> name;
+  EXPECT_EQ(name, "step_0000002");
+  ASSERT_TRUE(fs::exists(d / "step_0000004" / "model.h5"));
+  r = train_raw("--set train.steps=5 " + ckpt(d, "--set checkpoint.load=latest"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("latest pointer stale (it names \"step_0000002\"), using step 4"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("resumed from " + (d / "step_0000004").string()), std::string::npos) << r.output;
 }
 
 TEST_F(CheckpointE2E, KeepLastRemovesOnlyOlderCompleteCheckpoints) {

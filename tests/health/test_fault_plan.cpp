@@ -47,10 +47,23 @@ TEST(FaultPlan, SlowWithoutAnEndLastsAndHangAtStepZeroIsAllowed) {
   EXPECT_EQ(p.find(FaultKind::hang, 2, 0)->detail, "sleep");
 }
 
+TEST(FaultPlan, AFaultActsInItsAttemptOnly) {
+  const std::string spec = "kill:rank=3:step=25;exc:rank=1:step=3:attempt=*;hang:rank=2:step=4:attempt=2";
+  const FaultPlan first = FaultPlan::parse(spec, 1), second = FaultPlan::parse(spec, 2);
+  EXPECT_NE(first.find(FaultKind::kill, 3, 25), nullptr);
+  EXPECT_EQ(second.find(FaultKind::kill, 3, 25), nullptr) << "the restarted run is not killed again";
+  EXPECT_NE(first.find(FaultKind::exc, 1, 3), nullptr);
+  EXPECT_NE(second.find(FaultKind::exc, 1, 3), nullptr);
+  EXPECT_EQ(first.find(FaultKind::hang, 2, 4), nullptr);
+  EXPECT_NE(second.find(FaultKind::hang, 2, 4), nullptr);
+  EXPECT_CONTAINS(test::input_error_of([] { FaultPlan::parse("exc:rank=0:step=1:attempt=0"); }),
+                  "attempt must be ≥ 1 or *");
+}
+
 TEST(FaultPlan, MalformedValuesNameTheVariableAndTheProblem) {
   const auto error = [](const std::string& spec) { return test::input_error_of([&] { FaultPlan::parse(spec); }); };
   EXPECT_CONTAINS(error("boom:rank=1"), "MEGATRAIN_FAULT = \"boom:rank=1\": unknown kind \"boom\"");
-  EXPECT_CONTAINS(error("hang:rank=1:step=2:color=red"), "hang takes the keys rank, step and optionally how, not \"color\"");
+  EXPECT_CONTAINS(error("hang:rank=1:step=2:color=red"), "hang takes the keys rank, step and optionally attempt, how, not \"color\"");
   EXPECT_CONTAINS(error("kill:rank=1"), "kill needs step");
   EXPECT_CONTAINS(error("exc:rank=x:step=1"), "rank = \"x\" is not an integer");
   EXPECT_CONTAINS(error("exc:rank=1:step=5x"), "step = \"5x\" is not an integer");
