@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "health/fault_random.h"
 #include "kernels/check.h"
 
 namespace megatrain {
@@ -36,7 +37,7 @@ const std::vector<KindSpec>& kinds() {
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw InputError(fmt::format(
       "MEGATRAIN_FAULT = \"{}\": {}; expected KIND:key=value:…[;KIND:…] with KIND one of slow, kill, hang, exc, nan, "
-      "ckpt_crash, ckpt_slow (health/fault_plan.h lists each kind's keys)",
+      "ckpt_crash, ckpt_slow, random (health/fault_plan.h lists each kind's keys)",
       spec, why));
 }
 
@@ -126,21 +127,80 @@ Fault parse_one(const std::string& spec, const std::string& item) {
   return f;
 }
 
-}  // namespace
-
-FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
-  FaultPlan plan;
-  if (spec.empty()) return plan;
-  for (const std::string& item : split(spec, ';')) {
-    if (item.empty()) continue;
-    const Fault f = parse_one(spec, item);
-    if (f.attempt < 0 || f.attempt == attempt) plan.faults_.push_back(f);
+// random:seed=S:mtti_s=T:kinds=…[:attempt=N|*]; nullptr when it does not act in `attempt`.
+std::unique_ptr<RandomFaults> parse_random(const std::string& spec, const std::string& item, int attempt) {
+  RandomFaultSpec r;
+  int only = -1;
+  std::set<std::string> given;
+  for (const std::string& part : split(item, ':')) {
+    if (part == "random") continue;
+    const size_t eq = part.find('=');
+    if (eq == std::string::npos) bad(spec, fmt::format("\"{}\" is not key=value", part));
+    const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
+    if (!given.insert(key).second) bad(spec, fmt::format("{} is given twice", key));
+    if (key == "seed") {
+      r.seed = static_cast<uint64_t>(integer(spec, key, value));
+    } else if (key == "mtti_s") {
+      size_t used = 0;
+      try {
+        r.mtti_s = std::stod(value, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != value.size() || !(r.mtti_s > 0.0)) bad(spec, "mtti_s must be a positive number of seconds");
+    } else if (key == "kinds") {
+      for (const std::string& k : split(value, ',')) {
+        const auto it = std::find_if(kinds().begin(), kinds().end(), [&](const KindSpec& s) { return k == s.name; });
+        if (it == kinds().end() || it->kind == FaultKind::ckpt_slow)
+          bad(spec, fmt::format("random kinds are kill, hang, exc, nan, slow and ckpt_crash, not \"{}\"", k));
+        r.kinds.push_back(it->kind);
+      }
+    } else if (key == "attempt") {
+      only = value == "*" ? -1 : static_cast<int>(integer(spec, key, value));
+    } else {
+      bad(spec, fmt::format("random takes the keys seed, mtti_s, kinds and optionally attempt, not \"{}\"", key));
+    }
   }
-  return plan;
+  if (!given.contains("seed") || !given.contains("mtti_s") || r.kinds.empty())
+    bad(spec, "random needs seed, mtti_s and kinds");
+  if (only >= 0 && only != attempt) return nullptr;
+  return std::make_unique<RandomFaults>(r, attempt);
 }
 
-const FaultPlan& FaultPlan::from_environment() {
-  static const FaultPlan plan = [] {
+}  // namespace
+
+FaultPlan::FaultPlan(std::deque<Fault> faults, std::unique_ptr<RandomFaults> random)
+    : faults_(std::move(faults)), random_(std::move(random)) {}
+
+FaultPlan::~FaultPlan() = default;
+
+FaultPlan FaultPlan::parse(const std::string& spec, int attempt) {
+  std::deque<Fault> faults;
+  std::unique_ptr<RandomFaults> random;
+  for (const std::string& item : split(spec, ';')) {
+    if (item.empty()) continue;
+    if (item.starts_with("random:") || item == "random") {
+      if (random) bad(spec, "random is given twice");
+      random = parse_random(spec, item, attempt);
+      continue;
+    }
+    const Fault f = parse_one(spec, item);
+    if (f.attempt < 0 || f.attempt == attempt) faults.push_back(f);
+  }
+  return FaultPlan(std::move(faults), std::move(random));
+}
+
+void FaultPlan::arm_random(int64_t step, int world) {
+  if (!random_) return;
+  std::lock_guard lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (!armed_) armed_since_ = now, armed_ = true;
+  for (Fault& f : random_->due(std::chrono::duration<double>(now - armed_since_).count(), step, world))
+    faults_.push_back(std::move(f));
+}
+
+FaultPlan& FaultPlan::from_environment() {
+  static FaultPlan plan = [] {
     const char* a = std::getenv("MEGATRAIN_ATTEMPT");
     int attempt = 1;
     if (a) {
@@ -160,6 +220,7 @@ const FaultPlan& FaultPlan::from_environment() {
 }
 
 const Fault* FaultPlan::find(FaultKind kind, int rank, int64_t step) const {
+  std::lock_guard lock(mu_);
   for (const Fault& f : faults_)
     if (f.kind == kind && (kind == FaultKind::ckpt_slow ? f.rank < 0 || f.rank == rank : f.on(rank, step))) return &f;
   return nullptr;

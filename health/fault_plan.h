@@ -18,6 +18,7 @@
 //                                                mid_shard_write (any rank), after_shard_before_commit
 //                                                or after_commit_before_latest (rank 0, which commits)
 //   ckpt_slow:ms=M[:rank=R]                      every checkpoint write takes M ms longer
+//   random:seed=S:mtti_s=T:kinds=K,K,…           random faults (health/fault_random.h)
 //
 // rank = an integer or * (every rank); step = S or a range A..B (nan, exc, kill, hang fire at each
 // step of it). Every kind also takes attempt=N or * (default 1): the launch it acts in, counted by
@@ -26,8 +27,12 @@
 // `FAULT_INJECTED kind=K rank=R step=S … t_wall=T` on stderr before it acts, so tests tell injection from
 // detection. A malformed value is an InputError naming the variable and the expected form.
 #pragma once
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,6 +51,9 @@ struct Fault {
   bool on(int r, int64_t step) const { return (rank < 0 || rank == r) && step >= first_step && step <= last_step; }
 };
 
+class RandomFaults;  // health/fault_random.h
+
+// Thread-safe: the checkpoint writer looks faults up while the training loop arms random ones.
 class FaultPlan {
  public:
   // The faults of `spec` (MEGATRAIN_FAULT syntax) that act in launch `attempt`; "" = none. Throws
@@ -53,14 +61,23 @@ class FaultPlan {
   static FaultPlan parse(const std::string& spec, int attempt = 1);
   // MEGATRAIN_FAULT for launch MEGATRAIN_ATTEMPT, parsed on first use (the same plan for the
   // process's life).
-  static const FaultPlan& from_environment();
+  static FaultPlan& from_environment();
+  ~FaultPlan();
 
-  // The first fault of `kind` for rank `rank` at `step` (for ckpt_slow: any step), or nullptr.
+  // The first fault of `kind` for rank `rank` at `step` (for ckpt_slow: any step), or nullptr. The
+  // pointer stays valid for the plan's life.
   const Fault* find(FaultKind kind, int rank, int64_t step) const;
-  bool empty() const { return faults_.empty(); }
+  // Random mode (health/fault_random.h): adds the faults due by now, acting from `step`, for a
+  // world of `world` ranks; the clock starts at the first call.
+  void arm_random(int64_t step, int world);
 
  private:
-  std::vector<Fault> faults_;
+  FaultPlan(std::deque<Fault> faults, std::unique_ptr<RandomFaults> random);
+  mutable std::mutex mu_;
+  std::deque<Fault> faults_;  // a deque: find's pointers survive additions
+  std::unique_ptr<RandomFaults> random_;
+  std::chrono::steady_clock::time_point armed_since_{};
+  bool armed_ = false;
 };
 
 const char* fault_kind_name(FaultKind k);

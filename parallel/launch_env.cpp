@@ -73,4 +73,9 @@ int local_size_from_env() {
   return 1;
 }
 
+int ranks_per_node_from_env() {
+  if (const char* v = get("MEGATRAIN_RANKS_PER_NODE")) return parse_int("MEGATRAIN_RANKS_PER_NODE", v, 1);
+  return local_size_from_env();
+}
+
 }  // namespace megatrain

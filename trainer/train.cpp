@@ -59,12 +59,12 @@ double peak_tflops_per_rank(const Config& cfg, const Comm& world) {
 TrainResult run_training(const Config& cfg, const Comm& world, const TrainOptions& options) {
   const bool rank0 = world.rank() == 0;
   const int rank = world.rank();
-  const FaultPlan& faults = FaultPlan::from_environment();
+  FaultPlan& faults = FaultPlan::from_environment();
   Progress progress;
   progress.enter(Section::init, 0);
   FlightRecorder::instance().set_capacity(static_cast<size_t>(cfg.health.flight_recorder_entries));
   Watchdog watchdog(cfg.health, progress, rank, host_name());
-  const int node = rank / local_size_from_env();
+  const int node = rank / ranks_per_node_from_env();
   Heartbeat heartbeat(cfg.health, progress, rank, node, host_name());
   StragglerDetector stragglers(cfg.health, world, node, host_name());
   inject_at_step_start(faults, rank, 0);
@@ -124,6 +124,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     progress.enter(step == start_step ? Section::init : Section::step, step + 1);  // init ends with the first step
     const auto t0 = Clock::now();
+    faults.arm_random(step + 1, world.size());
     inject_at_step_start(faults, rank, step + 1);
     run.dp_comm.reset_stats();
     run.tp_comm.reset_stats();

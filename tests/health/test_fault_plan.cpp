@@ -3,6 +3,9 @@
 // what is wrong.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "health/fault_plan.h"
 #include "tests/expect_contains.h"
 #include "tests/input_error.h"
@@ -36,7 +39,7 @@ TEST(FaultPlan, EachKindParsesWithItsDefaults) {
   EXPECT_EQ(p.find(FaultKind::ckpt_crash, 0, 30)->detail, "after_commit_before_latest");
   ASSERT_NE(p.find(FaultKind::ckpt_slow, 3, 12345), nullptr);  // every save, every rank
   EXPECT_EQ(p.find(FaultKind::ckpt_slow, 3, 1)->ms, 3000);
-  EXPECT_TRUE(FaultPlan::parse("").empty());
+  EXPECT_EQ(FaultPlan::parse("").find(FaultKind::kill, 0, 1), nullptr);
 }
 
 TEST(FaultPlan, SlowWithoutAnEndLastsAndHangAtStepZeroIsAllowed) {
@@ -58,6 +61,32 @@ TEST(FaultPlan, AFaultActsInItsAttemptOnly) {
   EXPECT_NE(second.find(FaultKind::hang, 2, 4), nullptr);
   EXPECT_CONTAINS(test::input_error_of([] { FaultPlan::parse("exc:rank=0:step=1:attempt=0"); }),
                   "attempt must be ≥ 1 or *");
+}
+
+// Random mode: every rank draws the same faults (kind and rank, in order), another launch draws
+// others; with a mean of 50 ms between faults, 600 steps of 1 ms or more draw at least a few.
+TEST(FaultPlan, RandomModeDrawsTheSameFaultsOnEveryRankAndNewOnesPerLaunch) {
+  const std::string spec = "random:seed=7:mtti_s=0.05:kinds=kill,hang,exc,slow,ckpt_crash,nan";
+  const auto draw = [&](int attempt) {
+    FaultPlan p = FaultPlan::parse(spec, attempt);
+    std::vector<std::pair<int, int>> got;  // (kind, rank) of each step's fault
+    for (int64_t step = 1; step <= 600; ++step) {
+      p.arm_random(step, 4);
+      for (FaultKind k : {FaultKind::kill, FaultKind::hang, FaultKind::exc, FaultKind::nan})
+        for (int r = 0; r < 4; ++r)
+          if (p.find(k, r, step) && p.find(k, r, step)->first_step == step) got.emplace_back(static_cast<int>(k), r);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return got;
+  };
+  const auto a = draw(1), b = draw(1), c = draw(2);
+  EXPECT_EQ(a, b) << "the draws depend on the seed and the launch only";
+  EXPECT_NE(a, c);
+  EXPECT_GE(a.size(), 3u);
+  EXPECT_CONTAINS(test::input_error_of([] { FaultPlan::parse("random:seed=1:kinds=kill"); }),
+                  "random needs seed, mtti_s and kinds");
+  EXPECT_CONTAINS(test::input_error_of([] { FaultPlan::parse("random:seed=1:mtti_s=2:kinds=kill,ckpt_slow"); }),
+                  "random kinds are kill, hang, exc, nan, slow and ckpt_crash, not \"ckpt_slow\"");
 }
 
 TEST(FaultPlan, MalformedValuesNameTheVariableAndTheProblem) {

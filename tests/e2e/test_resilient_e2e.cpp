@@ -1,0 +1,147 @@
+// The resilient driver (scripts/megatrain-resilient; robustness spec R03, R05, R23, R25) on 4 ranks,
+// (tp, dp) = (2, 2), saving every 10 steps, with faults injected through MEGATRAIN_FAULT:
+//  - rank 3 killed at step 25: one restart, from step 20, and the run ends with the losses and
+//    weights of a fault-free run, bit for bit;
+//  - a host (virtual: MEGATRAIN_RANKS_PER_NODE = 2) whose two ranks stop, with the trainer's own
+//    watchdog off: the driver sees the heartbeats stop, names the node and its ranks, restarts;
+//  - a rank dying before the first save in every launch: exit 93 after 3 attempts without progress;
+//    a bad config: exit 64 after one attempt;
+//  - a chaos soak of random kills, hangs, exceptions, slow ranks and checkpoint crashes: every fault
+//    detected, the run finishes, and its final weights equal the fault-free run's; no process is
+//    left. Prints the figures (detection latency, restarts, ETTR).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/e2e_fixture.h"
+#include "tests/expect_contains.h"
+
+namespace megatrain {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+class ResilientE2E : public test::TrainE2E {
+ protected:
+  std::string trainer(int steps) const {
+    return "mpirun --oversubscribe -np 4 -x OMP_NUM_THREADS=1 -x MEGATRAIN_RANKS_PER_NODE " + test::megatrain_bin() +
+           " train --config " + config_.string() + " --set parallel.tp=2 --set train.eval_interval=0" +
+           " --set log.peak_tflops=0 --set health.step_timeout_floor_s=2 --set health.calibrate_steps=3" +
+           " --set checkpoint.save_interval=10 --set train.steps=" + std::to_string(steps);
+  }
+  // The driver over `trainer(steps) extra`, with MEGATRAIN_FAULT = fault.
+  test::Result drive(const std::string& fault, int steps, const std::string& driver_flags = "",
+                     const std::string& extra = "", int timeout_s = 300) {
+    return test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MEGATRAIN_RANKS_PER_NODE=2"
+                           " MEGATRAIN_FAULT='" + fault + "' " MEGATRAIN_SOURCE_DIR "/scripts/megatrain-resilient"
+                           " --checkpoint-dir " + (dir_ / "ckpt").string() + " --run-dir " + (dir_ / "run").string() +
+                           " --backoff-s 0.2 --max-backoff-s 1 " + driver_flags + " -- " + trainer(steps) + " " + extra,
+                           timeout_s);
+  }
+  // The same run without faults or driver, into dir_/clean; its metrics lines.
+  std::vector<json> clean_run(int steps, const std::string& extra) {
+    const auto r = test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                   "MEGATRAIN_RANKS_PER_NODE=2 " + trainer(steps) + " " + extra + " --set checkpoint.dir=" +
+                                   (dir_ / "clean").string() + " --set log.metrics_file=" +
+                                   (dir_ / "clean.jsonl").string());
+    EXPECT_EQ(r.code, 0) << r.output;
+    return test::metrics_lines(dir_ / "clean.jsonl");
+  }
+  std::vector<json> events() const {
+    std::vector<json> out;
+    std::ifstream in(dir_ / "run" / "reports" / "events.jsonl");
+    for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+    return out;
+  }
+  static std::vector<json> of(const std::vector<json>& events, const std::string& name) {
+    std::vector<json> out;
+    for (const json& e : events)
+      if (e["event"] == name) out.push_back(e);
+    return out;
+  }
+  // The final weights equal the fault-free run's, and so do the losses of `steps` (bitwise).
+  void expect_equals_clean_run(int steps, const std::vector<json>& clean) {
+    const auto got = test::metrics_lines(dir_ / "run" / "metrics.jsonl");
+    ASSERT_EQ(got.size(), clean.size());
+    EXPECT_EQ(test::compare_runs(clean, got, 0.0, "resilient vs fault-free"), static_cast<int>(clean.size()) * 2);
+    const std::string last = fmt::format("/step_{:07d}", steps);
+    const std::string a = exported_weights((dir_ / "clean").string() + last);
+    EXPECT_GT(a.size(), 1000u);
+    EXPECT_TRUE(a == exported_weights((dir_ / "ckpt").string() + last)) << "final weights differ from the fault-free run";
+  }
+};
+
+TEST_F(ResilientE2E, AKilledRankCostsOneRestartFromTheLastCheckpointAndNotABit) {
+  const auto r = drive("kill:rank=3:step=25:sig=9", 40);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto ev = events();
+  ASSERT_EQ(of(ev, "restart").size(), 1u) << r.output;
+  const auto starts = of(ev, "start");
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_EQ(starts[1]["resume_from"], 20);
+  ASSERT_EQ(of(ev, "PEER_LOST").size(), 1u);
+  EXPECT_EQ(of(ev, "PEER_LOST")[0]["rank"], 3);
+  EXPECT_EQ(of(ev, "exit")[0]["code"], 137);
+  const double restart_s = starts[1]["t_wall"].get<double>() - of(ev, "FAULT_INJECTED")[0]["t_wall"].get<double>();
+  expect_equals_clean_run(40, clean_run(40, ""));
+  std::printf("kill at step 25: 1 restart from step 20 (5 steps lost), relaunched %.2f s after the kill\n", restart_s);
+}
+
+TEST_F(ResilientE2E, AFrozenHostIsFoundByItsHeartbeats) {
+  const auto r = drive("hang:rank=2:step=100;hang:rank=3:step=100", 140, "--hb-timeout-s 3",
+                       "--set health.watchdog=false");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto ev = events();
+  const auto stale = of(ev, "NODE_STALE");
+  ASSERT_EQ(stale.size(), 1u) << r.output;
+  EXPECT_EQ(stale[0]["node"], 1);
+  EXPECT_EQ(stale[0]["ranks"], json::array({2, 3}));
+  EXPECT_EQ(stale[0]["reason"], "no heartbeat");
+  EXPECT_GE(stale[0]["last_step"].get<int>(), 60);
+  EXPECT_EQ(of(ev, "exit")[0]["code"], 75);
+  EXPECT_EQ(of(ev, "restart").size(), 1u);
+  const double latency = stale[0]["t_wall"].get<double>() - of(ev, "FAULT_INJECTED")[0]["t_wall"].get<double>();
+  EXPECT_LE(latency, 3.0 + 2.0);
+  std::printf("a stopped host was declared stale %.2f s after it stopped (heartbeat timeout 3 s)\n", latency);
+}
+
+TEST_F(ResilientE2E, ACrashLoopStopsWith93AndABadConfigIsNeverRetried) {
+  auto r = drive("kill:rank=1:step=3:sig=9:attempt=*", 40);
+  EXPECT_EQ(r.code, 93) << r.output;
+  EXPECT_EQ(of(events(), "start").size(), 3u);
+  EXPECT_CONTAINS(r.output, "3 attempts in a row committed no checkpoint beyond step 0: a crash loop");
+  fs::remove_all(dir_ / "run");
+  r = drive("", 40, "", "--set model.n_heads=5");
+  EXPECT_EQ(r.code, 64) << r.output;
+  EXPECT_EQ(of(events(), "start").size(), 1u);
+}
+
+TEST_F(ResilientE2E, AChaosSoakEndsWithTheFaultFreeWeights) {
+  const std::string flags = "--set log.interval=10 --set health.straggler_window=10";
+  const auto r = drive("random:seed=7:mtti_s=1:kinds=kill,hang,exc,slow,ckpt_crash", 600, "--max-restarts 60", flags, 480);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto ev = events();
+  const auto faults = of(ev, "faults");
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_GE(faults[0]["injected"].get<int>(), 10) << r.output;
+  EXPECT_EQ(faults[0]["undetected"], json::array()) << r.output;
+  const auto end = of(ev, "end")[0];
+  EXPECT_EQ(end["productive_steps"], 600);
+  // "[m]" keeps the pattern from matching the shell that runs pgrep.
+  const auto survivors = test::run_shell("pgrep -fc '[m]egatrain train --config " + config_.string() + "'");
+  EXPECT_EQ(survivors.output, "0\n") << "processes outlived the soak";
+  expect_equals_clean_run(600, clean_run(600, flags));
+  std::printf("chaos soak: %d faults injected, %d detected (%zu superseded), detection mean %.2f s max %.2f s, "
+              "%d launches, ETTR %.1f%% over %.1f s\n",
+              faults[0]["injected"].get<int>(), faults[0]["detected"].get<int>(), faults[0]["superseded"].size(),
+              faults[0]["mean_detection_s"].get<double>(), faults[0]["max_detection_s"].get<double>(),
+              end["attempts"].get<int>(), 100 * end["ettr"].get<double>(), end["wall_s"].get<double>());
+}
+
+}  // namespace
+}  // namespace megatrain
