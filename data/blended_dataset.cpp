@@ -86,6 +86,11 @@ BlendedDataset::Source BlendedDataset::source(int64_t i) const {
   return {index_.dataset[static_cast<size_t>(i)], index_.sample[static_cast<size_t>(i)]};
 }
 
+std::string BlendedDataset::describe(int64_t i, int t) const {
+  const Source s = source(i);
+  return datasets_[static_cast<size_t>(s.dataset)]->describe(s.sample, t);
+}
+
 void BlendedDataset::sample(int64_t i, int32_t* out) const {
   const Source s = source(i);
   datasets_[static_cast<size_t>(s.dataset)]->sample(s.sample, out);

@@ -49,6 +49,7 @@ class BlendedDataset : public SampleSource {
   int seq_len() const override { return datasets_.front()->seq_len(); }
   int64_t num_samples() const override { return num_samples_; }
   void sample(int64_t i, int32_t* out) const override;
+  std::string describe(int64_t i, int t) const override;
 
   struct Source {
     int dataset;

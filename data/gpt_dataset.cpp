@@ -23,6 +23,20 @@ int64_t GptDataset::source_sample(int64_t i) const {
   return index_.shuffle_idx[static_cast<size_t>(i)];
 }
 
+std::string GptDataset::describe(int64_t i, int t) const {
+  const int64_t g = source_sample(i), n = index_.docs_per_epoch;
+  const int32_t* doc_order = index_.doc_idx.data() + (g / index_.samples_per_epoch) * n;
+  int64_t pos = index_.sample_idx[static_cast<size_t>(2 * g)], offset = index_.sample_idx[static_cast<size_t>(2 * g + 1)];
+  for (int64_t left = t; pos < n; ++pos, offset = 0) {
+    const DocTokens doc = document_tokens(dataset_, doc_order[pos]);
+    if (offset + left < doc.count)
+      return fmt::format("{}.bin token offset {} (document {})", dataset_.prefix(), doc.first + offset + left,
+                         doc_order[pos]);
+    left -= doc.count - offset;
+  }
+  return "";
+}
+
 void GptDataset::sample(int64_t i, int32_t* out) const {
   const int64_t g = source_sample(i), n = index_.docs_per_epoch;
   const int32_t* doc_order = index_.doc_idx.data() + (g / index_.samples_per_epoch) * n;

@@ -34,6 +34,7 @@ class GptDataset : public SampleSource {
   // Every sample of the indexed epochs (≥ spec.num_samples).
   int64_t num_samples() const override { return static_cast<int64_t>(index_.shuffle_idx.size()); }
   void sample(int64_t i, int32_t* out) const override;
+  std::string describe(int64_t i, int t) const override;
 
   int64_t num_samples_per_epoch() const { return index_.samples_per_epoch; }
   int64_t num_tokens() const { return num_tokens_; }  // tokens of the documents in the range

@@ -22,8 +22,9 @@ namespace megatrain {
 class BatchLoader {
  public:
   // Throws DataError unless global_batch_size is a positive multiple of micro_batch_size × dp.
-  // `dataset` must outlive this object.
-  BatchLoader(const SampleSource& dataset, int micro_batch_size, int global_batch_size, int dp_rank, int dp_size);
+  // `dataset` must outlive this object. vocab_size > 0: load() checks every token is below it.
+  BatchLoader(const SampleSource& dataset, int micro_batch_size, int global_batch_size, int dp_rank, int dp_size,
+              int64_t vocab_size = 0);
 
   int micro_batches_per_step() const { return micro_batches_; }  // G / (B·dp)
   int micro_batch_size() const { return micro_batch_size_; }
@@ -32,11 +33,17 @@ class BatchLoader {
   // The global sample index of row b of micro-batch `micro` at `step` on this rank.
   int64_t sample_index(int64_t step, int micro, int row) const;
 
+  // A token outside [0, vocab_size) throws DataError "DATA_INVALID sample=I PREFIX.bin token offset
+  // N (document D): token T >= vocab_size V" (robustness spec R20): a wrong tokenizer or a damaged
+  // .bin must not index past the embedding.
   void load(int64_t step, int micro, int32_t* inputs /* (B, S) */, int32_t* targets /* (B, S) */) const;
 
  private:
+  void check_tokens(int64_t i) const;  // the sample in scratch_
+
   const SampleSource& dataset_;
   int micro_batch_size_, global_batch_size_, dp_rank_, dp_size_, micro_batches_;
+  int64_t vocab_size_;
   mutable std::vector<int32_t> scratch_;  // (S+1)
 };
 

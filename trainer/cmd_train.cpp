@@ -5,6 +5,7 @@
 #include "parallel/launch_env.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
+#include "trainer/config_agreement.h"
 #include "trainer/stop_request.h"
 #include "trainer/train.h"
 
@@ -33,6 +34,7 @@ Command add_train_command(CLI::App& root) {
             else spdlog::debug("{}", placement);
             Config cfg = load_config(opts->config, opts->overrides);
             resolve_config(cfg, world.size());
+            agree_on_config(cfg, world);
             if (world.rank() == 0) fmt::print("# resolved config\n{}\n", config_to_toml(cfg));
             return run_training(cfg, world, opts->train).stopped_at > 0 ? kExitStopped : 0;
           },

@@ -75,7 +75,7 @@ TrainData::TrainData(const Config& c, int dp_rank, int dp) {
 
   train_set_ =
       build("data.train", parts_of("data.train", c.data.train, SplitPart::train), c.data.shuffle, c.train.steps * G);
-  train_loader_ = std::make_unique<BatchLoader>(*train_set_, B, G, dp_rank, dp);
+  train_loader_ = std::make_unique<BatchLoader>(*train_set_, B, G, dp_rank, dp, c.model.vocab_size);
   if (c.train.eval_interval == 0) return;
   const int64_t eval_samples = int64_t{c.train.eval_steps} * G;
   if (split)
@@ -83,7 +83,7 @@ TrainData::TrainData(const Config& c, int dp_rank, int dp) {
                        false, eval_samples);
   else if (!c.data.valid.empty())
     valid_set_ = build("data.valid", parts_of("data.valid", c.data.valid, SplitPart::valid), false, eval_samples);
-  if (valid_set_) valid_loader_ = std::make_unique<BatchLoader>(*valid_set_, B, G, dp_rank, dp);
+  if (valid_set_) valid_loader_ = std::make_unique<BatchLoader>(*valid_set_, B, G, dp_rank, dp, c.model.vocab_size);
 }
 
 int64_t TrainData::train_tokens() const {

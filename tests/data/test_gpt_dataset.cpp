@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -222,6 +223,41 @@ TEST_F(GptData, LoaderFollowsGlobalBatchContract) {
   check_loader(g, stream_, /*B=*/2, /*G=*/8, /*dp=*/1);
   check_loader(g, stream_, /*B=*/2, /*G=*/8, /*dp=*/2);
   check_loader(g, stream_, /*B=*/1, /*G=*/6, /*dp=*/2);
+}
+
+// describe(i, t) names where token t of sample i lives: the token at that .bin offset is the one
+// the sample holds, shuffled epochs included.
+TEST_F(GptData, DescribeNamesTheFileOffsetOfEachTokenOfASample) {
+  GptDataset g(*ds_, spec_of(*ds_, 5, /*shuffle=*/true, 99, 60));
+  std::vector<int32_t> out(6);
+  const std::regex re(".*/ds\\.bin token offset (\\d+) \\(document (\\d+)\\)");
+  for (int64_t i = 0; i < g.num_samples(); ++i) {
+    g.sample(i, out.data());
+    for (int t = 0; t <= 5; ++t) {
+      std::smatch m;
+      const std::string d = g.describe(i, t);
+      ASSERT_TRUE(std::regex_match(d, m, re)) << d;
+      int32_t token = -1;
+      ds_->read_tokens(std::stoll(m[1]), 1, &token);
+      ASSERT_EQ(token, out[static_cast<size_t>(t)]) << "sample " << i << " token " << t << ": " << d;
+    }
+  }
+}
+
+// Robustness spec R20: a token at or beyond the vocabulary is refused as it is loaded, naming the
+// file and the offset (the documents end with 256 here).
+TEST_F(GptData, LoaderRefusesTokensBeyondTheVocabulary) {
+  GptDataset g(*ds_, spec_of(*ds_, 4, /*shuffle=*/false, 1, 8));
+  std::vector<int32_t> in(8), tg(8);
+  EXPECT_NO_THROW(BatchLoader(g, 2, 2, 0, 1, 257).load(0, 0, in.data(), tg.data()));
+  try {
+    BatchLoader(g, 2, 2, 0, 1, 256).load(0, 0, in.data(), tg.data());
+    ADD_FAILURE() << "no DataError";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), "DATA_INVALID sample=0 " + prefix_ + ".bin token offset 3 (document 0): token 256 "
+                                     "is outside [0, model.vocab_size = 256); the dataset was made with another "
+                                     "tokenizer, or its .bin is damaged");
+  }
 }
 
 TEST_F(GptData, LoaderRejectsIndivisibleGlobalBatch) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/e2e/e2e_fixture.h"
+#include "tests/expect_contains.h"
 
 namespace megatrain {
 namespace {
@@ -158,6 +159,9 @@ TEST_F(TrainE2E, BadConfigAndDataExitCleanlyNamingFileFieldAndFix) {
       {"heads do not divide", "--set model.n_heads=5", {cfg, "model.n_heads", "model.d_model"}},
       {"missing data file", "--set data.train='\"" + (dir_ / "nope").string() + "\"'",
        {cfg, "data.train", "nope.idx", "megatrain preprocess"}, 65},
+      {"token beyond the vocabulary", "--set model.vocab_size=100",
+       {"DATA_INVALID sample=", (dir_ / "train").string() + ".bin token offset", "is outside [0, model.vocab_size = 100)"},
+       65},
   };
   for (const auto& c : cases) {
     auto r = run_megatrain("train --config " + cfg + " " + c.set, 60);
@@ -194,6 +198,20 @@ TEST_F(TrainE2E, OneFailingRankAbortsTheWholeJobWithoutAHang) {
   EXPECT_EQ(r.code, 64) << r.output;
   EXPECT_NE(r.output.find("[rank 1 host"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("train.seq_len"), std::string::npos) << r.output;
+}
+
+// Robustness spec R19: rank 2 of 3 is given another (valid) model width. Before any collective
+// could diverge, every rank stops with exit code 64, rank 2 naming the key and both values.
+TEST_F(TrainE2E, ARankWithAnotherConfigIsRefusedBeforeTraining) {
+  const std::string run = test::megatrain_bin() + " train --config " + config_.string() + " --set train.steps=5";
+  const auto r = test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
+                                 "-x OMP_NUM_THREADS=1 -np 2 " + run + " --set train.global_batch_size=24 : -np 1 " +
+                                 run + " --set train.global_batch_size=24 --set model.d_model=128",
+                                 90);
+  EXPECT_EQ(r.code, 64) << r.output;
+  EXPECT_CONTAINS(r.output, "CONFIG_MISMATCH rank(s) [2]: the resolved config differs from rank 0's; on this rank: "
+                            "model.d_model = 128 where rank 0 has model.d_model = 64");
+  EXPECT_EQ(r.output.find("| loss "), std::string::npos) << "training started:\n" << r.output;
 }
 
 }  // namespace

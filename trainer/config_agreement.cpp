@@ -1,0 +1,73 @@
+#include "trainer/config_agreement.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdint>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace megatrain {
+namespace {
+
+// The resolved config without its first line (the comment naming the file, which may be spelled
+// differently on different ranks).
+std::string comparable(const Config& cfg) {
+  const std::string text = config_to_toml(cfg);
+  return text.substr(text.find('\n') + 1);
+}
+
+int64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return static_cast<int64_t>(h);
+}
+
+// "model.d_model = 128 where rank R has model.d_model = 64": the first line of `mine` that differs
+// from `theirs`, with its section.
+std::string first_difference(const std::string& mine, const std::string& theirs, int their_rank) {
+  std::istringstream a(mine), b(theirs);
+  std::string la, lb, section;
+  while (true) {
+    const bool more_a = static_cast<bool>(std::getline(a, la)), more_b = static_cast<bool>(std::getline(b, lb));
+    if (!more_a && !more_b) return "";
+    if (la.starts_with('[')) section = la.substr(1, la.find(']') - 1) + ".";
+    if (la != lb)
+      return fmt::format("{}{} where rank {} has {}{}", section, more_a ? la : "(nothing)", their_rank, section,
+                         more_b ? lb : "(nothing)");
+  }
+}
+
+}  // namespace
+
+void agree_on_config(const Config& cfg, const Comm& world) {
+  const int p = world.size();
+  const std::string text = comparable(cfg);
+  const int64_t mine = fnv1a(text);
+  std::vector<int64_t> all(static_cast<size_t>(p));
+  world.all_gather(all.data(), &mine, std::vector<int64_t>(static_cast<size_t>(p), 1)).wait();
+  std::map<int64_t, int> votes;
+  for (int64_t h : all) ++votes[h];
+  if (votes.size() == 1) return;
+  // The majority's config is the reference (ties: rank 0's); its lowest rank sends its text.
+  int64_t ref = all[0];
+  for (const auto& [h, n] : votes)
+    if (n > votes[ref]) ref = h;
+  int ref_rank = 0;
+  while (all[static_cast<size_t>(ref_rank)] != ref) ++ref_rank;
+  std::vector<int> odd;
+  for (int r = 0; r < p; ++r)
+    if (all[static_cast<size_t>(r)] != ref) odd.push_back(r);
+  int64_t n = world.rank() == ref_rank ? static_cast<int64_t>(text.size()) : 0;
+  world.broadcast(&n, 1, ref_rank).wait();
+  std::string theirs = world.rank() == ref_rank ? text : std::string(static_cast<size_t>(n), '\0');
+  world.broadcast(reinterpret_cast<uint8_t*>(theirs.data()), n, ref_rank).wait();
+  const std::string here = mine == ref ? "" : "; on this rank: " + first_difference(text, theirs, ref_rank);
+  throw InputError(fmt::format("{}: CONFIG_MISMATCH rank(s) [{}]: the resolved config differs from rank {}'s{}; give "
+                               "every rank the same config file, --set flags and megatrain binary",
+                               cfg.source, fmt::join(odd, ", "), ref_rank, here));
+}
+
+}  // namespace megatrain
