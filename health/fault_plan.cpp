@@ -28,6 +28,7 @@ const std::vector<KindSpec>& kinds() {
       {FaultKind::hang, "hang", {"rank", "step"}, {"how", "attempt"}},
       {FaultKind::exc, "exc", {"rank", "step"}, {"attempt"}},
       {FaultKind::nan, "nan", {"rank", "step"}, {"where", "attempt"}},
+      {FaultKind::bitflip, "bitflip", {"rank", "step", "tensor"}, {"attempt"}},
       {FaultKind::ckpt_crash, "ckpt_crash", {"rank", "step", "phase"}, {"attempt"}},
       {FaultKind::ckpt_slow, "ckpt_slow", {"ms"}, {"rank", "attempt"}},
   };
@@ -37,7 +38,7 @@ const std::vector<KindSpec>& kinds() {
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw InputError(fmt::format(
       "MEGATRAIN_FAULT = \"{}\": {}; expected KIND:key=value:…[;KIND:…] with KIND one of slow, kill, hang, exc, nan, "
-      "ckpt_crash, ckpt_slow, random (health/fault_plan.h lists each kind's keys)",
+      "bitflip, ckpt_crash, ckpt_slow, random (health/fault_plan.h lists each kind's keys)",
       spec, why));
 }
 
@@ -120,6 +121,8 @@ Fault parse_one(const std::string& spec, const std::string& item) {
   } else if (f.kind == FaultKind::nan) {
     f.detail = kv.contains("where") ? kv["where"] : "grad";
     one_of(spec, "where", f.detail, {"grad", "loss"});
+  } else if (f.kind == FaultKind::bitflip) {
+    f.detail = kv["tensor"];
   } else if (f.kind == FaultKind::ckpt_crash) {
     f.detail = kv["phase"];
     one_of(spec, "phase", f.detail, {"mid_shard_write", "after_shard_before_commit", "after_commit_before_latest"});

@@ -14,6 +14,9 @@
 //   exc:rank=R:step=S                            an exception at the start of step S
 //   nan:rank=R:step=S[:where=grad]               after backward of step S: a NaN gradient (grad)
 //                                                or this rank's loss NaN (loss)
+//   bitflip:rank=R:step=S:tensor=NAME            after the update of step S, one bit of the first
+//                                                value of parameter NAME flips on that rank (a
+//                                                silent memory error)
 //   ckpt_crash:rank=R:step=S:phase=P             the rank kills itself (SIGKILL) while saving step S:
 //                                                mid_shard_write (any rank), after_shard_before_commit
 //                                                or after_commit_before_latest (rank 0, which commits)
@@ -38,7 +41,7 @@
 
 namespace megatrain {
 
-enum class FaultKind { slow, kill, hang, exc, nan, ckpt_crash, ckpt_slow };
+enum class FaultKind { slow, kill, hang, exc, nan, bitflip, ckpt_crash, ckpt_slow };
 
 struct Fault {
   FaultKind kind = FaultKind::slow;
@@ -46,7 +49,7 @@ struct Fault {
   int64_t first_step = 1, last_step = std::numeric_limits<int64_t>::max();
   int64_t ms = 0;      // slow, ckpt_slow
   int sig = 9;         // kill
-  std::string detail;  // hang: how; nan: where; ckpt_crash: phase
+  std::string detail;  // hang: how; nan: where; bitflip: tensor; ckpt_crash: phase
   int attempt = 1;     // the launch it acts in; -1 = every launch
   bool on(int r, int64_t step) const { return (rank < 0 || rank == r) && step >= first_step && step <= last_step; }
 };

@@ -22,7 +22,8 @@ struct HealthOptions {
   double straggler_threshold = 0.7;     // a score below this is slow
   double straggler_min_ms = 5.0;        // … when the median also exceeds the reference by this much
   int straggler_windows = 2;            // … for this many windows in a row
-  double slow_step_factor = 3.0;        // SLOW_STEP: a step this many times its rank's median (and ≥ 10 × min_ms more)
+  double slow_step_factor = 3.0;
+  int64_t replica_check_interval = 1000;  // steps between data-parallel replica hash checks (trainer/replica_check.h); 0 = off        // SLOW_STEP: a step this many times its rank's median (and ≥ 10 × min_ms more)
   friend bool operator==(const HealthOptions&, const HealthOptions&) = default;
 };
 

@@ -89,7 +89,7 @@ void for_each_field(C& c, V&& v) {
   v("health", "flight_recorder_entries", h.flight_recorder_entries);
   v("health", "straggler_window", h.straggler_window), v("health", "straggler_threshold", h.straggler_threshold);
   v("health", "straggler_min_ms", h.straggler_min_ms), v("health", "straggler_windows", h.straggler_windows);
-  v("health", "slow_step_factor", h.slow_step_factor);
+  v("health", "slow_step_factor", h.slow_step_factor), v("health", "replica_check_interval", h.replica_check_interval);
 }
 
 // A TOML basic string: quoted, with \\, \" and control characters escaped.

@@ -91,6 +91,7 @@ void validate_config_fields(const Config& c) {
           h.straggler_threshold, "in (0, 1)", "");
   r.at_least("health.straggler_min_ms", h.straggler_min_ms, 0.0);
   r.at_least("health.straggler_windows", h.straggler_windows, 1);
+  r.at_least("health.replica_check_interval", h.replica_check_interval, int64_t{0}, "(0 = off)");
   r.check(h.slow_step_factor > 1.0, "health.slow_step_factor", h.slow_step_factor, "greater than 1", "");
 
   r.at_least("log.interval", c.log.interval, 1);

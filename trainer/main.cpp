@@ -17,6 +17,7 @@
 #include "parallel/comm.h"
 #include "trainer/checkpoint.h"
 #include "trainer/commands.h"
+#include "trainer/replica_check.h"
 #include "health/exit_codes.h"
 #include "trainer/train.h"
 
@@ -25,7 +26,7 @@ namespace {
 int exit_code_of(const std::exception& e) {
   using namespace megatrain;
   if (dynamic_cast<const NonFiniteSteps*>(&e)) return kExitNonFinite;
-  if (dynamic_cast<const CommError*>(&e)) return kExitHang;
+  if (dynamic_cast<const CommError*>(&e) || dynamic_cast<const ReplicaMismatch*>(&e)) return kExitHang;
   if (dynamic_cast<const DataError*>(&e)) return kExitData;
   if (dynamic_cast<const CheckpointError*>(&e)) return kExitCheckpoint;
   if (dynamic_cast<const InputError*>(&e)) return kExitUsage;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -22,6 +23,7 @@
 #include "trainer/metrics.h"
 #include "trainer/peak_flops.h"
 #include "trainer/rank_run.h"
+#include "trainer/replica_check.h"
 #include "trainer/stop_request.h"
 
 namespace megatrain {
@@ -52,6 +54,21 @@ double peak_tflops_per_rank(const Config& cfg, const Comm& world) {
                  "over {} ranks); log.peak_tflops = a number overrides it",
                  p.tflops_per_rank * 1e3, p.n, p.n, p.n, p.threads, p.repetitions, world.size());
   return p.tflops_per_rank;
+}
+
+// MEGATRAIN_FAULT bitflip: bit 22 of the first value this rank holds of the named parameter.
+void flip_a_bit(const Fault& f, RankRun& run, int64_t step) {
+  MT_INPUT_CHECK(run.layout.contains(f.detail), "MEGATRAIN_FAULT bitflip: tensor \"{}\" is not a parameter of rank "
+                 "{} (e.g. \"{}\")", f.detail, run.world.rank(), run.layout.spec(0).name);
+  log_injection(f, run.world.rank(), step, "tensor=" + f.detail);
+  const FlatRange held = run.zero.held_params_range();
+  const int64_t at = run.layout.offset(run.layout.index_of(f.detail));
+  if (at < held.begin || at >= held.end) return;
+  uint32_t bits;
+  float* x = run.zero.held_params() + (at - held.begin);
+  std::memcpy(&bits, x, 4);
+  bits ^= 1u << 22;
+  std::memcpy(x, &bits, 4);  // at 16 bits the master: the next update's rounding carries it to compute
 }
 
 }  // namespace
@@ -112,6 +129,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
                  cfg.parallel.zero_stage,
                  run.zero.buckets().size(), run.tokens_per_step());
   }
+  ReplicaCheck replicas(cfg, run);
   const LrSchedule lr{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps,
                       cfg.optimizer.decay_steps, cfg.optimizer.decay};
   const double flops_per_step =
@@ -146,6 +164,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       run.optimizer.step(run.zero.optimizer_params(), run.zero.optimizer_grads(), static_cast<float>(rate), norm,
                          static_cast<float>(1.0 / scale));
       run.zero.step_end();
+      if (const Fault* f = faults.find(FaultKind::bitflip, rank, step + 1)) flip_a_bit(*f, run, step + 1);
     } else {
       ++skipped;
     }
@@ -166,6 +185,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
             "resume from an earlier checkpoint with a lower optimizer.lr, or raise train.max_consecutive_skips",
             nonfinite_in_a_row, step + 1, overflow));
     }
+    replicas.after_step(step + 1);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     progress.set_loss(loss);
     watchdog.step_done(dt, world);

@@ -92,6 +92,21 @@ TEST_F(ResilientE2E, AKilledRankCostsOneRestartFromTheLastCheckpointAndNotABit) 
   std::printf("kill at step 25: 1 restart from step 20 (5 steps lost), relaunched %.2f s after the kill\n", restart_s);
 }
 
+// Robustness spec R18, at dp = 4: a bit flipped in rank 2's copy of a weight after step 22 is found
+// by the replica check at step 25, which names the rank and the tensor and ends the job (75); the
+// driver restarts from step 20 and the run ends with the fault-free weights.
+TEST_F(ResilientE2E, AFlippedBitInOneReplicaIsFoundAndUndoneByARestart) {
+  const std::string dp4 = "--set parallel.tp=1 --set train.micro_batch_size=4 --set health.replica_check_interval=5";
+  const auto r = drive("bitflip:rank=2:step=22:tensor=layers.0.attn.qkv.weight", 40, "", dp4);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "REPLICA_MISMATCH step=25 ranks=[2] params=[layers.0.attn.qkv.weight]");
+  const auto ev = events();
+  EXPECT_EQ(of(ev, "exit")[0]["code"], 75);
+  ASSERT_EQ(of(ev, "start").size(), 2u);
+  EXPECT_EQ(of(ev, "start")[1]["resume_from"], 20);
+  expect_equals_clean_run(40, clean_run(40, dp4));
+}
+
 TEST_F(ResilientE2E, AFrozenHostIsFoundByItsHeartbeats) {
   const auto r = drive("hang:rank=2:step=100;hang:rank=3:step=100", 140, "--hb-timeout-s 3",
                        "--set health.watchdog=false");

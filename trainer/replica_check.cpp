@@ -1,0 +1,86 @@
+#include "trainer/replica_check.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace megatrain {
+namespace {
+
+uint64_t hash_floats(const float* x, int64_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+ReplicaCheck::ReplicaCheck(const Config& cfg, RankRun& run) : run_(run), interval_(cfg.health.replica_check_interval) {
+  if (interval_ <= 0 || run_.dp_comm.size() == 1) {
+    interval_ = 0;
+    return;
+  }
+  const FlatRange held = run_.zero.held_params_range();
+  if (held.begin != 0 || held.end != run_.zero.total()) {
+    if (run_.world.rank() == 0)
+      spdlog::info("replica check off: at ZeRO stage {} with {} parameters the data-parallel ranks hold different "
+                   "parts of them", cfg.parallel.zero_stage, precision_name(cfg.train.precision));
+    interval_ = 0;
+    return;
+  }
+  const int p = run_.dp_comm.size(), me = run_.world.rank();
+  dp_world_ranks_.resize(static_cast<size_t>(p));
+  run_.dp_comm.all_gather(dp_world_ranks_.data(), &me, std::vector<int64_t>(static_cast<size_t>(p), 1)).wait();
+}
+
+void ReplicaCheck::after_step(int64_t step) {
+  if (interval_ == 0 || step % interval_ != 0) return;
+  const ParamLayout& layout = run_.layout;
+  const size_t n = layout.size();
+  const auto p = static_cast<size_t>(run_.dp_comm.size());
+  std::vector<int64_t> mine(n), all(n * p);
+  const float* base = run_.zero.held_params();
+  for (size_t i = 0; i < n; ++i)
+    mine[i] = static_cast<int64_t>(hash_floats(base + layout.offset(i), layout.local_shape(i).numel()));
+  run_.dp_comm.all_gather(all.data(), mine.data(), std::vector<int64_t>(p, static_cast<int64_t>(n))).wait();
+  std::vector<int> odd_ranks;
+  std::vector<std::string> odd_params;
+  for (size_t i = 0; i < n; ++i) {
+    std::map<int64_t, size_t> votes;
+    for (size_t r = 0; r < p; ++r) ++votes[all[r * n + i]];
+    if (votes.size() == 1) continue;
+    // The odd ones out differ from the majority; without one (two replicas, a tie) all are named.
+    size_t most = 0, with_most = 0;
+    int64_t majority = 0;
+    for (const auto& [h, c] : votes) {
+      if (c > most) most = c, majority = h, with_most = 1;
+      else if (c == most) ++with_most;
+    }
+    odd_params.push_back(layout.spec(i).name);
+    for (size_t r = 0; r < p; ++r)
+      if ((with_most > 1 || all[r * n + i] != majority) &&
+          std::find(odd_ranks.begin(), odd_ranks.end(), dp_world_ranks_[r]) == odd_ranks.end())
+        odd_ranks.push_back(dp_world_ranks_[r]);
+  }
+  int64_t any = odd_params.empty() ? 0 : 1;
+  run_.world.all_reduce(&any, 1, ReduceOp::max).wait();
+  if (any == 0) return;
+  std::sort(odd_ranks.begin(), odd_ranks.end());
+  throw ReplicaMismatch(
+      odd_params.empty()
+          ? fmt::format("REPLICA_MISMATCH step={} in another data-parallel group (its ranks name the replica)", step)
+          : fmt::format("REPLICA_MISMATCH step={} ranks=[{}] params=[{}]: data-parallel replicas that must be "
+                        "identical differ (a hardware fault or a missed update); restart from the last checkpoint and "
+                        "check those ranks' hosts",
+                        step, fmt::join(odd_ranks, ","), fmt::join(odd_params, ",")));
+}
+
+}  // namespace megatrain

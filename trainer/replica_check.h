@@ -1,0 +1,35 @@
+// Silent divergence between data-parallel replicas (robustness spec R18; Megatron's
+// check_param_hashes_across_dp_replicas): every health.replica_check_interval steps each rank
+// hashes every tensor it holds and the data-parallel replicas compare their hashes (one
+// all-gather), then the world agrees (one all-reduce) whether any group differed. A replica that
+// differs from its group's majority (with no majority, as with two replicas: all of them) — a flipped bit in memory, a bad core, a missed update — ends
+// the run on every rank with ReplicaMismatch (exit code 75, so the resilient driver restarts from
+// the last checkpoint): "REPLICA_MISMATCH step=S ranks=[R…] params=[NAME…]".
+// Applies where the replicas hold the same values: float32 parameters at ZeRO stages 0–2, and
+// 16-bit runs at stage 0; elsewhere it is off, said once at start-up.
+#pragma once
+#include <cstdint>
+
+#include "kernels/check.h"
+#include "trainer/rank_run.h"
+
+namespace megatrain {
+
+class ReplicaMismatch : public Error {
+ public:
+  using Error::Error;
+};
+
+class ReplicaCheck {
+ public:
+  ReplicaCheck(const Config& cfg, RankRun& run);
+  // After the update of step `step` (numbered from 1); collective over the world at each interval.
+  void after_step(int64_t step);
+
+ private:
+  RankRun& run_;
+  int64_t interval_ = 0;  // 0 = off
+  std::vector<int> dp_world_ranks_;
+};
+
+}  // namespace megatrain
