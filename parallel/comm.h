@@ -12,7 +12,9 @@
 //  3. An invalid argument raises megatrain::Error, an MPI error or a failed operation CommError,
 //     with text "rank R group 'NAME': OPERATION failed: WHY". Invalid arguments throw at the call;
 //     MPI errors throw at the call or from Work::wait() (and from every later wait()). After an MPI error the
-//     communicator is unusable: the caller ends the job (main aborts the world).
+//     communicator is unusable: the caller ends the job (main aborts the world). A communicator
+//     destroyed while an exception unwinds abandons its operations in flight instead of waiting
+//     for them (a peer that never arrives must not hang the unwinding).
 //  4. The blocking barrier() is issue + wait on the same path, so it is
 //     ordered with the asynchronous ones.
 //

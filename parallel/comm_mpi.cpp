@@ -8,6 +8,7 @@
 // the same order" rule of comm.h is all that matching needs; every Work is finished exactly once.
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <thread>
 #include <vector>
 
@@ -86,11 +87,13 @@ class MpiBackend final : public CommBackend {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
-      abandon_ = finalized != 0;
+      // After MPI_Finalize, or while an exception unwinds (the job is ending: main aborts it), the
+      // operations in flight are abandoned: a peer that never arrives must not hang the unwinding.
+      abandon_ = finalized != 0 || std::uncaught_exceptions() > 0;
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
-    if (owned_ && !finalized) MPI_Comm_free(&comm_);
+    if (owned_ && !finalized && !abandon_) MPI_Comm_free(&comm_);
   }
 
   MPI_Comm mpi_handle() const override { return comm_; }

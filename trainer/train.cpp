@@ -11,6 +11,7 @@
 
 #include "health/fault_inject.h"
 #include "health/heartbeat.h"
+#include "health/ready_check.h"
 #include "health/straggler.h"
 #include "health/watchdog.h"
 #include "kernels/ops.h"
@@ -85,6 +86,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   Heartbeat heartbeat(cfg.health, progress, rank, node, host_name());
   StragglerDetector stragglers(cfg.health, world, node, host_name());
   inject_at_step_start(faults, rank, 0);
+  wait_for_all_ranks(world, 0.9 * cfg.health.init_timeout_s);  // before the watchdogs' init timeout fires
   RankRun run(cfg, world);
   const CheckpointTensors state = run.checkpoint_tensors();
   const int64_t G = cfg.train.global_batch_size;

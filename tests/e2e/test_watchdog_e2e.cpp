@@ -4,7 +4,8 @@
 // code 75 within the step timeout + 3 s of the injection, no rank may survive, every other rank
 // must print a WATCHDOG line at step 8 within the step timeout + 1 s, and `megatrain diagnose` must
 // name rank 1 and only rank 1.
-// An exception on rank 2 ends the job with code 70 and rank 2's message. Each case prints its
+// A rank stuck before training is named by the start-up roll call (R24). An exception on rank 2
+// ends the job with code 70 and rank 2's message. Each case prints its
 // detection latency (injection to the end of mpirun).
 #include <gtest/gtest.h>
 
@@ -108,6 +109,17 @@ TEST_F(WatchdogE2E, AStoppedRankIsDetectedNamedAndEveryRankExits) {
 
 TEST_F(WatchdogE2E, ASpinningRankIsALivelockTheWatchdogCatches) {
   expect_hang_of_rank_one(run("hang:rank=1:step=8:how=spin", "--set parallel.tp=2"), "spin, tp=2 dp=2");
+}
+
+// Robustness spec R24: a rank stuck before training starts is named by the start-up roll call
+// within the init timeout (5 s here) + 2 s, with exit code 75 — not left to a silent wait.
+TEST_F(WatchdogE2E, ARankThatNeverStartsIsNamedByTheRollCall) {
+  const Outcome o = run("hang:rank=2:step=0:how=sleep", "--set parallel.tp=2 --set health.init_timeout_s=5");
+  EXPECT_EQ(o.r.code, 75) << o.r.output;
+  EXPECT_EQ(o.survivors, 0);
+  EXPECT_CONTAINS(o.r.output, "INIT_TIMEOUT missing ranks=[2] after 4.5 s");
+  EXPECT_LE(o.latency_s, 5.0 + 2.0);
+  std::printf("a rank stuck in start-up was named and the job ended %.2f s later (init timeout 5 s)\n", o.latency_s);
 }
 
 TEST_F(WatchdogE2E, AnExceptionOnOneRankEndsTheJobWithCode70) {
