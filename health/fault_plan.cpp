@@ -31,6 +31,7 @@ const std::vector<KindSpec>& kinds() {
       {FaultKind::bitflip, "bitflip", {"rank", "step", "tensor"}, {"attempt"}},
       {FaultKind::ckpt_crash, "ckpt_crash", {"rank", "step", "phase"}, {"attempt"}},
       {FaultKind::ckpt_slow, "ckpt_slow", {"ms"}, {"rank", "attempt"}},
+      {FaultKind::selfcheck_slow, "selfcheck_slow", {"rank", "factor"}, {"attempt"}},
   };
   return k;
 }
@@ -38,7 +39,7 @@ const std::vector<KindSpec>& kinds() {
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw InputError(fmt::format(
       "MEGATRAIN_FAULT = \"{}\": {}; expected KIND:key=value:…[;KIND:…] with KIND one of slow, kill, hang, exc, nan, "
-      "bitflip, ckpt_crash, ckpt_slow, random (health/fault_plan.h lists each kind's keys)",
+      "bitflip, ckpt_crash, ckpt_slow, selfcheck_slow, random (health/fault_plan.h lists each kind's keys)",
       spec, why));
 }
 
@@ -111,6 +112,10 @@ Fault parse_one(const std::string& spec, const std::string& item) {
     f.ms = integer(spec, "ms", kv["ms"]);
     if (f.ms < 0) bad(spec, "ms must be ≥ 0");
   }
+  if (kv.contains("factor")) {
+    f.factor = static_cast<int>(integer(spec, "factor", kv["factor"]));
+    if (f.factor < 1) bad(spec, "factor must be ≥ 1");
+  }
   if (kv.contains("sig")) {
     f.sig = static_cast<int>(integer(spec, "sig", kv["sig"]));
     if (f.sig < 1 || f.sig > 64) bad(spec, "sig must be a signal number in 1 … 64");
@@ -154,7 +159,8 @@ std::unique_ptr<RandomFaults> parse_random(const std::string& spec, const std::s
     } else if (key == "kinds") {
       for (const std::string& k : split(value, ',')) {
         const auto it = std::find_if(kinds().begin(), kinds().end(), [&](const KindSpec& s) { return k == s.name; });
-        if (it == kinds().end() || it->kind == FaultKind::ckpt_slow)
+        if (it == kinds().end() || it->kind == FaultKind::ckpt_slow || it->kind == FaultKind::selfcheck_slow ||
+            it->kind == FaultKind::bitflip)
           bad(spec, fmt::format("random kinds are kill, hang, exc, nan, slow and ckpt_crash, not \"{}\"", k));
         r.kinds.push_back(it->kind);
       }
@@ -225,7 +231,9 @@ FaultPlan& FaultPlan::from_environment() {
 const Fault* FaultPlan::find(FaultKind kind, int rank, int64_t step) const {
   std::lock_guard lock(mu_);
   for (const Fault& f : faults_)
-    if (f.kind == kind && (kind == FaultKind::ckpt_slow ? f.rank < 0 || f.rank == rank : f.on(rank, step))) return &f;
+    if (f.kind == kind &&
+        (kind == FaultKind::ckpt_slow || kind == FaultKind::selfcheck_slow ? f.rank < 0 || f.rank == rank : f.on(rank, step)))
+      return &f;
   return nullptr;
 }
 

@@ -21,6 +21,7 @@
 //                                                mid_shard_write (any rank), after_shard_before_commit
 //                                                or after_commit_before_latest (rank 0, which commits)
 //   ckpt_slow:ms=M[:rank=R]                      every checkpoint write takes M ms longer
+//   selfcheck_slow:rank=R:factor=F               `megatrain selfcheck`'s GEMM runs F times on rank R
 //   random:seed=S:mtti_s=T:kinds=K,K,…           random faults (health/fault_random.h)
 //
 // rank = an integer or * (every rank); step = S or a range A..B (nan, exc, kill, hang fire at each
@@ -41,7 +42,7 @@
 
 namespace megatrain {
 
-enum class FaultKind { slow, kill, hang, exc, nan, bitflip, ckpt_crash, ckpt_slow };
+enum class FaultKind { slow, kill, hang, exc, nan, bitflip, ckpt_crash, ckpt_slow, selfcheck_slow };
 
 struct Fault {
   FaultKind kind = FaultKind::slow;
@@ -49,6 +50,7 @@ struct Fault {
   int64_t first_step = 1, last_step = std::numeric_limits<int64_t>::max();
   int64_t ms = 0;      // slow, ckpt_slow
   int sig = 9;         // kill
+  int factor = 1;      // selfcheck_slow
   std::string detail;  // hang: how; nan: where; bitflip: tensor; ckpt_crash: phase
   int attempt = 1;     // the launch it acts in; -1 = every launch
   bool on(int r, int64_t step) const { return (rank < 0 || rank == r) && step >= first_step && step <= last_step; }
@@ -67,7 +69,7 @@ class FaultPlan {
   static FaultPlan& from_environment();
   ~FaultPlan();
 
-  // The first fault of `kind` for rank `rank` at `step` (for ckpt_slow: any step), or nullptr. The
+  // The first fault of `kind` for rank `rank` at `step` (ckpt_slow, selfcheck_slow: any step), or nullptr. The
   // pointer stays valid for the plan's life.
   const Fault* find(FaultKind kind, int rank, int64_t step) const;
   // Random mode (health/fault_random.h): adds the faults due by now, acting from `step`, for a

@@ -25,5 +25,6 @@ Command add_tokenize_command(CLI::App& root);
 Command add_data_command(CLI::App& root);
 Command add_tokenizer_command(CLI::App& root);
 Command add_diagnose_command(CLI::App& root);
+Command add_selfcheck_command(CLI::App& root);
 
 }  // namespace megatrain

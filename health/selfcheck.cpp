@@ -1,0 +1,277 @@
+#include "health/selfcheck.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "health/fault_plan.h"
+#include "kernels/ops.h"
+
+namespace megatrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Every rank's value of x.
+template <class T>
+std::vector<T> gather(const Comm& world, T x) {
+  const auto p = static_cast<size_t>(world.size());
+  std::vector<T> all(p);
+  world.all_gather(all.data(), &x, std::vector<int64_t>(p, 1)).wait();
+  return all;
+}
+
+// Every rank's text (at most 255 bytes each).
+std::vector<std::string> gather_text(const Comm& world, const std::string& s) {
+  constexpr size_t kWidth = 256;
+  const auto p = static_cast<size_t>(world.size());
+  std::string slot = s.substr(0, kWidth - 1);
+  slot.resize(kWidth, '\0');
+  std::vector<uint8_t> all(p * kWidth);
+  world.all_gather(all.data(), reinterpret_cast<const uint8_t*>(slot.data()), std::vector<int64_t>(p, kWidth)).wait();
+  std::vector<std::string> out;
+  for (size_t r = 0; r < p; ++r) out.emplace_back(reinterpret_cast<const char*>(all.data() + r * kWidth));
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The ranks whose flag is set, from every rank's flag.
+std::vector<int> ranks_where(const std::vector<uint8_t>& bad) {
+  std::vector<int> out;
+  for (size_t r = 0; r < bad.size(); ++r)
+    if (bad[r]) out.push_back(static_cast<int>(r));
+  return out;
+}
+
+SelfCheckResult loopback(const Comm& world) {
+  const auto t0 = Clock::now();
+  constexpr int64_t n = 8 << 20;
+  std::vector<uint8_t> out(n), in(n, 0);
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>((i * 131 + world.rank()) & 0xff);
+  Work r = world.recv(in.data(), n, world.rank(), 0);
+  world.send(out.data(), n, world.rank(), 0).wait();
+  r.wait();
+  const auto bad = ranks_where(gather<uint8_t>(world, in == out ? 0 : 1));
+  return {"loopback", bad.empty(), since(t0), "8 MiB to itself, every byte compared", bad};
+}
+
+SelfCheckResult pairs(const Comm& world, const std::vector<std::string>& hosts) {
+  const auto t0 = Clock::now();
+  const int p = world.size(), r = world.rank(), next = (r + 1) % p, prev = (r + p - 1) % p;
+  if (p == 1) return {"pairs", true, since(t0), "one rank: no pairs", {}};
+  constexpr int64_t n = 4 << 20;
+  std::vector<uint8_t> buf(n, 1), got(n);
+  double latency = 0.0, bandwidth = 0.0;
+  // Even ranks lead their pair (r, r+1), then odd ranks do, so each link is measured alone.
+  for (int phase = 0; phase < 2; ++phase) {
+    const bool lead = r % 2 == phase && (r + 1 < p || p % 2 == 0);
+    const bool follow = prev % 2 == phase && (prev + 1 < p || p % 2 == 0) && prev != r;
+    world.barrier();
+    if (lead) {
+      uint8_t ping = 1;
+      const auto l0 = Clock::now();
+      for (int k = 0; k < 20; ++k) {
+        world.send(&ping, 1, next, 1).wait();
+        world.recv(&ping, 1, next, 1).wait();
+      }
+      latency = since(l0) / 20 / 2;
+      const auto b0 = Clock::now();
+      world.send(buf.data(), n, next, 2).wait();
+      world.recv(&ping, 1, next, 3).wait();
+      bandwidth = static_cast<double>(n) / since(b0);
+    }
+    if (follow) {
+      uint8_t ping = 0;
+      for (int k = 0; k < 20; ++k) {
+        world.recv(&ping, 1, prev, 1).wait();
+        world.send(&ping, 1, prev, 1).wait();
+      }
+      world.recv(got.data(), n, prev, 2).wait();
+      world.send(&ping, 1, prev, 3).wait();
+    }
+  }
+  const auto bw = gather(world, bandwidth), lat = gather(world, latency);
+  std::vector<double> measured;
+  for (double b : bw)
+    if (b > 0) measured.push_back(b);
+  const double med = median(measured);
+  std::vector<int> bad;
+  std::vector<std::string> text;
+  for (int a = 0; a < p; ++a) {
+    if (bw[static_cast<size_t>(a)] <= 0) continue;
+    const int b = (a + 1) % p;
+    const bool slow = bw[static_cast<size_t>(a)] < med / 3;
+    if (slow) bad.push_back(a), bad.push_back(b);
+    text.push_back(fmt::format("{}-{}{}: {:.0f} MB/s {:.0f} us{}", a, b,
+                               hosts[static_cast<size_t>(a)] == hosts[static_cast<size_t>(b)] ? "" : " (inter-host)",
+                               bw[static_cast<size_t>(a)] / 1e6, lat[static_cast<size_t>(a)] * 1e6, slow ? " SLOW" : ""));
+  }
+  std::sort(bad.begin(), bad.end());
+  bad.erase(std::unique(bad.begin(), bad.end()), bad.end());
+  return {"pairs", bad.empty(), since(t0), fmt::format("{}", fmt::join(text, "; ")), bad};
+}
+
+SelfCheckResult all_reduce_check(const Comm& world) {
+  const auto t0 = Clock::now();
+  constexpr int64_t n = 1 << 20;
+  const int p = world.size(), r = world.rank();
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>((i % 97) + r);
+  world.barrier();
+  const auto a0 = Clock::now();
+  world.all_reduce(x.data(), n).wait();
+  const double dt = since(a0);
+  bool ok = true;
+  for (int64_t i = 0; i < n && ok; ++i)  // sum over ranks of (i % 97) + rank: exact in float32
+    ok = x[static_cast<size_t>(i)] == static_cast<float>(p * (i % 97) + p * (p - 1) / 2);
+  const auto bad = ranks_where(gather<uint8_t>(world, ok ? 0 : 1));
+  const double bus = 2.0 * (p - 1) / p * 4.0 * n / std::max(dt, 1e-9);
+  return {"all_reduce", bad.empty(), since(t0), fmt::format("4 MiB exact; bus bandwidth {:.0f} MB/s", bus / 1e6), bad};
+}
+
+SelfCheckResult all_to_all_check(const Comm& world) {
+  const auto t0 = Clock::now();
+  const int p = world.size(), r = world.rank();
+  constexpr int64_t k = 1024;
+  std::vector<float> in(static_cast<size_t>(p * k)), out(static_cast<size_t>(p * k), -1.0f);
+  for (int j = 0; j < p; ++j)
+    for (int64_t i = 0; i < k; ++i) in[static_cast<size_t>(j * k + i)] = static_cast<float>(r * 100000 + j * 1000 + i % 1000);
+  const std::vector<int64_t> counts(static_cast<size_t>(p), k);
+  world.all_to_all(out.data(), counts, in.data(), counts).wait();
+  bool ok = true;
+  for (int j = 0; j < p && ok; ++j)
+    for (int64_t i = 0; i < k && ok; ++i) ok = out[static_cast<size_t>(j * k + i)] == static_cast<float>(j * 100000 + r * 1000 + i % 1000);
+  const auto bad = ranks_where(gather<uint8_t>(world, ok ? 0 : 1));
+  return {"all_to_all", bad.empty(), since(t0), "every block where it belongs", bad};
+}
+
+SelfCheckResult gemm(const Comm& world) {
+  const auto t0 = Clock::now();
+  constexpr int64_t kN = 512;
+  const auto elems = static_cast<size_t>(kN * kN);
+  std::vector<float> a(elems, 0.5f), b(elems, 0.25f), c(elems);
+  const Shape sq{kN, kN};
+  const Fault* slow = FaultPlan::from_environment().find(FaultKind::selfcheck_slow, world.rank(), 0);
+  const int repeat = slow ? slow->factor : 1;
+  if (slow) log_injection(*slow, world.rank(), 0, fmt::format("factor={}", repeat));
+  double mine = 0.0;
+  for (int turn = 0; turn < world.size(); ++turn) {  // one rank at a time: no contention for cores
+    world.barrier();
+    if (turn != world.rank()) continue;
+    matmul_forward(Stream::cpu(), Tensor(c.data(), sq), Tensor(a.data(), sq), Tensor(b.data(), sq), {});
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto g0 = Clock::now();
+      for (int k = 0; k < repeat; ++k)
+        matmul_forward(Stream::cpu(), Tensor(c.data(), sq), Tensor(a.data(), sq), Tensor(b.data(), sq), {});
+      best = std::min(best, since(g0));
+    }
+    mine = 2.0 * kN * kN * kN / best;
+  }
+  const auto speed = gather(world, mine);
+  const double med = median(speed);
+  std::vector<int> bad;
+  std::vector<std::string> text;
+  for (size_t r = 0; r < speed.size(); ++r) {
+    if (speed[r] < med / 2) bad.push_back(static_cast<int>(r));
+    text.push_back(fmt::format("{}: {:.1f} GFLOP/s score={:.2f}", r, speed[r] / 1e9, speed[r] / med));
+  }
+  return {"gemm", bad.empty(), since(t0), fmt::format("{}", fmt::join(text, "; ")), bad};
+}
+
+SelfCheckResult storage(const Comm& world, const std::string& dir) {
+  const auto t0 = Clock::now();
+  if (dir.empty()) return {"storage", true, since(t0), "skipped: no checkpoint folder given", {}};
+  const std::string path = (std::filesystem::path(dir) / fmt::format(".selfcheck_rank_{}", world.rank())).string();
+  std::string why;
+  std::vector<uint8_t> data(4 << 20);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>((i * 7 + static_cast<size_t>(world.rank())) & 0xff);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    why = fmt::format("{}: cannot create ({})", path, std::strerror(errno));
+  } else {
+    const bool written = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size()) && ::fsync(fd) == 0;
+    if (!written) why = fmt::format("{}: cannot write and fsync 4 MiB ({})", path, std::strerror(errno));
+    ::close(fd);
+    std::ifstream in(path, std::ios::binary);
+    std::vector<uint8_t> back(data.size());
+    if (why.empty() && !(in.read(reinterpret_cast<char*>(back.data()), static_cast<std::streamsize>(back.size())) && back == data))
+      why = fmt::format("{}: what was read back differs from what was written", path);
+    std::filesystem::remove(path, ec);
+  }
+  const auto texts = gather_text(world, why);
+  std::vector<int> bad;
+  std::vector<std::string> reasons;
+  for (size_t r = 0; r < texts.size(); ++r)
+    if (!texts[r].empty()) bad.push_back(static_cast<int>(r)), reasons.push_back(fmt::format("rank {}: {}", r, texts[r]));
+  return {"storage", bad.empty(), since(t0),
+          bad.empty() ? fmt::format("4 MiB written, fsynced and read back in {}", dir) : fmt::format("{}", fmt::join(reasons, "; ")),
+          bad};
+}
+
+SelfCheckResult memory(const Comm& world, double min_free_mb) {
+  const auto t0 = Clock::now();
+  std::ifstream meminfo("/proc/meminfo");
+  double free_mb = 0.0;
+  for (std::string key; meminfo >> key;) {
+    double kb = 0.0;
+    meminfo >> kb;
+    if (key == "MemAvailable:") free_mb = kb / 1024.0;
+    meminfo.ignore(1 << 10, '\n');
+  }
+  const auto all = gather(world, free_mb);
+  std::vector<int> bad;
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r] < min_free_mb) bad.push_back(static_cast<int>(r));
+  return {"memory", bad.empty(), since(t0),
+          fmt::format("available MiB per rank's host: {:.0f} (floor {:g})", fmt::join(all, ", "), min_free_mb), bad};
+}
+
+}  // namespace
+
+SelfCheckReport run_selfcheck(const Comm& world, const SelfCheckOptions& o) {
+  const auto t0 = Clock::now();
+  SelfCheckReport rep;
+  rep.hosts = gather_text(world, host_name());
+  rep.checks = {loopback(world),        pairs(world, rep.hosts), all_reduce_check(world), all_to_all_check(world),
+                gemm(world),            storage(world, o.storage_dir), memory(world, o.min_free_mb)};
+  std::set<int> ranks;
+  std::set<std::string> hosts;
+  for (const SelfCheckResult& c : rep.checks)
+    for (int r : c.failing_ranks) ranks.insert(r), hosts.insert(rep.hosts[static_cast<size_t>(r)]);
+  rep.failing_ranks.assign(ranks.begin(), ranks.end());
+  rep.failing_hosts.assign(hosts.begin(), hosts.end());
+  rep.seconds = since(t0);
+  return rep;
+}
+
+std::string SelfCheckReport::json() const {
+  nlohmann::json j;
+  j["pass"] = pass(), j["seconds"] = seconds, j["hosts"] = hosts;
+  j["failing_ranks"] = failing_ranks, j["failing_hosts"] = failing_hosts;
+  j["checks"] = nlohmann::json::array();
+  for (const SelfCheckResult& c : checks)
+    j["checks"].push_back({{"name", c.name}, {"pass", c.pass}, {"seconds", c.seconds}, {"detail", c.detail},
+                           {"failing_ranks", c.failing_ranks}});
+  return j.dump(1) + "\n";
+}
+
+}  // namespace megatrain

@@ -1,0 +1,48 @@
+// The self-check before a (re)start (robustness spec R06; MegaScale §4.3): short, bounded tests
+// of every rank and link, so a bad host is found before it costs a training attempt. Collective
+// over `world`; every rank gets the same report.
+//   loopback     each rank sends 8 MiB to itself and checks every byte
+//   pairs        a ring of ping-pongs (rank r with r + 1): latency and bandwidth per pair; a pair
+//                under a third of the median bandwidth fails (a slow link; inter-host pairs marked)
+//   all_reduce   exact sums (integers in float32) against the analytic value, and bus bandwidth
+//   all_to_all   every block where it belongs
+//   gemm         each rank in turn (no contention) times a 512³ float32 GEMM; a rank under half the
+//                median speed fails (score = its speed ÷ the median)
+//   storage      4 MiB written to the checkpoint folder, fsynced, read back and compared; a failure
+//                names the path and the system's reason
+//   memory       the host's available memory, against a floor
+// MEGATRAIN_FAULT selfcheck_slow:rank=R:factor=F makes rank R's GEMM F times slower.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "parallel/comm.h"
+
+namespace megatrain {
+
+struct SelfCheckOptions {
+  std::string storage_dir;  // "" = the storage probe is skipped
+  double min_free_mb = 256.0;
+};
+
+struct SelfCheckResult {
+  std::string name;
+  bool pass = true;
+  double seconds = 0.0;
+  std::string detail;             // what was measured, or why it failed
+  std::vector<int> failing_ranks;
+};
+
+struct SelfCheckReport {
+  std::vector<SelfCheckResult> checks;
+  std::vector<std::string> hosts;  // per rank
+  std::vector<int> failing_ranks;  // union over the checks
+  std::vector<std::string> failing_hosts;
+  double seconds = 0.0;
+  bool pass() const { return failing_ranks.empty(); }
+  std::string json() const;
+};
+
+SelfCheckReport run_selfcheck(const Comm& world, const SelfCheckOptions& options);
+
+}  // namespace megatrain
