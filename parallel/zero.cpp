@@ -82,7 +82,10 @@ void ZeroState::publish_masters() {
 // received_; the other stages reduce into grads_ (full at 0, the shard at 2/3).
 const float* ZeroState::optimizer_grads() const { return opt_.stage == 1 ? received_.data() : grads_.data(); }
 
-void ZeroState::step_begin() { zero_floats(grads_.data(), grads_.size()); }
+void ZeroState::step_begin() {
+  zero_floats(grads_.data(), grads_.size());
+  local_nonfinite_ = false;
+}
 
 void ZeroState::hold(FlatRange r) {
   held_ = -1;
@@ -116,12 +119,24 @@ void ZeroState::micro_batch_begin(bool last, int first_unit, int end_unit) {
 }
 
 // Stages 0/1 reduce the accumulated gradients once, on the last micro-batch; 2/3 every micro-batch.
+namespace {
+
+bool all_finite(const float* x, int64_t n) {
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static)
+  for (int64_t i = 0; i < n; ++i) bad |= std::isfinite(x[i]) ? 0 : 1;
+  return bad == 0;
+}
+
+}  // namespace
+
 void ZeroState::bucket_issue(int b) {
   Bucket& st = bucket_state_[static_cast<size_t>(b)];
   const FlatRange r = buckets_[b].range;
   float* out = st.mine.size() > 0 ? received_.data() + (st.mine.begin - part_.begin) : received_.data();
+  const float* g = opt_.stage < 2 ? grads_.data() + r.begin : grad_pool_[static_cast<size_t>(st.buffer)].data();
+  if (!local_nonfinite_) local_nonfinite_ = !all_finite(g, r.size());
   if (opt_.grad_reduce == Precision::bf16) {
-    const float* g = opt_.stage < 2 ? grads_.data() + r.begin : grad_pool_[static_cast<size_t>(st.buffer)].data();
     st.send.resize(static_cast<size_t>(r.size()));
     to_half(Precision::bf16, reinterpret_cast<uint16_t*>(st.send.data()), g, r.size());
     if (opt_.stage > 0) st.recv.resize(static_cast<size_t>(st.mine.size()));

@@ -101,6 +101,9 @@ class ZeroState final : public UnitState {
   void params_written();
 
   void step_begin();
+  // Whether this rank's own gradients held an Inf or NaN before any data-parallel reduction this
+  // step (each bucket is scanned as it is issued): the rank a non-finite value came from.
+  bool local_nonfinite() const { return local_nonfinite_; }
   // A micro-batch's backward over units [first_unit, end_unit) (a model chunk; −1: to the last):
   // only the buckets of those units are reduced by it. `last`: the chunk's last backward of the step.
   void micro_batch_begin(bool last, int first_unit = 0, int end_unit = -1);
@@ -188,6 +191,7 @@ class ZeroState final : public UnitState {
   std::vector<FlatBuffer> grad_pool_;  // stages 2/3: each sized for the bucket it was made for
   std::vector<int> grad_free_;
   std::vector<GatherSlot> slots_;      // stage 3 or 16-bit: unit-sized
+  bool local_nonfinite_ = false;
   int64_t reduce16_bytes_ = 0, reduce16_peak_ = 0;  // [Note: bf16 reduction] working copies
 };
 

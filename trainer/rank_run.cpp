@@ -198,16 +198,21 @@ double RankRun::grad_norm() {
   return std::sqrt(squares);
 }
 
-int RankRun::first_overflow_rank(bool loss_nonfinite) {
+RankRun::Overflow RankRun::first_overflow(bool loss_nonfinite) {
   const float* g = zero.optimizer_grads();
   const int64_t n = zero.optimizer_range().size();
-  int bad = loss_nonfinite ? 1 : 0;
-#pragma omp parallel for reduction(| : bad) schedule(static)
-  for (int64_t i = 0; i < n; ++i) bad |= std::isfinite(g[i]) ? 0 : 1;
-  // The max of (world size − rank) over the ranks that saw one: the lowest such rank.
-  int64_t key = bad ? world.size() - world.rank() : 0;
+  int reduced_bad = 0;
+#pragma omp parallel for reduction(| : reduced_bad) schedule(static)
+  for (int64_t i = 0; i < n; ++i) reduced_bad |= std::isfinite(g[i]) ? 0 : 1;
+  // One all-reduce (max) of a key that ranks the causes: own loss, own gradients, reduced gradients,
+  // each from the lowest rank.
+  const int64_t w = world.size(), r = world.rank();
+  const int64_t cause = loss_nonfinite ? 3 : zero.local_nonfinite() ? 2 : reduced_bad ? 1 : 0;
+  int64_t key = cause == 0 ? 0 : cause * w + (w - 1 - r);
   world.all_reduce(&key, 1, ReduceOp::max).wait();
-  return key == 0 ? -1 : static_cast<int>(world.size() - key);
+  if (key == 0) return {};
+  static constexpr const char* kWhere[] = {"", "reduced grad", "grad", "loss"};
+  return {static_cast<int>(w - 1 - key % w), kWhere[key / w]};
 }
 
 double RankRun::evaluate() {

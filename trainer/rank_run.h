@@ -32,9 +32,15 @@ class RankRun final : public PipelineWork {
   // reduced over the data-parallel ranks (parallel/zero.h), the loss gradient multiplied by
   // loss_scale (fp16). Returns the mean loss over the global batch.
   double train_step(int64_t step, double loss_scale = 1.0);
-  // The lowest global rank whose reduced gradients (its optimizer shard) hold an Inf or NaN, or
-  // that passes `loss_nonfinite`, the same on every rank; −1 when all are finite.
-  int first_overflow_rank(bool loss_nonfinite = false);
+  // Where this step's first Inf/NaN came from, the same on every rank (robustness spec R16): the
+  // lowest rank whose own loss (`loss_nonfinite`) or own gradients before the data-parallel
+  // reduction held one; failing that, the lowest rank whose reduced gradients do (an overflow in
+  // the reduction itself). rank −1 when all are finite.
+  struct Overflow {
+    int rank = -1;
+    const char* where = "";  // "loss", "grad" (before reduction) or "reduced grad"
+  };
+  Overflow first_overflow(bool loss_nonfinite = false);
   // Global L2 norm of the step's gradient: every global parameter counted once (model/tp_shared.h).
   double grad_norm();
   // Mean loss over the first eval_steps global batches of the validation set (same each time).

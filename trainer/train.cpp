@@ -151,14 +151,13 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     run.pp_comm.reset_stats();
     world.reset_stats();
     const double scale = scaler ? scaler->scale() : 1.0;
-    const double loss = run.train_step(step, scale);
-    bool loss_nonfinite = false;
-    if (const Fault* f = faults.find(FaultKind::nan, rank, step + 1)) {
-      log_injection(*f, rank, step + 1, "where=" + f->detail);
-      if (f->detail == "loss") loss_nonfinite = true;
-      else if (run.zero.optimizer_range().size() > 0) run.zero.optimizer_grads()[0] = std::numeric_limits<float>::quiet_NaN();
-    }
-    const int overflow = run.first_overflow_rank(loss_nonfinite);  // Inf/NaN on any rank: skip the step
+    // MEGATRAIN_FAULT nan: this rank's loss, or (a NaN loss scale) its gradients before any reduction.
+    const Fault* nan = faults.find(FaultKind::nan, rank, step + 1);
+    if (nan) log_injection(*nan, rank, step + 1, "where=" + nan->detail);
+    const bool nan_grads = nan && nan->detail == "grad", loss_nonfinite = nan && nan->detail == "loss";
+    const double loss = run.train_step(step, nan_grads ? std::numeric_limits<double>::quiet_NaN() : scale);
+    const RankRun::Overflow nonfinite = run.first_overflow(loss_nonfinite);  // Inf/NaN on any rank: skip the step
+    const int overflow = nonfinite.rank;
     const double rate = lr.at(step + 1 - skipped);  // skipped steps do not advance the schedule (Megatron)
     double norm = std::numeric_limits<double>::quiet_NaN();
     if (overflow < 0) {
@@ -179,8 +178,8 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     } else {
       nonfinite_in_a_row = overflow >= 0 ? nonfinite_in_a_row + 1 : 0;
       if (overflow >= 0 && rank0)
-        spdlog::warn("NONFINITE step={} origin_rank={} skipped={}/{}: Inf/NaN gradients, the update is skipped", step + 1,
-                     overflow, nonfinite_in_a_row, cfg.train.max_consecutive_skips);
+        spdlog::warn("NONFINITE step={} origin_rank={} where={} skipped={}/{}: Inf/NaN, the update is skipped", step + 1,
+                     overflow, nonfinite.where, nonfinite_in_a_row, cfg.train.max_consecutive_skips);
       if (nonfinite_in_a_row == cfg.train.max_consecutive_skips)
         throw NonFiniteSteps(fmt::format(
             "{} steps in a row (to step {}) had Inf/NaN gradients (first seen on rank {}): training has diverged; "

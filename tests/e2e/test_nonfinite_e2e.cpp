@@ -29,7 +29,7 @@ TEST_F(NonFiniteE2E, ANonFiniteGradientOnRankOneSkipsThatStepOnEveryRank) {
   const auto r = run(2, "nan:rank=1:step=4", "--set train.steps=6 --set parallel.zero_stage=1 --set checkpoint.save_interval=1 "
                                "--set checkpoint.dir=" + ckpt);
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_CONTAINS(r.output, "NONFINITE step=4 origin_rank=1 skipped=1/5");
+  EXPECT_CONTAINS(r.output, "NONFINITE step=4 origin_rank=1 where=grad skipped=1/5");
   const auto m = test::metrics_lines(dir_ / "m.jsonl");
   ASSERT_EQ(m.size(), 6u);
   for (size_t i = 0; i < m.size(); ++i) {
@@ -42,16 +42,23 @@ TEST_F(NonFiniteE2E, ANonFiniteGradientOnRankOneSkipsThatStepOnEveryRank) {
   EXPECT_FALSE(s3 == exported_weights(ckpt + "/step_0000005")) << "step 5 did not update";
 }
 
+// A NaN loss on rank 1 alone is found there, before anything is reduced, and named as such.
+TEST_F(NonFiniteE2E, ANonFiniteLossIsNamedWithItsRank) {
+  const auto r = run(2, "nan:rank=1:step=3:where=loss", "--set train.steps=4");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "NONFINITE step=3 origin_rank=1 where=loss skipped=1/5");
+}
+
 TEST_F(NonFiniteE2E, FiveInARowStopTheRunWithCode76) {
   const auto r = run(2, "nan:rank=0:step=7..14", "--set train.steps=20");
   EXPECT_EQ(r.code, 76) << r.output;
-  EXPECT_CONTAINS(r.output, "NONFINITE step=11 origin_rank=0 skipped=5/5");
+  EXPECT_CONTAINS(r.output, "NONFINITE step=11 origin_rank=0 where=grad skipped=5/5");
   EXPECT_CONTAINS(r.output, "5 steps in a row (to step 11) had Inf/NaN gradients");
   EXPECT_EQ(r.output.find("NONFINITE step=12"), std::string::npos) << r.output;
   const auto clean = run(1, "nan:rank=0:step=7;nan:rank=0:step=9;nan:rank=0:step=11;nan:rank=0:step=13",
                          "--set train.steps=14");  // never 5 in a row: runs to the end
   EXPECT_EQ(clean.code, 0) << clean.output;
-  EXPECT_CONTAINS(clean.output, "NONFINITE step=13 origin_rank=0 skipped=1/5");
+  EXPECT_CONTAINS(clean.output, "NONFINITE step=13 origin_rank=0 where=grad skipped=1/5");
 }
 
 }  // namespace
