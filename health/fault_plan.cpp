@@ -28,6 +28,7 @@ const std::vector<KindSpec>& kinds() {
       {FaultKind::hang, "hang", {"rank", "step"}, {"how", "attempt"}},
       {FaultKind::exc, "exc", {"rank", "step"}, {"attempt"}},
       {FaultKind::nan, "nan", {"rank", "step"}, {"where", "attempt"}},
+      {FaultKind::spike, "spike", {"rank", "step", "factor"}, {"attempt"}},
       {FaultKind::bitflip, "bitflip", {"rank", "step", "tensor"}, {"attempt"}},
       {FaultKind::ckpt_crash, "ckpt_crash", {"rank", "step", "phase"}, {"attempt"}},
       {FaultKind::ckpt_slow, "ckpt_slow", {"ms"}, {"rank", "attempt"}},
@@ -39,7 +40,7 @@ const std::vector<KindSpec>& kinds() {
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw InputError(fmt::format(
       "MEGATRAIN_FAULT = \"{}\": {}; expected KIND:key=value:…[;KIND:…] with KIND one of slow, kill, hang, exc, nan, "
-      "bitflip, ckpt_crash, ckpt_slow, selfcheck_slow, random (health/fault_plan.h lists each kind's keys)",
+      "spike, bitflip, ckpt_crash, ckpt_slow, selfcheck_slow, random (health/fault_plan.h lists each kind's keys)",
       spec, why));
 }
 
@@ -112,6 +113,7 @@ Fault parse_one(const std::string& spec, const std::string& item) {
     f.ms = integer(spec, "ms", kv["ms"]);
     if (f.ms < 0) bad(spec, "ms must be ≥ 0");
   }
+  if (f.kind == FaultKind::spike && f.rank >= 0) bad(spec, "spike acts on every rank's loss: give rank=*");
   if (kv.contains("factor")) {
     f.factor = static_cast<int>(integer(spec, "factor", kv["factor"]));
     if (f.factor < 1) bad(spec, "factor must be ≥ 1");
@@ -160,7 +162,7 @@ std::unique_ptr<RandomFaults> parse_random(const std::string& spec, const std::s
       for (const std::string& k : split(value, ',')) {
         const auto it = std::find_if(kinds().begin(), kinds().end(), [&](const KindSpec& s) { return k == s.name; });
         if (it == kinds().end() || it->kind == FaultKind::ckpt_slow || it->kind == FaultKind::selfcheck_slow ||
-            it->kind == FaultKind::bitflip)
+            it->kind == FaultKind::bitflip || it->kind == FaultKind::spike)
           bad(spec, fmt::format("random kinds are kill, hang, exc, nan, slow and ckpt_crash, not \"{}\"", k));
         r.kinds.push_back(it->kind);
       }

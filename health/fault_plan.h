@@ -14,6 +14,8 @@
 //   exc:rank=R:step=S                            an exception at the start of step S
 //   nan:rank=R:step=S[:where=grad]               after backward of step S: a NaN gradient (grad)
 //                                                or this rank's loss NaN (loss)
+//   spike:rank=*:step=S:factor=F                 the step's loss, as every rank sees it, is F times
+//                                                larger (a loss spike; every rank, so all decide alike)
 //   bitflip:rank=R:step=S:tensor=NAME            after the update of step S, one bit of the first
 //                                                value of parameter NAME flips on that rank (a
 //                                                silent memory error)
@@ -42,7 +44,7 @@
 
 namespace megatrain {
 
-enum class FaultKind { slow, kill, hang, exc, nan, bitflip, ckpt_crash, ckpt_slow, selfcheck_slow };
+enum class FaultKind { slow, kill, hang, exc, nan, spike, bitflip, ckpt_crash, ckpt_slow, selfcheck_slow };
 
 struct Fault {
   FaultKind kind = FaultKind::slow;
@@ -50,7 +52,7 @@ struct Fault {
   int64_t first_step = 1, last_step = std::numeric_limits<int64_t>::max();
   int64_t ms = 0;      // slow, ckpt_slow
   int sig = 9;         // kill
-  int factor = 1;      // selfcheck_slow
+  int factor = 1;      // selfcheck_slow, spike
   std::string detail;  // hang: how; nan: where; bitflip: tensor; ckpt_crash: phase
   int attempt = 1;     // the launch it acts in; -1 = every launch
   bool on(int r, int64_t step) const { return (rank < 0 || rank == r) && step >= first_step && step <= last_step; }

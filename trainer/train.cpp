@@ -11,6 +11,7 @@
 
 #include "health/fault_inject.h"
 #include "health/heartbeat.h"
+#include "health/loss_spikes.h"
 #include "health/ready_check.h"
 #include "health/straggler.h"
 #include "health/watchdog.h"
@@ -132,6 +133,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
                  run.zero.buckets().size(), run.tokens_per_step());
   }
   ReplicaCheck replicas(cfg, run);
+  LossSpikes spikes(cfg.health);
   const LrSchedule lr{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps,
                       cfg.optimizer.decay_steps, cfg.optimizer.decay};
   const double flops_per_step =
@@ -155,12 +157,17 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     const Fault* nan = faults.find(FaultKind::nan, rank, step + 1);
     if (nan) log_injection(*nan, rank, step + 1, "where=" + nan->detail);
     const bool nan_grads = nan && nan->detail == "grad", loss_nonfinite = nan && nan->detail == "loss";
-    const double loss = run.train_step(step, nan_grads ? std::numeric_limits<double>::quiet_NaN() : scale);
+    double loss = run.train_step(step, nan_grads ? std::numeric_limits<double>::quiet_NaN() : scale);
+    if (const Fault* f = faults.find(FaultKind::spike, rank, step + 1)) {
+      log_injection(*f, rank, step + 1, fmt::format("factor={}", f->factor));
+      loss *= f->factor;
+    }
+    const bool skip_spike = spikes.check(step + 1, loss, rank0) && cfg.health.on_spike == "skip";
     const RankRun::Overflow nonfinite = run.first_overflow(loss_nonfinite);  // Inf/NaN on any rank: skip the step
     const int overflow = nonfinite.rank;
     const double rate = lr.at(step + 1 - skipped);  // skipped steps do not advance the schedule (Megatron)
     double norm = std::numeric_limits<double>::quiet_NaN();
-    if (overflow < 0) {
+    if (overflow < 0 && !skip_spike) {
       norm = run.grad_norm() / scale;
       run.optimizer.step(run.zero.optimizer_params(), run.zero.optimizer_grads(), static_cast<float>(rate), norm,
                          static_cast<float>(1.0 / scale));

@@ -49,6 +49,23 @@ TEST_F(NonFiniteE2E, ANonFiniteLossIsNamedWithItsRank) {
   EXPECT_CONTAINS(r.output, "NONFINITE step=3 origin_rank=1 where=loss skipped=1/5");
 }
 
+// Robustness spec R17: a loss 100 times its recent median at step 35 is a LOSS_SPIKE; with
+// health.on_spike = "skip" its update is skipped on every rank (counted, no gradient norm), and the
+// next step trains normally.
+TEST_F(NonFiniteE2E, ALossSpikeIsLoggedAndItsUpdateSkipped) {
+  const auto r = run(2, "spike:rank=*:step=35:factor=100", "--set train.steps=37 --set health.on_spike=skip");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "LOSS_SPIKE step=35 value=");
+  EXPECT_CONTAINS(r.output, "policy=skip");
+  const auto m = test::metrics_lines(dir_ / "m.jsonl");
+  ASSERT_EQ(m.size(), 37u);
+  EXPECT_EQ(m[33]["skipped_steps"], 0);
+  EXPECT_EQ(m[34]["skipped_steps"], 1);
+  EXPECT_TRUE(m[34]["grad_norm"].is_null());
+  EXPECT_FALSE(m[35]["grad_norm"].is_null());
+  EXPECT_EQ(r.output.find("LOSS_SPIKE step=36"), std::string::npos) << r.output;
+}
+
 TEST_F(NonFiniteE2E, FiveInARowStopTheRunWithCode76) {
   const auto r = run(2, "nan:rank=0:step=7..14", "--set train.steps=20");
   EXPECT_EQ(r.code, 76) << r.output;

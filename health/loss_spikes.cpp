@@ -1,0 +1,34 @@
+#include "health/loss_spikes.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace megatrain {
+
+double LossSpikes::reference() const {
+  if (window_.size() < 10) return 0.0;
+  std::vector<double> v(window_.begin(), window_.end());
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+bool LossSpikes::check(int64_t step, double loss, bool log) {
+  if (opts_.spike_factor <= 0.0 || !std::isfinite(loss)) return false;
+  const double ref = reference();
+  if (ref > 0.0 && loss >= opts_.spike_factor * ref) {
+    if (log)
+      spdlog::warn("LOSS_SPIKE step={} value={:.4g} ref={:.4g} policy={}: the loss is {:.1f}× the median of the last {} "
+                   "steps{}",
+                   step, loss, ref, opts_.on_spike, loss / ref, window_.size(),
+                   opts_.on_spike == "skip" ? "; the update is skipped" : "");
+    return true;
+  }
+  window_.push_back(loss);
+  if (static_cast<int>(window_.size()) > opts_.spike_window) window_.pop_front();
+  return false;
+}
+
+}  // namespace megatrain
