@@ -17,6 +17,7 @@ struct HealthOptions {
   double io_timeout_s = 1800.0;         // checkpoint saves and validation
   double heartbeat_interval_s = 1.0;    // hb/rank_R.json rewritten this often (needs run_dir); 0 = off
   int flight_recorder_entries = 2000;   // operations kept per process
+  bool timeline = false;                // per-rank Chrome traces in run_dir/timeline (health/timeline.h)
   // Straggler detection (health/straggler.h).
   int straggler_window = 50;            // steps per scoring window; 0 = off
   double straggler_threshold = 0.7;     // a score below this is slow

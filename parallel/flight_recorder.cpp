@@ -1,5 +1,6 @@
 #include "parallel/flight_recorder.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace megatrain {
@@ -53,6 +54,24 @@ void FlightRecorder::complete(int64_t id, bool ok) {
   FlightRecord& r = ring_[static_cast<size_t>(id - ring_.front().id)];
   r.t_end = t;
   r.state = ok ? FlightState::done : FlightState::failed;
+}
+
+std::vector<FlightRecord> FlightRecorder::ended_since(int64_t& next) const {
+  std::lock_guard lock(mu_);
+  std::vector<FlightRecord> out;
+  if (ring_.empty()) return out;
+  next = std::max(next, ring_.front().id);
+  for (size_t i = static_cast<size_t>(next - ring_.front().id); i < ring_.size(); ++i) {
+    if (ring_[i].state == FlightState::in_flight) break;
+    out.push_back(ring_[i]);
+    next = ring_[i].id + 1;
+  }
+  return out;
+}
+
+std::string FlightRecorder::group_name(int group) const {
+  std::lock_guard lock(mu_);
+  return groups_[static_cast<size_t>(group)].name;
 }
 
 FlightSnapshot FlightRecorder::snapshot() const {

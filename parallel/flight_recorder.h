@@ -59,6 +59,10 @@ class FlightRecorder {
   void complete(int64_t id, bool ok);
 
   FlightSnapshot snapshot() const;
+  // The records from id `next` on that have ended, up to the first still in flight (or dropped from
+  // the ring); `next` moves past them. For a timeline that emits each operation once.
+  std::vector<FlightRecord> ended_since(int64_t& next) const;
+  std::string group_name(int group) const;
   // Operations completed so far, and the steady-clock time (seconds) of the latest completion or
   // issue: the watchdog's evidence of progress. Lock-free.
   int64_t completed() const { return completed_.load(std::memory_order_relaxed); }

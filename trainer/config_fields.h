@@ -86,7 +86,7 @@ void for_each_field(C& c, V&& v) {
   v("health", "init_timeout_s", h.init_timeout_s), v("health", "step_timeout_floor_s", h.step_timeout_floor_s);
   v("health", "step_timeout_factor", h.step_timeout_factor), v("health", "calibrate_steps", h.calibrate_steps);
   v("health", "io_timeout_s", h.io_timeout_s), v("health", "heartbeat_interval_s", h.heartbeat_interval_s);
-  v("health", "flight_recorder_entries", h.flight_recorder_entries);
+  v("health", "flight_recorder_entries", h.flight_recorder_entries), v("health", "timeline", h.timeline);
   v("health", "straggler_window", h.straggler_window), v("health", "straggler_threshold", h.straggler_threshold);
   v("health", "straggler_min_ms", h.straggler_min_ms), v("health", "straggler_windows", h.straggler_windows);
   v("health", "slow_step_factor", h.slow_step_factor), v("health", "replica_check_interval", h.replica_check_interval);

@@ -14,6 +14,7 @@
 #include "health/loss_spikes.h"
 #include "health/ready_check.h"
 #include "health/straggler.h"
+#include "health/timeline.h"
 #include "health/watchdog.h"
 #include "kernels/ops.h"
 #include "parallel/flight_recorder.h"
@@ -86,6 +87,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   const int node = rank / ranks_per_node_from_env();
   Heartbeat heartbeat(cfg.health, progress, rank, node, host_name());
   StragglerDetector stragglers(cfg.health, world, node, host_name());
+  Timeline timeline(cfg.health, rank, host_name());
   inject_at_step_start(faults, rank, 0);
   wait_for_all_ranks(world, 0.9 * cfg.health.init_timeout_s);  // before the watchdogs' init timeout fires
   RankRun run(cfg, world);
@@ -200,6 +202,8 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     const double waited_ms = run.dp_comm.stats().exposed_ms + run.tp_comm.stats().exposed_ms +
                              run.pp_comm.stats().exposed_ms + world.stats().exposed_ms;
     stragglers.step_done(step + 1, dt * 1e3 - waited_ms, waited_ms);
+    timeline.step(step + 1, std::chrono::duration<double>(t0.time_since_epoch()).count(),
+                  std::chrono::duration<double>(t0.time_since_epoch()).count() + dt, dt * 1e3 - waited_ms, waited_ms);
     result.losses.push_back(loss);
     result.grad_norms.push_back(norm);
     logged.add(dt, run.dp_comm.stats(), run.tp_comm.stats(), run.pp_comm.stats());

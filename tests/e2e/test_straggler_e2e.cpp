@@ -22,13 +22,13 @@ namespace fs = std::filesystem;
 
 class StragglerE2E : public test::TrainE2E {
  protected:
-  test::Result run(const std::string& fault, int steps) {
+  test::Result run(const std::string& fault, int steps, const std::string& extra = "") {
     return test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MEGATRAIN_FAULT='" + fault +
                            "' mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x MEGATRAIN_FAULT " +
                            test::megatrain_bin() + " train --config " + config_.string() +
                            " --set parallel.tp=2 --set train.eval_interval=0 --set log.peak_tflops=0 --set log.interval=10"
                            " --set train.steps=" + std::to_string(steps) + " --set health.straggler_window=10"
-                           " --set health.run_dir=" + (dir_ / "run").string());
+                           " --set health.run_dir=" + (dir_ / "run").string() + " " + extra);
   }
   // The ranks named by `kind` lines (STRAGGLER, INDIVIDUAL_DEGRADATION) and the first step at which each was.
   static std::map<int, int64_t> named(const std::string& output, const std::string& kind) {
@@ -81,6 +81,53 @@ TEST_F(StragglerE2E, ARankSlowerThanItsOwnPastIsReported) {
   ASSERT_TRUE(d.contains(0)) << r.output;
   EXPECT_LE(d.at(0), 50);
   EXPECT_EQ(d.size(), 1u) << r.output;
+}
+
+// Robustness spec R15: with health.timeline on, `megatrain trace merge` joins the 4 ranks' traces
+// into one that parses as a Chrome trace, and its heat map shows the straggler: rank 3 computes
+// ~200 ms per step and waits little, the others wait ~200 ms. The picture script draws it.
+TEST_F(StragglerE2E, TheMergedTimelineShowsWhoWaitedForWhom) {
+  const auto r = run("slow:rank=3:ms=200:from_step=1", 12, "--set health.timeline=true");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto m = test::run_megatrain("trace merge " + (dir_ / "run").string());
+  ASSERT_EQ(m.code, 0) << m.output;
+  EXPECT_CONTAINS(m.output, "4 ranks, ");
+  std::ifstream merged(dir_ / "run" / "timeline" / "merged.trace.json");
+  const auto doc = nlohmann::json::parse(merged);
+  std::set<int> pids;
+  int steps = 0, comms = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    ASSERT_TRUE(e.contains("ph") && e.contains("pid")) << e.dump();
+    pids.insert(e["pid"].get<int>());
+    if (e["ph"] == "X") {
+      ASSERT_TRUE(e["ts"].is_number() && e["dur"].get<double>() >= 0.0 && e.contains("tid")) << e.dump();
+      (e["cat"] == "step" ? steps : comms) += 1;
+    }
+  }
+  EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(steps, 4 * 12);
+  EXPECT_GT(comms, 4 * 12);
+  std::ifstream heat(dir_ / "run" / "timeline" / "heatmap.tsv");
+  std::string header;
+  std::getline(heat, header);
+  EXPECT_EQ(header, "rank\tsteps\tstep_ms\tcompute_ms\twait_ms");
+  for (int rank, n; heat >> rank >> n;) {
+    double step_ms, compute_ms, wait_ms;
+    heat >> step_ms >> compute_ms >> wait_ms;
+    if (rank == 3) {
+      EXPECT_GT(compute_ms, 180.0);
+      EXPECT_LT(wait_ms, compute_ms / 2);
+    } else {
+      EXPECT_LT(compute_ms, 100.0) << rank;
+      EXPECT_GT(wait_ms, 150.0) << rank;
+    }
+  }
+  const fs::path png = dir_ / "timeline.png";
+  const auto plot = test::run_shell(MEGATRAIN_SOURCE_DIR "/scripts/plot_timeline.py " +
+                                    (dir_ / "run" / "timeline" / "merged.trace.json").string() + " -o " + png.string() +
+                                    " --first-step 5 --steps 2");
+  ASSERT_EQ(plot.code, 0) << plot.output;
+  EXPECT_GT(fs::file_size(png), 10000u);
 }
 
 }  // namespace
