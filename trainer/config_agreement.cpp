@@ -64,10 +64,21 @@ void agree_on_config(const Config& cfg, const Comm& world) {
   world.broadcast(&n, 1, ref_rank).wait();
   std::string theirs = world.rank() == ref_rank ? text : std::string(static_cast<size_t>(n), '\0');
   world.broadcast(reinterpret_cast<uint8_t*>(theirs.data()), n, ref_rank).wait();
-  const std::string here = mine == ref ? "" : "; on this rank: " + first_difference(text, theirs, ref_rank);
-  throw InputError(fmt::format("{}: CONFIG_MISMATCH rank(s) [{}]: the resolved config differs from rank {}'s{}; give "
+  // Every rank learns every odd rank's first difference, so whichever rank's message is printed
+  // before the job is aborted says it all.
+  constexpr size_t kWidth = 256;
+  std::string here = mine == ref ? "" : first_difference(text, theirs, ref_rank).substr(0, kWidth - 1);
+  here.resize(kWidth, '\0');
+  std::vector<uint8_t> lines(static_cast<size_t>(p) * kWidth);
+  world.all_gather(lines.data(), reinterpret_cast<const uint8_t*>(here.data()),
+                   std::vector<int64_t>(static_cast<size_t>(p), static_cast<int64_t>(kWidth)))
+      .wait();
+  std::vector<std::string> where;
+  for (int r : odd)
+    where.push_back(fmt::format("rank {}: {}", r, reinterpret_cast<const char*>(lines.data() + static_cast<size_t>(r) * kWidth)));
+  throw InputError(fmt::format("{}: CONFIG_MISMATCH rank(s) [{}]: the resolved config differs from rank {}'s ({}); give "
                                "every rank the same config file, --set flags and megatrain binary",
-                               cfg.source, fmt::join(odd, ", "), ref_rank, here));
+                               cfg.source, fmt::join(odd, ", "), ref_rank, fmt::join(where, "; ")));
 }
 
 }  // namespace megatrain

@@ -2,8 +2,8 @@
 // validation): a rank given other flags, another file or an old binary would issue collectives of
 // other sizes and hang or corrupt the job. After resolving, the ranks compare a hash of the
 // resolved TOML (one all-gather); when they differ, every rank throws InputError (exit code 64)
-// "CONFIG_MISMATCH rank(s) [R…] …", and each differing rank names its first differing key and both
-// values. Collective over `world`.
+// "CONFIG_MISMATCH rank(s) [R…] …" naming, for each differing rank, its first differing key and
+// both values. Collective over `world`.
 #pragma once
 #include "parallel/comm.h"
 #include "trainer/config.h"

@@ -201,7 +201,7 @@ TEST_F(TrainE2E, OneFailingRankAbortsTheWholeJobWithoutAHang) {
 }
 
 // Robustness spec R19: rank 2 of 3 is given another (valid) model width. Before any collective
-// could diverge, every rank stops with exit code 64, rank 2 naming the key and both values.
+// could diverge, every rank stops with exit code 64 naming rank 2, the key and both values.
 TEST_F(TrainE2E, ARankWithAnotherConfigIsRefusedBeforeTraining) {
   const std::string run = test::megatrain_bin() + " train --config " + config_.string() + " --set train.steps=5";
   const auto r = test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
@@ -209,8 +209,8 @@ TEST_F(TrainE2E, ARankWithAnotherConfigIsRefusedBeforeTraining) {
                                  run + " --set train.global_batch_size=24 --set model.d_model=128",
                                  90);
   EXPECT_EQ(r.code, 64) << r.output;
-  EXPECT_CONTAINS(r.output, "CONFIG_MISMATCH rank(s) [2]: the resolved config differs from rank 0's; on this rank: "
-                            "model.d_model = 128 where rank 0 has model.d_model = 64");
+  EXPECT_CONTAINS(r.output, "CONFIG_MISMATCH rank(s) [2]: the resolved config differs from rank 0's (rank 2: "
+                            "model.d_model = 128 where rank 0 has model.d_model = 64)");
   EXPECT_EQ(r.output.find("| loss "), std::string::npos) << "training started:\n" << r.output;
 }
 

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Robustness benchmark on 4 ranks, (tp, dp) = (2, 2), a tiny GPT (2 layers, d 64, seq 64, the
+# fortunes corpus), as the fault tests run it:
+#  1. overhead: the median step time with every health feature off (watchdog, heartbeats,
+#     straggler windows, replica checks), with the defaults on, and with the timeline on too —
+#     REPS runs of STEPS steps each, interleaved, the first 10 steps of each discarded;
+#  2. false positives: CLEAN clean runs of 60 steps with the tight settings of the tests (2 s step
+#     timeout, straggler windows of 10 steps, replica checks every 5 steps) must print no WATCHDOG,
+#     STRAGGLER, INDIVIDUAL_DEGRADATION, REPLICA_MISMATCH or LOSS_SPIKE line and exit 0.
+#   bench/robustness.sh [DIR]          (DIR default runs/bench_robustness)
+# Environment: MEGATRAIN_BIN (default build/megatrain), REPS (5), STEPS (110), CLEAN (20).
+# Runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (they halve OpenBLAS on this machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$(realpath "${MEGATRAIN_BIN:-build/megatrain}")
+dir=${1:-runs/bench_robustness}
+reps=${REPS:-5}
+steps=${STEPS:-110}
+clean=${CLEAN:-20}
+[ -x "$bin" ] || { echo "$0: $bin not found; run scripts/setup.sh first" >&2; exit 2; }
+mkdir -p "$dir"
+[ -f "$dir/train.bin" ] || "$bin" preprocess --tokenizer bytes --doc-separator % \
+  --input /usr/share/games/fortunes/science --output-prefix "$dir/train" > /dev/null
+cat > "$dir/tiny.toml" <<EOF
+[model]
+n_layers = 2
+d_model = 64
+n_heads = 4
+vocab_size = 257
+max_seq_len = 64
+[train]
+seq_len = 64
+micro_batch_size = 8
+global_batch_size = 16
+[data]
+train = "$dir/train"
+[log]
+interval = 1
+peak_tflops = 0
+EOF
+grep -m1 "model name" /proc/cpuinfo
+run() {  # NAME STEPS FLAGS...: one 4-rank run, metrics in DIR/NAME.jsonl, output in DIR/NAME.log
+  local name=$1 n=$2
+  shift 2
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 "$bin" train --config "$dir/tiny.toml" \
+    --set parallel.tp=2 --set train.steps="$n" --set log.metrics_file="$dir/$name.jsonl" \
+    --set health.run_dir="$dir/run_$name" "$@" > "$dir/$name.log" 2>&1
+}
+off="--set health.watchdog=false --set health.heartbeat_interval_s=0 --set health.straggler_window=0 --set health.replica_check_interval=0 --set health.spike_factor=0"
+for r in $(seq "$reps"); do
+  # shellcheck disable=SC2086
+  run "off_$r" "$steps" $off
+  run "on_$r" "$steps"
+  run "timeline_$r" "$steps" --set health.timeline=true
+done
+/usr/bin/python3 - "$dir" "$reps" <<'EOF'
+import json, statistics, sys
+d, reps = sys.argv[1], int(sys.argv[2])
+def median_step(name):
+    ms = [json.loads(l)["step_time_ms"] for l in open(f"{d}/{name}.jsonl") if "step_time_ms" in l]
+    return statistics.median(ms[10:])
+res = {c: statistics.median(median_step(f"{c}_{r}") for r in range(1, reps + 1)) for c in ("off", "on", "timeline")}
+print(f"median step time over {reps} runs: health off {res['off']:.2f} ms, defaults on {res['on']:.2f} ms "
+      f"({100 * (res['on'] / res['off'] - 1):+.1f} %), timeline on {res['timeline']:.2f} ms "
+      f"({100 * (res['timeline'] / res['off'] - 1):+.1f} %)")
+EOF
+fp=0
+for r in $(seq "$clean"); do
+  if ! run "clean_$r" 60 --set health.step_timeout_floor_s=2 --set health.calibrate_steps=3 \
+      --set health.straggler_window=10 --set health.replica_check_interval=5; then
+    echo "clean run $r failed: see $dir/clean_$r.log"; fp=$((fp + 1)); continue
+  fi
+  if grep -qE "WATCHDOG|STRAGGLER|INDIVIDUAL_DEGRADATION|REPLICA_MISMATCH|LOSS_SPIKE" "$dir/clean_$r.log"; then
+    grep -E "WATCHDOG|STRAGGLER|INDIVIDUAL_DEGRADATION|REPLICA_MISMATCH|LOSS_SPIKE" "$dir/clean_$r.log" | head -3
+    fp=$((fp + 1))
+  fi
+done
+echo "false positives over $clean clean runs: $fp"
