@@ -7,7 +7,8 @@
 //  - a rank dying before the first save in every launch: exit 93 after 3 attempts without progress;
 //    a bad config: exit 64 after one attempt;
 //  - a chaos soak of random kills, hangs, exceptions, slow ranks and checkpoint crashes: every fault
-//    detected, the run finishes, and its final weights equal the fault-free run's; no process is
+//    detected that its launch ran long enough to detect (a slow rank is judged over whole straggler
+//    windows; the next fault or the end of training may come first), the run finishes, and its final weights equal the fault-free run's; no process is
 //    left. Prints the figures (detection latency, restarts, ETTR).
 #include <gtest/gtest.h>
 
@@ -151,9 +152,9 @@ TEST_F(ResilientE2E, AChaosSoakEndsWithTheFaultFreeWeights) {
   const auto survivors = test::run_shell("pgrep -fc '[m]egatrain train --config " + config_.string() + "'");
   EXPECT_EQ(survivors.output, "0\n") << "processes outlived the soak";
   expect_equals_clean_run(600, clean_run(600, flags));
-  std::printf("chaos soak: %d faults injected, %d detected (%zu superseded), detection mean %.2f s max %.2f s, "
+  std::printf("chaos soak: %d faults injected, %d detected (%zu cut short), detection mean %.2f s max %.2f s, "
               "%d launches, ETTR %.1f%% over %.1f s\n",
-              faults[0]["injected"].get<int>(), faults[0]["detected"].get<int>(), faults[0]["superseded"].size(),
+              faults[0]["injected"].get<int>(), faults[0]["detected"].get<int>(), faults[0]["cut_short"].size(),
               faults[0]["mean_detection_s"].get<double>(), faults[0]["max_detection_s"].get<double>(),
               end["attempts"].get<int>(), 100 * end["ettr"].get<double>(), end["wall_s"].get<double>());
 }
