@@ -16,6 +16,7 @@
 
 #include "health/fault_plan.h"
 #include "kernels/ops.h"
+#include "parallel/comm_gather.h"
 
 namespace megatrain {
 namespace {
@@ -23,28 +24,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Every rank's value of x.
-template <class T>
-std::vector<T> gather(const Comm& world, T x) {
-  const auto p = static_cast<size_t>(world.size());
-  std::vector<T> all(p);
-  world.all_gather(all.data(), &x, std::vector<int64_t>(p, 1)).wait();
-  return all;
-}
-
-// Every rank's text (at most 255 bytes each).
-std::vector<std::string> gather_text(const Comm& world, const std::string& s) {
-  constexpr size_t kWidth = 256;
-  const auto p = static_cast<size_t>(world.size());
-  std::string slot = s.substr(0, kWidth - 1);
-  slot.resize(kWidth, '\0');
-  std::vector<uint8_t> all(p * kWidth);
-  world.all_gather(all.data(), reinterpret_cast<const uint8_t*>(slot.data()), std::vector<int64_t>(p, kWidth)).wait();
-  std::vector<std::string> out;
-  for (size_t r = 0; r < p; ++r) out.emplace_back(reinterpret_cast<const char*>(all.data() + r * kWidth));
-  return out;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -67,7 +46,7 @@ SelfCheckResult loopback(const Comm& world) {
   Work r = world.recv(in.data(), n, world.rank(), 0);
   world.send(out.data(), n, world.rank(), 0).wait();
   r.wait();
-  const auto bad = ranks_where(gather<uint8_t>(world, in == out ? 0 : 1));
+  const auto bad = ranks_where(all_gather_value<uint8_t>(world, in == out ? 0 : 1));
   return {"loopback", bad.empty(), since(t0), "8 MiB to itself, every byte compared", bad};
 }
 
@@ -106,7 +85,7 @@ SelfCheckResult pairs(const Comm& world, const std::vector<std::string>& hosts) 
       world.send(&ping, 1, prev, 3).wait();
     }
   }
-  const auto bw = gather(world, bandwidth), lat = gather(world, latency);
+  const auto bw = all_gather_value(world, bandwidth), lat = all_gather_value(world, latency);
   std::vector<double> measured;
   for (double b : bw)
     if (b > 0) measured.push_back(b);
@@ -140,7 +119,7 @@ SelfCheckResult all_reduce_check(const Comm& world) {
   bool ok = true;
   for (int64_t i = 0; i < n && ok; ++i)  // sum over ranks of (i % 97) + rank: exact in float32
     ok = x[static_cast<size_t>(i)] == static_cast<float>(p * (i % 97) + p * (p - 1) / 2);
-  const auto bad = ranks_where(gather<uint8_t>(world, ok ? 0 : 1));
+  const auto bad = ranks_where(all_gather_value<uint8_t>(world, ok ? 0 : 1));
   const double bus = 2.0 * (p - 1) / p * 4.0 * n / std::max(dt, 1e-9);
   return {"all_reduce", bad.empty(), since(t0), fmt::format("4 MiB exact; bus bandwidth {:.0f} MB/s", bus / 1e6), bad};
 }
@@ -157,7 +136,7 @@ SelfCheckResult all_to_all_check(const Comm& world) {
   bool ok = true;
   for (int j = 0; j < p && ok; ++j)
     for (int64_t i = 0; i < k && ok; ++i) ok = out[static_cast<size_t>(j * k + i)] == static_cast<float>(j * 100000 + r * 1000 + i % 1000);
-  const auto bad = ranks_where(gather<uint8_t>(world, ok ? 0 : 1));
+  const auto bad = ranks_where(all_gather_value<uint8_t>(world, ok ? 0 : 1));
   return {"all_to_all", bad.empty(), since(t0), "every block where it belongs", bad};
 }
 
@@ -184,7 +163,7 @@ SelfCheckResult gemm(const Comm& world) {
     }
     mine = 2.0 * kN * kN * kN / best;
   }
-  const auto speed = gather(world, mine);
+  const auto speed = all_gather_value(world, mine);
   const double med = median(speed);
   std::vector<int> bad;
   std::vector<std::string> text;
@@ -217,7 +196,7 @@ SelfCheckResult storage(const Comm& world, const std::string& dir) {
       why = fmt::format("{}: what was read back differs from what was written", path);
     std::filesystem::remove(path, ec);
   }
-  const auto texts = gather_text(world, why);
+  const auto texts = all_gather_text(world, why);
   std::vector<int> bad;
   std::vector<std::string> reasons;
   for (size_t r = 0; r < texts.size(); ++r)
@@ -237,7 +216,7 @@ SelfCheckResult memory(const Comm& world, double min_free_mb) {
     if (key == "MemAvailable:") free_mb = kb / 1024.0;
     meminfo.ignore(1 << 10, '\n');
   }
-  const auto all = gather(world, free_mb);
+  const auto all = all_gather_value(world, free_mb);
   std::vector<int> bad;
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r] < min_free_mb) bad.push_back(static_cast<int>(r));
@@ -250,7 +229,7 @@ SelfCheckResult memory(const Comm& world, double min_free_mb) {
 SelfCheckReport run_selfcheck(const Comm& world, const SelfCheckOptions& o) {
   const auto t0 = Clock::now();
   SelfCheckReport rep;
-  rep.hosts = gather_text(world, host_name());
+  rep.hosts = all_gather_text(world, host_name());
   rep.checks = {loopback(world),        pairs(world, rep.hosts), all_reduce_check(world), all_to_all_check(world),
                 gemm(world),            storage(world, o.storage_dir), memory(world, o.min_free_mb)};
   std::set<int> ranks;

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "parallel/comm_gather.h"
+
 namespace megatrain {
 namespace {
-
-constexpr size_t kHostBytes = 64;  // host names are gathered in fixed-width slots
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -80,16 +80,8 @@ std::vector<StragglerReport> StragglerScorer::add_window(int64_t last_step, cons
 StragglerDetector::StragglerDetector(const HealthOptions& opts, const Comm& world, int node, std::string host)
     : opts_(opts), world_(world), scorer_(opts, world.size()) {
   if (opts_.straggler_window <= 0) return;
-  const auto p = static_cast<size_t>(world_.size());
-  nodes_.assign(p, 0);
-  std::vector<int64_t> ones(p, 1), slots(p, static_cast<int64_t>(kHostBytes));
-  int32_t mine = node;
-  world_.all_gather(nodes_.data(), &mine, ones).wait();
-  std::string padded = host.substr(0, kHostBytes - 1);
-  padded.resize(kHostBytes, '\0');
-  std::vector<uint8_t> names(p * kHostBytes);
-  world_.all_gather(names.data(), reinterpret_cast<const uint8_t*>(padded.data()), slots).wait();
-  for (size_t r = 0; r < p; ++r) hosts_.emplace_back(reinterpret_cast<const char*>(names.data() + r * kHostBytes));
+  nodes_ = all_gather_value<int32_t>(world_, node);
+  hosts_ = all_gather_text(world_, host);
   if (world_.rank() == 0 && !opts_.run_dir.empty()) {
     const std::filesystem::path dir = std::filesystem::path(opts_.run_dir) / "reports";
     std::filesystem::create_directories(dir);
@@ -120,7 +112,7 @@ void StragglerDetector::step_done(int64_t step, double compute_ms, double wait_m
     for (const StragglerReport& r : reports) report(r, nodes_, hosts_);
 }
 
-void StragglerDetector::report(const StragglerReport& r, const std::vector<int>& nodes,
+void StragglerDetector::report(const StragglerReport& r, const std::vector<int32_t>& nodes,
                                const std::vector<std::string>& hosts) {
   const auto i = static_cast<size_t>(r.rank);
   if (r.kind == "SLOW_STEP")

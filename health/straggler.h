@@ -60,13 +60,13 @@ class StragglerDetector {
   void step_done(int64_t step, double compute_ms, double wait_ms);
 
  private:
-  void report(const StragglerReport& r, const std::vector<int>& nodes, const std::vector<std::string>& hosts);
+  void report(const StragglerReport& r, const std::vector<int32_t>& nodes, const std::vector<std::string>& hosts);
 
   HealthOptions opts_;
   Comm world_;
   StragglerScorer scorer_;
   std::vector<double> compute_, wait_;  // this window's, this rank's
-  std::vector<int> nodes_;
+  std::vector<int32_t> nodes_;
   std::vector<std::string> hosts_;
   std::ofstream jsonl_;
 };

@@ -1,5 +1,7 @@
 #include "trainer/config_agreement.h"
 
+#include "parallel/comm_gather.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -46,8 +48,7 @@ void agree_on_config(const Config& cfg, const Comm& world) {
   const int p = world.size();
   const std::string text = comparable(cfg);
   const int64_t mine = fnv1a(text);
-  std::vector<int64_t> all(static_cast<size_t>(p));
-  world.all_gather(all.data(), &mine, std::vector<int64_t>(static_cast<size_t>(p), 1)).wait();
+  const std::vector<int64_t> all = all_gather_value(world, mine);
   std::map<int64_t, int> votes;
   for (int64_t h : all) ++votes[h];
   if (votes.size() == 1) return;
@@ -66,16 +67,11 @@ void agree_on_config(const Config& cfg, const Comm& world) {
   world.broadcast(reinterpret_cast<uint8_t*>(theirs.data()), n, ref_rank).wait();
   // Every rank learns every odd rank's first difference, so whichever rank's message is printed
   // before the job is aborted says it all.
-  constexpr size_t kWidth = 256;
-  std::string here = mine == ref ? "" : first_difference(text, theirs, ref_rank).substr(0, kWidth - 1);
-  here.resize(kWidth, '\0');
-  std::vector<uint8_t> lines(static_cast<size_t>(p) * kWidth);
-  world.all_gather(lines.data(), reinterpret_cast<const uint8_t*>(here.data()),
-                   std::vector<int64_t>(static_cast<size_t>(p), static_cast<int64_t>(kWidth)))
-      .wait();
+  const std::vector<std::string> lines =
+      all_gather_text(world, mine == ref ? "" : first_difference(text, theirs, ref_rank));
   std::vector<std::string> where;
   for (int r : odd)
-    where.push_back(fmt::format("rank {}: {}", r, reinterpret_cast<const char*>(lines.data() + static_cast<size_t>(r) * kWidth)));
+    where.push_back(fmt::format("rank {}: {}", r, lines[static_cast<size_t>(r)]));
   throw InputError(fmt::format("{}: CONFIG_MISMATCH rank(s) [{}]: the resolved config differs from rank {}'s ({}); give "
                                "every rank the same config file, --set flags and megatrain binary",
                                cfg.source, fmt::join(odd, ", "), ref_rank, fmt::join(where, "; ")));

@@ -1,5 +1,7 @@
 #include "trainer/replica_check.h"
 
+#include "parallel/comm_gather.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -36,9 +38,7 @@ ReplicaCheck::ReplicaCheck(const Config& cfg, RankRun& run) : run_(run), interva
     interval_ = 0;
     return;
   }
-  const int p = run_.dp_comm.size(), me = run_.world.rank();
-  dp_world_ranks_.resize(static_cast<size_t>(p));
-  run_.dp_comm.all_gather(dp_world_ranks_.data(), &me, std::vector<int64_t>(static_cast<size_t>(p), 1)).wait();
+  dp_world_ranks_ = all_gather_value<int32_t>(run_.dp_comm, run_.world.rank());
 }
 
 void ReplicaCheck::after_step(int64_t step) {

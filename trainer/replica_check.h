@@ -29,7 +29,7 @@ class ReplicaCheck {
  private:
   RankRun& run_;
   int64_t interval_ = 0;  // 0 = off
-  std::vector<int> dp_world_ranks_;
+  std::vector<int32_t> dp_world_ranks_;
 };
 
 }  // namespace megatrain
