@@ -1,5 +1,7 @@
 #include "health/loss_spikes.h"
 
+#include "health/median.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -9,10 +11,7 @@
 namespace megatrain {
 
 double LossSpikes::reference() const {
-  if (window_.size() < 10) return 0.0;
-  std::vector<double> v(window_.begin(), window_.end());
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
+  return window_.size() < 10 ? 0.0 : median({window_.begin(), window_.end()});
 }
 
 bool LossSpikes::check(int64_t step, double loss, bool log) {

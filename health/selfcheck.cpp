@@ -15,6 +15,7 @@
 #include <set>
 
 #include "health/fault_plan.h"
+#include "health/median.h"
 #include "kernels/ops.h"
 #include "parallel/comm_gather.h"
 
@@ -24,11 +25,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 // The ranks whose flag is set, from every rank's flag.
 std::vector<int> ranks_where(const std::vector<uint8_t>& bad) {

@@ -8,21 +8,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "health/median.h"
 #include "parallel/comm_gather.h"
 
 namespace megatrain {
-namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  double m = v[mid];
-  if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2.0;
-  return m;
-}
-
-}  // namespace
 
 StragglerScorer::StragglerScorer(const HealthOptions& opts, int ranks)
     : opts_(opts),

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "health/flight_dump.h"
+#include "health/median.h"
 #include "kernels/check.h"
 
 namespace megatrain {
@@ -34,12 +35,6 @@ nlohmann::json read_events(const fs::path& file) {
   } catch (const nlohmann::json::exception& e) {
     throw DataError(fmt::format("{}: not a megatrain timeline ({})", file.string(), e.what()));
   }
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
