@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -99,6 +100,8 @@ Fault parse_one(const std::string& spec, const std::string& item) {
     if (f.first_step < lowest || f.last_step < f.first_step)
       bad(spec, fmt::format("step = \"{}\" must be S or A..B with {} ≤ A ≤ B", s->second, lowest));
   }
+  if (f.kind == FaultKind::ckpt_slow || f.kind == FaultKind::selfcheck_slow)  // no step key: every step
+    f.first_step = std::numeric_limits<int64_t>::min();
   if (kv.contains("from_step")) f.first_step = integer(spec, "from_step", kv["from_step"]);
   if (kv.contains("to_step")) f.last_step = integer(spec, "to_step", kv["to_step"]);
   if (f.kind == FaultKind::slow && (f.first_step < 1 || f.last_step < f.first_step))
@@ -233,9 +236,7 @@ FaultPlan& FaultPlan::from_environment() {
 const Fault* FaultPlan::find(FaultKind kind, int rank, int64_t step) const {
   std::lock_guard lock(mu_);
   for (const Fault& f : faults_)
-    if (f.kind == kind &&
-        (kind == FaultKind::ckpt_slow || kind == FaultKind::selfcheck_slow ? f.rank < 0 || f.rank == rank : f.on(rank, step)))
-      return &f;
+    if (f.kind == kind && f.on(rank, step)) return &f;
   return nullptr;
 }
 

@@ -71,8 +71,8 @@ class FaultPlan {
   static FaultPlan& from_environment();
   ~FaultPlan();
 
-  // The first fault of `kind` for rank `rank` at `step` (ckpt_slow, selfcheck_slow: any step), or nullptr. The
-  // pointer stays valid for the plan's life.
+  // The first fault of `kind` for rank `rank` at `step` (ckpt_slow and selfcheck_slow, which take no
+  // step, act at every step), or nullptr. The pointer stays valid for the plan's life.
   const Fault* find(FaultKind kind, int rank, int64_t step) const;
   // Random mode (health/fault_random.h): adds the faults due by now, acting from `step`, for a
   // world of `world` ranks; the clock starts at the first call.
