@@ -12,6 +12,7 @@
 
 #include "health/fault_random.h"
 #include "kernels/check.h"
+#include "parallel/launch_env.h"
 
 namespace megatrain {
 namespace {
@@ -215,18 +216,7 @@ void FaultPlan::arm_random(int64_t step, int world) {
 
 FaultPlan& FaultPlan::from_environment() {
   static FaultPlan plan = [] {
-    const char* a = std::getenv("MEGATRAIN_ATTEMPT");
-    int attempt = 1;
-    if (a) {
-      size_t used = 0;
-      try {
-        attempt = std::stoi(a, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      MT_INPUT_CHECK(used > 0 && used == std::string(a).size() && attempt >= 1,
-                     "MEGATRAIN_ATTEMPT = \"{}\": expected the attempt number, 1, 2, … (set by scripts/megatrain-resilient)", a);
-    }
+    const int attempt = int_from_env("MEGATRAIN_ATTEMPT", 1, 1);  // set by scripts/megatrain-resilient
     const char* v = std::getenv("MEGATRAIN_FAULT");
     return parse(v ? v : "", attempt);
   }();

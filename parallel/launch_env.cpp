@@ -73,6 +73,11 @@ int local_size_from_env() {
   return 1;
 }
 
+int int_from_env(const char* var, int min, int fallback) {
+  const char* v = get(var);
+  return v ? parse_int(var, v, min) : fallback;
+}
+
 int ranks_per_node_from_env() {
   if (const char* v = get("MEGATRAIN_RANKS_PER_NODE")) return parse_int("MEGATRAIN_RANKS_PER_NODE", v, 1);
   return local_size_from_env();

@@ -20,11 +20,29 @@ class LaunchEnv : public ::testing::Test {
   static void clear() {
     for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_LOCALID",
                           "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "MPI_LOCALRANKID",
-                          "MPI_LOCALNRANKS"})
+                          "MPI_LOCALNRANKS", "MEGATRAIN_RANKS_PER_NODE", "MEGATRAIN_ATTEMPT"})
       unsetenv(v);
   }
   static void set(const char* var, const char* value) { setenv(var, value, 1); }
 };
+
+// megatrain's own integers: MEGATRAIN_RANKS_PER_NODE groups ranks into virtual hosts (else the
+// launcher's local size), MEGATRAIN_ATTEMPT (read through int_from_env) counts launches.
+TEST_F(LaunchEnv, MegatrainIntegersAreReadOrRejectedByName) {
+  set("OMPI_COMM_WORLD_LOCAL_SIZE", "4");
+  EXPECT_EQ(ranks_per_node_from_env(), 4);
+  set("MEGATRAIN_RANKS_PER_NODE", "2");
+  EXPECT_EQ(ranks_per_node_from_env(), 2);
+  set("MEGATRAIN_RANKS_PER_NODE", "0");
+  EXPECT_NE(test::input_error_of([] { ranks_per_node_from_env(); }).find("MEGATRAIN_RANKS_PER_NODE='0'"), std::string::npos);
+  EXPECT_EQ(int_from_env("MEGATRAIN_ATTEMPT", 1, 1), 1);
+  set("MEGATRAIN_ATTEMPT", "3");
+  EXPECT_EQ(int_from_env("MEGATRAIN_ATTEMPT", 1, 1), 3);
+  set("MEGATRAIN_ATTEMPT", "two");
+  EXPECT_NE(test::input_error_of([] { int_from_env("MEGATRAIN_ATTEMPT", 1, 1); }).find("MEGATRAIN_ATTEMPT='two': expected an "
+                                                                                 "integer >= 1"),
+            std::string::npos);
+}
 
 TEST_F(LaunchEnv, FallsBackToRankZeroOfOne) {
   EXPECT_EQ(local_rank_from_env(), 0);
