@@ -197,16 +197,16 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     }
     replicas.after_step(step + 1);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    const CommStats dp = run.dp_comm.stats(), tp = run.tp_comm.stats(), pp = run.pp_comm.stats();
+    const double waited_ms = dp.exposed_ms + tp.exposed_ms + pp.exposed_ms + world.stats().exposed_ms;
     progress.set_loss(loss);
     watchdog.step_done(dt, world);
-    const double waited_ms = run.dp_comm.stats().exposed_ms + run.tp_comm.stats().exposed_ms +
-                             run.pp_comm.stats().exposed_ms + world.stats().exposed_ms;
     stragglers.step_done(step + 1, dt * 1e3 - waited_ms, waited_ms);
-    timeline.step(step + 1, std::chrono::duration<double>(t0.time_since_epoch()).count(),
-                  std::chrono::duration<double>(t0.time_since_epoch()).count() + dt, dt * 1e3 - waited_ms, waited_ms);
+    const double t_begin = std::chrono::duration<double>(t0.time_since_epoch()).count();
+    timeline.step(step + 1, t_begin, t_begin + dt, dt * 1e3 - waited_ms, waited_ms);
     result.losses.push_back(loss);
     result.grad_norms.push_back(norm);
-    logged.add(dt, run.dp_comm.stats(), run.tp_comm.stats(), run.pp_comm.stats());
+    logged.add(dt, dp, tp, pp);
     if (step == start_step) log.memory(step + 1, run.memory());
     const bool last = step + 1 == cfg.train.steps;
     if ((step + 1) % cfg.log.interval == 0 || last) {
