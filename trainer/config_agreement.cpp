@@ -1,15 +1,16 @@
 #include "trainer/config_agreement.h"
 
-#include "parallel/comm_gather.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <zlib.h>
 
 #include <cstdint>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "parallel/comm_gather.h"
 
 namespace megatrain {
 namespace {
@@ -19,12 +20,6 @@ namespace {
 std::string comparable(const Config& cfg) {
   const std::string text = config_to_toml(cfg);
   return text.substr(text.find('\n') + 1);
-}
-
-int64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return static_cast<int64_t>(h);
 }
 
 // "model.d_model = 128 where rank R has model.d_model = 64": the first line of `mine` that differs
@@ -47,7 +42,8 @@ std::string first_difference(const std::string& mine, const std::string& theirs,
 void agree_on_config(const Config& cfg, const Comm& world) {
   const int p = world.size();
   const std::string text = comparable(cfg);
-  const int64_t mine = fnv1a(text);
+  const int64_t mine = static_cast<int64_t>(crc32(0L, reinterpret_cast<const Bytef*>(text.data()),
+                                                   static_cast<uInt>(text.size())));
   const std::vector<int64_t> all = all_gather_value(world, mine);
   std::map<int64_t, int> votes;
   for (int64_t h : all) ++votes[h];

@@ -1,29 +1,16 @@
 #include "trainer/replica_check.h"
 
-#include "parallel/comm_gather.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 
+#include "checkpoint/checkpoint_shard.h"
+#include "parallel/comm_gather.h"
+
 namespace megatrain {
-namespace {
-
-uint64_t hash_floats(const float* x, int64_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, x + i, 4);
-    h = (h ^ bits) * 1099511628211ull;
-  }
-  return h;
-}
-
-}  // namespace
 
 ReplicaCheck::ReplicaCheck(const Config& cfg, RankRun& run) : run_(run), interval_(cfg.health.replica_check_interval) {
   if (interval_ <= 0 || run_.dp_comm.size() == 1) {
@@ -49,7 +36,7 @@ void ReplicaCheck::after_step(int64_t step) {
   std::vector<int64_t> mine(n), all(n * p);
   const float* base = run_.zero.held_params();
   for (size_t i = 0; i < n; ++i)
-    mine[i] = static_cast<int64_t>(hash_floats(base + layout.offset(i), layout.local_shape(i).numel()));
+    mine[i] = ckpt::crc_floats(base + layout.offset(i), layout.local_shape(i).numel());
   run_.dp_comm.all_gather(all.data(), mine.data(), std::vector<int64_t>(p, static_cast<int64_t>(n))).wait();
   std::vector<int> odd_ranks;
   std::vector<std::string> odd_params;

@@ -1,8 +1,9 @@
 // Silent divergence between data-parallel replicas (robustness spec R18; Megatron's
-// check_param_hashes_across_dp_replicas): every health.replica_check_interval steps each rank
-// hashes every tensor it holds and the data-parallel replicas compare their hashes (one
-// all-gather), then the world agrees (one all-reduce) whether any group differed. A replica that
-// differs from its group's majority (with no majority, as with two replicas: all of them) — a flipped bit in memory, a bad core, a missed update — ends
+// check_param_hashes_across_dp_replicas): every health.replica_check_interval steps each rank takes
+// the CRC-32 of every tensor it holds (no single flipped bit leaves it unchanged), the
+// data-parallel replicas compare them (one all-gather), then the world agrees (one all-reduce)
+// whether any group differed. A replica that differs from its group's majority (with no majority,
+// as with two replicas: all of them) — a flipped bit in memory, a bad core, a missed update — ends
 // the run on every rank with ReplicaMismatch (exit code 75, so the resilient driver restarts from
 // the last checkpoint): "REPLICA_MISMATCH step=S ranks=[R…] params=[NAME…]".
 // Applies where the replicas hold the same values: float32 parameters at ZeRO stages 0–2, and
