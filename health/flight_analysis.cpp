@@ -81,6 +81,10 @@ void find_hangs(const GroupKey& key, const GroupView& view, FlightDiagnosis& out
         for (int m : missing) edges.emplace(w, m);
       out.hangs.push_back(fmt::format("seq={} {} {} missing ranks: {{{}}} (waiting: {})", stuck->seq, stuck->op,
                                       group_text(key), fmt::join(missing, ","), fmt::join(waiting, ",")));
+    } else {
+      out.hangs.push_back(fmt::format("seq={} {} {}: every member is inside it, none missing (the operation itself "
+                                      "is stuck: look for an unreachable host)",
+                                      stuck->seq, stuck->op, group_text(key)));
     }
   }
   // Point to point: each in-flight send or receive whose counterpart the peer has not issued.
@@ -119,6 +123,27 @@ void find_desyncs(const GroupKey& key, const GroupView& view, FlightDiagnosis& o
   }
 }
 
+// Hosts that every dump from a rank on another host, among those that probed, found silent in all of
+// their ranks (a refused connection means the host answered: a rank died, not the host).
+std::vector<std::string> unreachable_hosts(const std::vector<FlightDump>& dumps) {
+  std::map<std::string, std::set<int>> ranks_of;  // host → its ranks, as the peers name them
+  for (const FlightDump& d : dumps)
+    for (const PeerStatus& p : d.peers) ranks_of[p.host].insert(p.rank);
+  std::vector<std::string> out;
+  for (const auto& [host, ranks] : ranks_of) {
+    int judges = 0;
+    bool cut_off = true;
+    for (const FlightDump& d : dumps) {
+      if (d.host == host || d.peers.empty()) continue;
+      ++judges;
+      for (const PeerStatus& p : d.peers)
+        if (p.host == host && p.reach != "silent") cut_off = false;
+    }
+    if (judges > 0 && cut_off) out.push_back(host);
+  }
+  return out;
+}
+
 }  // namespace
 
 FlightDiagnosis diagnose_flights(const std::vector<FlightDump>& dumps) {
@@ -142,6 +167,7 @@ FlightDiagnosis diagnose_flights(const std::vector<FlightDump>& dumps) {
   for (int m : waited)
     if (!waiters.contains(m)) out.not_arrived.insert(m);
   if (out.not_arrived.empty()) out.not_arrived = waited;
+  out.unreachable_hosts = unreachable_hosts(dumps);
   return out;
 }
 
@@ -153,7 +179,15 @@ std::string format_diagnosis(const std::vector<FlightDump>& dumps, const FlightD
   if (!d.without_dump.empty()) s += fmt::format("no dump from rank(s) {{{}}}\n", fmt::join(d.without_dump, ","));
   for (const std::string& h : d.hangs) s += "HANG " + h + "\n";
   for (const std::string& x : d.desyncs) s += "DESYNC " + x + "\n";
-  if (!d.not_arrived.empty())
+  for (const std::string& h : d.unreachable_hosts)
+    s += fmt::format("UNREACHABLE host {}: no rank on another host could connect to it when its watchdog fired\n", h);
+  if (d.unreachable_hosts.size() == 1)
+    s += fmt::format("VERDICT host {} is cut off from the network (a link down or the host gone); exclude it and "
+                     "restart\n", d.unreachable_hosts.front());
+  else if (!d.unreachable_hosts.empty())
+    s += fmt::format("VERDICT hosts {{{}}} cannot reach each other (a network partition)\n",
+                     fmt::join(d.unreachable_hosts, ","));
+  else if (!d.not_arrived.empty())
     s += fmt::format("VERDICT rank(s) {{{}}} did not arrive{}\n", fmt::join(d.not_arrived, ","),
                      d.desyncs.empty() ? "" : "; ranks disagree on an operation (see DESYNC)");
   else if (!d.desyncs.empty())

@@ -40,6 +40,8 @@ std::string flight_dump_json(const FlightDump& d) {
     j["ops"].push_back({{"id", r.id}, {"group", r.group}, {"seq", r.seq}, {"op", r.op}, {"count", r.count},
                         {"dtype", r.dtype}, {"peer", r.peer}, {"t_issue", r.t_issue}, {"t_end", r.t_end},
                         {"state", state_name(r.state)}});
+  j["peers"] = nlohmann::json::array();
+  for (const PeerStatus& p : d.peers) j["peers"].push_back({{"rank", p.rank}, {"host", p.host}, {"reach", p.reach}});
   return j.dump(1) + "\n";
 }
 
@@ -61,6 +63,8 @@ FlightDump parse_flight_dump(const std::string& text, const std::string& source)
                     d.snapshot.groups.size());
       d.snapshot.records.push_back(std::move(r));
     }
+    if (j.contains("peers"))
+      for (const auto& p : j.at("peers")) d.peers.push_back({p.at("rank"), p.at("host"), p.at("reach")});
     return d;
   } catch (const nlohmann::json::exception& e) {
     throw DataError(fmt::format("{}: not a flight-recorder dump ({})", source, e.what()));

@@ -4,10 +4,18 @@
 // steady clock (comparable within one dump; `t_wall` places the dump in real time).
 #pragma once
 #include <string>
+#include <vector>
 
 #include "parallel/flight_recorder.h"
 
 namespace megatrain {
+
+// A peer as the dumping rank saw it when it dumped (health/reachability.h).
+struct PeerStatus {
+  int rank = 0;
+  std::string host;
+  std::string reach;  // health/reachability.h reach_name: "yes", "refused", "silent" or "unknown"
+};
 
 struct FlightDump {
   int rank = 0;
@@ -18,6 +26,7 @@ struct FlightDump {
   long long step = 0;
   double t_wall = 0.0;  // Unix time of the dump
   FlightSnapshot snapshot;
+  std::vector<PeerStatus> peers;  // empty when not probed (or a dump from before probing existed)
 };
 
 std::string flight_dump_json(const FlightDump& d);

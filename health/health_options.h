@@ -23,12 +23,13 @@ struct HealthOptions {
   double straggler_threshold = 0.7;     // a score below this is slow
   double straggler_min_ms = 5.0;        // … when the median also exceeds the reference by this much
   int straggler_windows = 2;            // … for this many windows in a row
-  double slow_step_factor = 3.0;
+  double slow_step_factor = 3.0;        // SLOW_STEP: a step this many times its rank's median (and ≥ 10 × min_ms more)
+  int64_t link_check_interval = 100;    // steps between probes of the ranks' links (health/link_monitor.h); 0 = off
   // Loss spikes (health/loss_spikes.h).
   double spike_factor = 10.0;           // a loss this many times the window's median is a spike; 0 = off
   int spike_window = 100;               // accepted losses the median is taken over
   std::string on_spike = "warn";        // "warn" | "skip" (the update)
-  int64_t replica_check_interval = 1000;  // steps between data-parallel replica hash checks (trainer/replica_check.h); 0 = off        // SLOW_STEP: a step this many times its rank's median (and ≥ 10 × min_ms more)
+  int64_t replica_check_interval = 1000;  // steps between data-parallel replica hash checks (trainer/replica_check.h); 0 = off
   friend bool operator==(const HealthOptions&, const HealthOptions&) = default;
 };
 

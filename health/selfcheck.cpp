@@ -15,6 +15,7 @@
 #include <set>
 
 #include "health/fault_plan.h"
+#include "health/link_probe.h"
 #include "health/median.h"
 #include "kernels/ops.h"
 #include "parallel/comm_gather.h"
@@ -48,58 +49,12 @@ SelfCheckResult loopback(const Comm& world) {
 
 SelfCheckResult pairs(const Comm& world, const std::vector<std::string>& hosts) {
   const auto t0 = Clock::now();
-  const int p = world.size(), r = world.rank(), next = (r + 1) % p, prev = (r + p - 1) % p;
-  if (p == 1) return {"pairs", true, since(t0), "one rank: no pairs", {}};
-  constexpr int64_t n = 4 << 20;
-  std::vector<uint8_t> buf(n, 1), got(n);
-  double latency = 0.0, bandwidth = 0.0;
-  // Even ranks lead their pair (r, r+1), then odd ranks do, so each link is measured alone.
-  for (int phase = 0; phase < 2; ++phase) {
-    const bool lead = r % 2 == phase && (r + 1 < p || p % 2 == 0);
-    const bool follow = prev % 2 == phase && (prev + 1 < p || p % 2 == 0) && prev != r;
-    world.barrier();
-    if (lead) {
-      uint8_t ping = 1;
-      const auto l0 = Clock::now();
-      for (int k = 0; k < 20; ++k) {
-        world.send(&ping, 1, next, 1).wait();
-        world.recv(&ping, 1, next, 1).wait();
-      }
-      latency = since(l0) / 20 / 2;
-      const auto b0 = Clock::now();
-      world.send(buf.data(), n, next, 2).wait();
-      world.recv(&ping, 1, next, 3).wait();
-      bandwidth = static_cast<double>(n) / since(b0);
-    }
-    if (follow) {
-      uint8_t ping = 0;
-      for (int k = 0; k < 20; ++k) {
-        world.recv(&ping, 1, prev, 1).wait();
-        world.send(&ping, 1, prev, 1).wait();
-      }
-      world.recv(got.data(), n, prev, 2).wait();
-      world.send(&ping, 1, prev, 3).wait();
-    }
-  }
-  const auto bw = all_gather_value(world, bandwidth), lat = all_gather_value(world, latency);
-  std::vector<double> measured;
-  for (double b : bw)
-    if (b > 0) measured.push_back(b);
-  const double med = median(measured);
-  std::vector<int> bad;
-  std::vector<std::string> text;
-  for (int a = 0; a < p; ++a) {
-    if (bw[static_cast<size_t>(a)] <= 0) continue;
-    const int b = (a + 1) % p;
-    const bool slow = bw[static_cast<size_t>(a)] < med / 3;
-    if (slow) bad.push_back(a), bad.push_back(b);
-    text.push_back(fmt::format("{}-{}{}: {:.0f} MB/s {:.0f} us{}", a, b,
-                               hosts[static_cast<size_t>(a)] == hosts[static_cast<size_t>(b)] ? "" : " (inter-host)",
-                               bw[static_cast<size_t>(a)] / 1e6, lat[static_cast<size_t>(a)] * 1e6, slow ? " SLOW" : ""));
-  }
-  std::sort(bad.begin(), bad.end());
-  bad.erase(std::unique(bad.begin(), bad.end()), bad.end());
-  return {"pairs", bad.empty(), since(t0), fmt::format("{}", fmt::join(text, "; ")), bad};
+  if (world.size() == 1) return {"pairs", true, since(t0), "one rank: no pairs", {}};
+  auto links = probe_ring_links(world, hosts, 4 << 20, 20);
+  const LinkVerdict verdict = judge_links(links, hosts, 3.0, 0.0);
+  std::string detail = describe_links(links);
+  if (!verdict.ok()) detail += fmt::format("; slow links pinned on hosts [{}]", fmt::join(verdict.hosts, ","));
+  return {"pairs", verdict.ok(), since(t0), detail, verdict.ranks};
 }
 
 SelfCheckResult all_reduce_check(const Comm& world) {

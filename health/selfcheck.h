@@ -2,8 +2,9 @@
 // of every rank and link, so a bad host is found before it costs a training attempt. Collective
 // over `world`; every rank gets the same report.
 //   loopback     each rank sends 8 MiB to itself and checks every byte
-//   pairs        a ring of ping-pongs (rank r with r + 1): latency and bandwidth per pair; a pair
-//                under a third of the median bandwidth fails (a slow link; inter-host pairs marked)
+//   pairs        each link of the rank ring (r with r + 1) alone: latency and 4 MiB bandwidth; a pair
+//                under a third of the fastest pair of its kind (inter-host or not) is slow, and the
+//                hosts that explain the slow pairs fail (health/link_probe.h)
 //   all_reduce   exact sums (integers in float32) against the analytic value, and bus bandwidth
 //   all_to_all   every block where it belongs
 //   gemm         each rank in turn (no contention) times a 512³ float32 GEMM; a rank under half the

@@ -1,6 +1,7 @@
 #include "health/watchdog.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@ namespace megatrain {
 namespace {
 
 constexpr double kGraceS = 0.5;  // between a watchdog's dump and its exit: its peers' time to dump
+constexpr double kProbeS = 1.0;  // the longest a fired watchdog waits for connections to its peers
 
 double wall_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -63,6 +65,11 @@ void Watchdog::step_done(double seconds, const Comm& world) {
 
 double Watchdog::step_timeout() const { return step_timeout_.load(); }
 
+void Watchdog::set_peers(std::vector<PeerAddress> peers) {
+  std::lock_guard lock(mu_);
+  peers_ = std::move(peers);
+}
+
 double Watchdog::timeout(Section s) const {
   switch (s) {
     case Section::init: return opts_.init_timeout_s;
@@ -93,6 +100,15 @@ void Watchdog::fire(Section s, double stale, double limit) {
   d.section = section_name(s), d.step = progress_.step(), d.t_wall = wall_now();
   d.reason = fmt::format("watchdog: no progress for {:.1f} s in section {} (timeout {:.3g} s)", stale, d.section, limit);
   d.snapshot = FlightRecorder::instance().snapshot();
+  std::vector<int> unreachable;
+  if (!peers_.empty()) {
+    const std::vector<Reach> reach = probe_peers(peers_, rank_, kProbeS);
+    for (size_t r = 0; r < reach.size(); ++r) {
+      if (static_cast<int>(r) == rank_) continue;
+      d.peers.push_back({static_cast<int>(r), peers_[r].host, reach_name(reach[r])});
+      if (reach[r] == Reach::refused || reach[r] == Reach::silent) unreachable.push_back(static_cast<int>(r));
+    }
+  }
   std::string dump = "none (health.run_dir is empty)";
   if (!opts_.run_dir.empty()) {
     const std::string path =
@@ -101,9 +117,10 @@ void Watchdog::fire(Section s, double stale, double limit) {
   }
   std::fprintf(stderr,
                "WATCHDOG rank=%d host=%s section=%s step=%lld coll_seq=%lld timeout=%.3gs stale_for=%.1fs in_flight=\"%s\" "
-               "dump=%s t_wall=%.3f\n",
+               "dump=%s t_wall=%.3f%s\n",
                rank_, host_.c_str(), d.section.c_str(), d.step, static_cast<long long>(d.snapshot.completed), limit,
-               stale, oldest_in_flight(d.snapshot).c_str(), dump.c_str(), d.t_wall);
+               stale, oldest_in_flight(d.snapshot).c_str(), dump.c_str(), d.t_wall,
+               unreachable.empty() ? "" : fmt::format(" unreachable=[{}]", fmt::join(unreachable, ",")).c_str());
   std::fflush(stderr);
   std::this_thread::sleep_for(std::chrono::duration<double>(kGraceS));
   std::_Exit(kExitHang);

@@ -6,8 +6,10 @@
 //   step        max(step_timeout_floor_s, step_timeout_factor × the slowest of the first
 //               calibrate_steps steps on any rank), agreed by one all-reduce so every rank has the same
 //   eval, checkpoint   health.io_timeout_s
-// When it is exceeded the rank prints one line on stderr,
+// When it is exceeded the rank tries a connection to every peer (at most 1 s; health/reachability.h),
+// prints one line on stderr,
 //   WATCHDOG rank=R host=H section=S step=N coll_seq=K timeout=Ts stale_for=Xs in_flight=… dump=…
+//            [unreachable=[ranks]]
 // writes its flight-recorder dump (health.run_dir/fr/rank_R.json), waits half a second so that
 // its peers, stuck on the same operation, dump too, and exits with kExitHang (75) without
 // unwinding — a hung collective cannot be cancelled. The hung rank itself, if stopped, writes
@@ -20,6 +22,7 @@
 
 #include "health/health_options.h"
 #include "health/progress.h"
+#include "health/reachability.h"
 #include "parallel/comm.h"
 
 namespace megatrain {
@@ -36,6 +39,8 @@ class Watchdog {
   // ranks agree on the step timeout (an all-reduce over `world`, collective) and rank 0 logs it.
   void step_done(double seconds, const Comm& world);
   double step_timeout() const;  // 0 until calibrated
+  // The peers to try to connect to when it fires (health/reachability.h); none until set.
+  void set_peers(std::vector<PeerAddress> peers);
 
  private:
   double timeout(Section s) const;
@@ -52,6 +57,7 @@ class Watchdog {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::vector<PeerAddress> peers_;
   std::thread thread_;
 };
 

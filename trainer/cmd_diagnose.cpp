@@ -53,7 +53,7 @@ Command add_diagnose_command(CLI::App& root) {
                    const std::vector<FlightDump> dumps = read_dumps(*run_dir);
                    const FlightDiagnosis d = diagnose_flights(dumps);
                    fmt::print("{}", format_diagnosis(dumps, d));
-                   return d.not_arrived.empty() && d.desyncs.empty() ? 1 : 0;
+                   return d.named_cause() ? 0 : 1;
                  }};
 }
 

@@ -90,6 +90,7 @@ void for_each_field(C& c, V&& v) {
   v("health", "straggler_window", h.straggler_window), v("health", "straggler_threshold", h.straggler_threshold);
   v("health", "straggler_min_ms", h.straggler_min_ms), v("health", "straggler_windows", h.straggler_windows);
   v("health", "slow_step_factor", h.slow_step_factor), v("health", "replica_check_interval", h.replica_check_interval);
+  v("health", "link_check_interval", h.link_check_interval);
   v("health", "spike_factor", h.spike_factor), v("health", "spike_window", h.spike_window);
   v("health", "on_spike", h.on_spike);
 }

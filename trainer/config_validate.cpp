@@ -92,6 +92,7 @@ void validate_config_fields(const Config& c) {
   r.at_least("health.straggler_min_ms", h.straggler_min_ms, 0.0);
   r.at_least("health.straggler_windows", h.straggler_windows, 1);
   r.at_least("health.replica_check_interval", h.replica_check_interval, int64_t{0}, "(0 = off)");
+  r.at_least("health.link_check_interval", h.link_check_interval, int64_t{0}, "(0 = off)");
   r.check(h.spike_factor == 0.0 || h.spike_factor > 1.0, "health.spike_factor", h.spike_factor,
           "greater than 1, or 0 for no spike detection", "");
   r.at_least("health.spike_window", h.spike_window, 10);

@@ -13,6 +13,8 @@
 #include "health/heartbeat.h"
 #include "health/loss_spikes.h"
 #include "health/ready_check.h"
+#include "health/link_monitor.h"
+#include "health/reachability.h"
 #include "health/straggler.h"
 #include "health/timeline.h"
 #include "health/watchdog.h"
@@ -87,9 +89,12 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   const int node = rank / ranks_per_node_from_env();
   Heartbeat heartbeat(cfg.health, progress, rank, node, host_name());
   StragglerDetector stragglers(cfg.health, world, node, host_name());
+  LinkMonitor links(cfg.health, world);
   Timeline timeline(cfg.health, rank, host_name());
   inject_at_step_start(faults, rank, 0);
   wait_for_all_ranks(world, 0.9 * cfg.health.init_timeout_s);  // before the watchdogs' init timeout fires
+  const PeerListener listener;  // what peers' watchdogs connect to (health/reachability.h)
+  watchdog.set_peers(gather_peer_addresses(world, listener));
   RankRun run(cfg, world);
   const CheckpointTensors state = run.checkpoint_tensors();
   const int64_t G = cfg.train.global_batch_size;
@@ -202,6 +207,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     progress.set_loss(loss);
     watchdog.step_done(dt, world);
     stragglers.step_done(step + 1, dt * 1e3 - waited_ms, waited_ms);
+    links.step_done(step + 1);
     const double t_begin = std::chrono::duration<double>(t0.time_since_epoch()).count();
     timeline.step(step + 1, t_begin, t_begin + dt, dt * 1e3 - waited_ms, waited_ms);
     result.losses.push_back(loss);

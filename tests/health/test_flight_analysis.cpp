@@ -2,7 +2,8 @@
 // tp = dp = 2 (tp groups [0,1] [2,3], dp groups [0,2] [1,3]): the rank that stopped is named and
 // the ranks blocked behind it are not; a rank that spins (dumps, but never issued the operation)
 // is named the same way; a send whose receive was never posted names the receiver; different
-// operations under one number are a desync; dumps survive their JSON form.
+// operations under one number are a desync; dumps survive their JSON form; a host every other host
+// finds silent is cut off.
 #include <gtest/gtest.h>
 
 #include "health/flight_analysis.h"
@@ -106,6 +107,52 @@ TEST(FlightAnalysis, DumpsRoundTripThroughJsonAndDamagedOnesAreDataErrors) {
   } catch (const DataError& e) {
     EXPECT_CONTAINS(e.what(), "fr/rank_1.json: not a flight-recorder dump");
   }
+}
+
+
+// Three hosts of one rank each (ranks 0, 1, 2 in one dp group), all inside dp all-reduce 7: nobody
+// is missing. What each dump saw of its peers decides: the host every other host found silent is
+// cut off; a refusal (the host answered, its rank is gone) or a single witness's doubt is not that.
+FlightDump host_dump(int rank, std::vector<std::string> reach) {
+  FlightDump d;
+  d.rank = rank, d.host = "host" + std::to_string(rank), d.reason = "watchdog: test";
+  d.snapshot.groups = {{"dp", {0, 1, 2}}};
+  d.snapshot.records.push_back({0, 0, 7, "all_reduce", 8, "f32", -1, 2.0, -1.0, FlightState::in_flight});
+  for (int r = 0, k = 0; r < 3; ++r)
+    if (r != rank) d.peers.push_back({r, "host" + std::to_string(r), reach[static_cast<size_t>(k++)]});
+  return d;
+}
+
+TEST(FlightAnalysis, AHostEveryOtherHostFindsSilentIsCutOff) {
+  const std::vector<FlightDump> dumps = {host_dump(0, {"silent", "yes"}), host_dump(1, {"silent", "silent"}),
+                                         host_dump(2, {"yes", "silent"})};
+  const FlightDiagnosis d = diagnose_flights(dumps);
+  EXPECT_EQ(d.unreachable_hosts, std::vector<std::string>{"host1"});
+  EXPECT_TRUE(d.not_arrived.empty());
+  EXPECT_TRUE(d.named_cause());
+  const std::string report = format_diagnosis(dumps, d);
+  EXPECT_CONTAINS(report, "HANG seq=7 all_reduce group 'dp' [0,1,2]: every member is inside it, none missing");
+  EXPECT_CONTAINS(report, "VERDICT host host1 is cut off from the network");
+}
+
+TEST(FlightAnalysis, ARefusalOrOneWitnessIsNotACutOffHost) {
+  // Rank 1's process is gone but its host answers: refused, not silent.
+  auto d = diagnose_flights({host_dump(0, {"refused", "yes"}), host_dump(2, {"yes", "refused"})});
+  EXPECT_TRUE(d.unreachable_hosts.empty());
+  // Host 0 finds host 1 silent, host 2 reaches it: the fault is not host 1's alone.
+  d = diagnose_flights({host_dump(0, {"silent", "yes"}), host_dump(1, {"yes", "yes"}), host_dump(2, {"yes", "yes"})});
+  EXPECT_TRUE(d.unreachable_hosts.empty());
+  EXPECT_FALSE(d.named_cause());
+}
+
+TEST(FlightAnalysis, PeerStatusesSurviveTheDumpsJson) {
+  const FlightDump d = host_dump(1, {"silent", "refused"});
+  const FlightDump back = parse_flight_dump(flight_dump_json(d), "test");
+  ASSERT_EQ(back.peers.size(), 2u);
+  EXPECT_EQ(back.peers[0].rank, 0);
+  EXPECT_EQ(back.peers[0].host, "host0");
+  EXPECT_EQ(back.peers[0].reach, "silent");
+  EXPECT_EQ(back.peers[1].reach, "refused");
 }
 
 }  // namespace
