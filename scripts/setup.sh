@@ -21,6 +21,8 @@ packages=(
   # Debian's CPU-only 1.13 is a 130 MB download; PyPI's torch wheel would pull gigabytes of CUDA libraries.
   python3-torch
   time
+  # scripts/simhosts (simulated hosts for tests/e2e/test_simhosts.sh): ip netns, veth, tc tbf.
+  iproute2
   # scripts/check_fresh_setup.sh bootstraps a clean Debian root with it.
   debootstrap
 )

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Host-level faults on simulated hosts (scripts/simhosts: network namespaces joined by a switch, one
+# rank per host, traffic between hosts over veth links):
+#   1. slow link   simhost2's link limited to 40 mbit/s: `megatrain selfcheck` fails simhost2 alone
+#                  and training reports SLOW_LINK host=simhost2 (and no STRAGGLER: compute is fine);
+#   2. link down   simhost2 unplugged mid-run: the other ranks' watchdogs fire, naming rank 1
+#                  unreachable, and `megatrain diagnose` names simhost2 cut off;
+#   3. host lost   every process of simhost2 killed under scripts/megatrain-resilient --hosts: the
+#                  driver excludes simhost2 and resumes from the last checkpoint at dp = 2.
+# Prints the detection figures. Needs root and network namespaces; otherwise prints "SKIPPED: …"
+# and exits 77 (ctest: skipped).
+#
+# Run:  bash tests/e2e/test_simhosts.sh build/megatrain        (ctest: simhosts_e2e, label e2e)
+set -euo pipefail
+
+bin=$(realpath "${1:?usage: test_simhosts.sh PATH/TO/megatrain}")
+root=$(cd "$(dirname "$0")/../.." && pwd)
+sim=$root/scripts/simhosts
+driver=$root/scripts/megatrain-resilient
+
+[ "$(id -u)" = 0 ] || { echo "SKIPPED: network namespaces need root"; exit 77; }
+command -v ip >/dev/null && command -v tc >/dev/null || { echo "SKIPPED: iproute2 (ip, tc) is not installed"; exit 77; }
+if ! ip netns add simhosts-probe 2>/dev/null; then echo "SKIPPED: cannot create network namespaces here"; exit 77; fi
+ip netns del simhosts-probe
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/megatrain-simhosts.XXXXXX")
+cleanup() { "$sim" down; rm -rf "$dir"; }
+trap cleanup EXIT
+"$sim" down
+"$sim" up 3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail() { echo "FAIL: $*"; exit 1; }
+expect() { grep -q -- "$2" "$1" || { tail -40 "$1"; fail "$1 lacks: $2"; }; }
+now() { date +%s.%N; }
+lines() { local n; n=$(grep -c -- "$1" "$2" 2>/dev/null) || true; echo "${n:-0}"; }  # matching lines; 0 without the file
+# Every process on the hosts killed (a job whose host was cut off cannot end by itself).
+kill_jobs() { for h in simhost1 simhost2 simhost3; do ip netns pids "$h" | xargs -r kill -9 2>/dev/null || true; done; }
+
+"$bin" preprocess --tokenizer bytes --doc-separator % --input /usr/share/games/fortunes/science \
+  --output-prefix "$dir/data" >/dev/null
+cat >"$dir/tiny.toml" <<EOF
+[model]
+n_layers = 2
+d_model = 64
+n_heads = 4
+vocab_size = 257
+max_seq_len = 64
+[train]
+seq_len = 64
+micro_batch_size = 2
+global_batch_size = 12
+steps = 16
+[data]
+train = "$dir/data"
+[log]
+interval = 1
+EOF
+three="-H simhost1:1,simhost2:1,simhost3:1 -np 3 -x OMP_NUM_THREADS=1"
+
+echo "== 1. slow link: simhost2 at 40 mbit/s"
+"$sim" slow simhost2 40mbit
+set +e
+# shellcheck disable=SC2086
+timeout 120 "$sim" mpirun $three "$bin" selfcheck --run-dir "$dir/sc" >"$dir/selfcheck.log" 2>&1
+rc=$?
+set -e
+[ "$rc" = 75 ] || { cat "$dir/selfcheck.log"; fail "selfcheck exit $rc, expected 75"; }
+hosts=$(/usr/bin/python3 -c 'import json,sys; print(",".join(json.load(open(sys.argv[1]))["failing_hosts"]))' "$dir/sc/reports/selfcheck.json")
+[ "$hosts" = simhost2 ] || { cat "$dir/selfcheck.log"; fail "selfcheck failed hosts [$hosts], expected [simhost2]"; }
+grep "selfcheck pairs" "$dir/selfcheck.log"
+# shellcheck disable=SC2086
+timeout 120 "$sim" mpirun $three "$bin" train --config "$dir/tiny.toml" --set health.link_check_interval=2 \
+  --set health.straggler_window=4 >"$dir/slow.log" 2>&1 || { tail -30 "$dir/slow.log"; fail "training on a slow link failed"; }
+expect "$dir/slow.log" "SLOW_LINK step=4 host=simhost2 ranks=\[1\] pairs=0-1,1-2"
+if grep -q "STRAGGLER" "$dir/slow.log"; then fail "a slow link was reported as a straggling rank"; fi
+grep -o "SLOW_LINK.*" "$dir/slow.log" | head -1
+"$sim" fast simhost2
+
+echo "== 2. link down: simhost2 unplugged mid-run"
+# shellcheck disable=SC2086
+timeout -s KILL 120 "$sim" mpirun $three "$bin" train --config "$dir/tiny.toml" --set train.steps=100000 \
+  --set health.step_timeout_floor_s=2 --set health.run_dir="$dir/run" --set log.metrics_file="$dir/m.jsonl" \
+  >"$dir/down.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do
+  [ "$(lines '"loss"' "$dir/m.jsonl")" -ge 20 ] && break
+  sleep 0.1
+done
+"$sim" link simhost2 down
+t_down=$(now)
+for _ in $(seq 300); do
+  [ "$(lines '^WATCHDOG' "$dir/down.log")" -ge 2 ] && break
+  sleep 0.1
+done
+sleep 1.5  # the watchdogs' probe and grace
+kill_jobs
+wait "$job" || true
+"$sim" link simhost2 up
+expect "$dir/down.log" "WATCHDOG rank=0 host=simhost1 .*unreachable=\[1\]"
+expect "$dir/down.log" "WATCHDOG rank=2 host=simhost3 .*unreachable=\[1\]"
+"$bin" diagnose "$dir/run" >"$dir/diagnose.log" || { cat "$dir/diagnose.log"; fail "diagnose named no cause"; }
+cat "$dir/diagnose.log"
+expect "$dir/diagnose.log" "VERDICT host simhost2 is cut off from the network"
+t_fire=$(grep -o 't_wall=[0-9.]*' "$dir/down.log" | head -1 | cut -d= -f2)
+/usr/bin/python3 -c "import sys; print(f'link down detected by the watchdog {float(sys.argv[2]) - float(sys.argv[1]):.2f} s after the unplug (2 s step timeout)')" "$t_down" "$t_fire"
+
+echo "== 3. host lost: every process of simhost2 killed under the driver"
+"$driver" --checkpoint-dir "$dir/ck" --run-dir "$dir/drv" --hosts simhost1:1,simhost2:1,simhost3:1 --backoff-s 0.2 -- \
+  "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train --config "$dir/tiny.toml" \
+  --set train.steps=60 --set checkpoint.save_interval=20 >"$dir/driver.log" 2>&1 &
+drv=$!
+for _ in $(seq 900); do
+  [ -d "$dir/ck/step_0000020" ] && [ "$(lines '"loss"' "$dir/drv/metrics.jsonl")" -ge 25 ] && break
+  sleep 0.1
+done
+ip netns pids simhost2 | xargs -r kill -9
+t_kill=$(now)
+wait "$drv" || { tail -40 "$dir/driver.log"; fail "the driver did not finish the job"; }
+expect "$dir/drv/reports/events.jsonl" '"event": "HOST_EXCLUDED", .*"host": "simhost2"'
+expect "$dir/drv/reports/events.jsonl" '"attempt": 2, "event": "start", .*"resume_from": 20'
+expect "$dir/drv/attempt_2.log" "dp = 2"
+expect "$dir/drv/attempt_2.log" "resumed from .*step_0000020"
+grep -o '"event": "HOST_EXCLUDED".*' "$dir/drv/reports/events.jsonl"
+/usr/bin/python3 - "$dir/drv/reports/events.jsonl" "$t_kill" <<'EOF'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+excl = next(e for e in ev if e["event"] == "HOST_EXCLUDED")
+print(f"host loss acted on {excl['t_wall'] - float(sys.argv[2]):.2f} s after the kill; "
+      f"{ev[-1]['attempts']} launches, ETTR {100 * ev[-1]['ettr']:.1f}%")
+EOF
+echo "PASS"
