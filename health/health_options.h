@@ -1,6 +1,7 @@
 // The [health] config section: where a run keeps its health records, and the watchdog's,
 // heartbeat's and flight recorder's settings (README "When things go wrong").
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace megatrain {
@@ -28,9 +29,16 @@ struct HealthOptions {
   // Loss spikes (health/loss_spikes.h).
   double spike_factor = 10.0;           // a loss this many times the window's median is a spike; 0 = off
   int spike_window = 100;               // accepted losses the median is taken over
-  std::string on_spike = "warn";        // "warn" | "skip" (the update)
+  std::string on_spike = "warn";        // "warn" | "skip" (the update) | "rollback" (trainer/train.cpp roll_back)
+  int64_t spike_skip_batches = 100;     // rollback: global batches skipped past the checkpoint's data position
+  int spike_max_rollbacks = 3;          // rollback: at most this many per run (the loader reserves their batches)
   int64_t replica_check_interval = 1000;  // steps between data-parallel replica hash checks (trainer/replica_check.h); 0 = off
   friend bool operator==(const HealthOptions&, const HealthOptions&) = default;
 };
+
+// The global batches the training loader holds beyond train.steps, for rollbacks' skips.
+inline int64_t batches_reserved_for_rollbacks(const HealthOptions& h) {
+  return h.on_spike == "rollback" ? h.spike_skip_batches * h.spike_max_rollbacks : 0;
+}
 
 }  // namespace megatrain

@@ -22,7 +22,9 @@ bool LossSpikes::check(int64_t step, double loss, bool log) {
       spdlog::warn("LOSS_SPIKE step={} value={:.4g} ref={:.4g} policy={}: the loss is {:.1f}× the median of the last {} "
                    "steps{}",
                    step, loss, ref, opts_.on_spike, loss / ref, window_.size(),
-                   opts_.on_spike == "skip" ? "; the update is skipped" : "");
+                   opts_.on_spike == "skip"       ? "; the update is skipped"
+                   : opts_.on_spike == "rollback" ? "; rolling back to the last checkpoint"
+                                                  : "");
     return true;
   }
   window_.push_back(loss);

@@ -2,10 +2,11 @@
 // reference, PaLM's skipping): a step's loss (the global mean, the same on every rank, so every
 // rank decides alike) at or above health.spike_factor × the median of the last health.spike_window
 // accepted losses (at least 10 of them) is a spike, logged as
-//   LOSS_SPIKE step=S value=V ref=R policy=warn|skip
+//   LOSS_SPIKE step=S value=V ref=R policy=warn|skip|rollback
 // With health.on_spike = "skip" the step's update is skipped (counted in skipped_steps, the LR
-// schedule does not advance, the data is still consumed); "warn" only logs. A spike's loss does not
-// enter the reference.
+// schedule does not advance, the data is still consumed); "rollback" goes back to the last
+// checkpoint and skips data past it (trainer/train.cpp roll_back); "warn" only logs. A spike's loss
+// does not enter the reference.
 #pragma once
 #include <cstdint>
 #include <deque>

@@ -92,7 +92,8 @@ void for_each_field(C& c, V&& v) {
   v("health", "slow_step_factor", h.slow_step_factor), v("health", "replica_check_interval", h.replica_check_interval);
   v("health", "link_check_interval", h.link_check_interval);
   v("health", "spike_factor", h.spike_factor), v("health", "spike_window", h.spike_window);
-  v("health", "on_spike", h.on_spike);
+  v("health", "on_spike", h.on_spike), v("health", "spike_skip_batches", h.spike_skip_batches);
+  v("health", "spike_max_rollbacks", h.spike_max_rollbacks);
 }
 
 // A TOML basic string: quoted, with \\, \" and control characters escaped.

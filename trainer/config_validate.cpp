@@ -96,8 +96,14 @@ void validate_config_fields(const Config& c) {
   r.check(h.spike_factor == 0.0 || h.spike_factor > 1.0, "health.spike_factor", h.spike_factor,
           "greater than 1, or 0 for no spike detection", "");
   r.at_least("health.spike_window", h.spike_window, 10);
-  MT_INPUT_CHECK(h.on_spike == "warn" || h.on_spike == "skip",
-                 "{}: health.on_spike = \"{}\" must be \"warn\" or \"skip\"", c.source, h.on_spike);
+  MT_INPUT_CHECK(h.on_spike == "warn" || h.on_spike == "skip" || h.on_spike == "rollback",
+                 "{}: health.on_spike = \"{}\" must be \"warn\", \"skip\" or \"rollback\"", c.source, h.on_spike);
+  r.at_least("health.spike_skip_batches", h.spike_skip_batches, int64_t{1});
+  r.at_least("health.spike_max_rollbacks", h.spike_max_rollbacks, 1);
+  MT_INPUT_CHECK(h.on_spike != "rollback" || (!c.checkpoint.dir.empty() && c.checkpoint.save_interval > 0),
+                 "{}: health.on_spike = \"rollback\" goes back to the last checkpoint, but {}; set checkpoint.dir and "
+                 "checkpoint.save_interval, or use on_spike = \"skip\"",
+                 c.source, c.checkpoint.dir.empty() ? "checkpoint.dir is empty" : "checkpoint.save_interval is 0");
   r.check(h.slow_step_factor > 1.0, "health.slow_step_factor", h.slow_step_factor, "greater than 1", "");
 
   r.at_least("log.interval", c.log.interval, 1);

@@ -54,12 +54,20 @@ void metrics_file_keep_through(const std::string& path, int64_t step) {
   if (dropped > 0) spdlog::info("{}: dropped {} rows after step {} (they are redone now)", path, dropped, step);
 }
 
-MetricsLog::MetricsLog(const std::string& path, bool enabled, int64_t resumed_step) : enabled_(enabled) {
+MetricsLog::MetricsLog(const std::string& path, bool enabled, int64_t resumed_step) : path_(path), enabled_(enabled) {
   if (!enabled_ || path.empty()) return;
   if (resumed_step > 0) metrics_file_keep_through(path, resumed_step);
   file_.open(path, std::ios::out | (resumed_step > 0 ? std::ios::app : std::ios::trunc));
   MT_INPUT_CHECK(file_.good(), "log.metrics_file = \"{}\": cannot open for writing; check that the folder exists",
                  path);
+}
+
+void MetricsLog::rewind(int64_t step) {
+  if (!file_.is_open()) return;
+  file_.close();
+  metrics_file_keep_through(path_, step);
+  file_.open(path_, std::ios::out | std::ios::app);
+  MT_INPUT_CHECK(file_.good(), "log.metrics_file = \"{}\": cannot reopen for writing", path_);
 }
 
 int64_t peak_rss_bytes() {

@@ -55,9 +55,12 @@ class MetricsLog {
   void validation(int64_t step, double val_loss);
   // One console line (the JSON step lines carry the same numbers).
   void memory(int64_t step, const MemoryMetrics& m);
+  // Drops the rows after `step` (a rollback will redo them) and goes on appending.
+  void rewind(int64_t step);
 
  private:
   std::ofstream file_;
+  std::string path_;
   bool enabled_;
 };
 

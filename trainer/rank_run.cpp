@@ -102,7 +102,7 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
     if (evaluating_) {
       data.valid()->load(eval_batch_, micro, inputs_.data(), targets_.data());
     } else {
-      data.train().load(step_, micro, inputs_.data(), targets_.data());
+      data.train().load(batch_, micro, inputs_.data(), targets_.data());
     }
   }
   if (!evaluating_) {
@@ -110,7 +110,7 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
     opt.dloss_scale = static_cast<float>(loss_scale_ / static_cast<double>(tokens_per_step()));
     opt.dropout = true;
     opt.dropout_seed = cfg.train.seed;
-    opt.first_sample = static_cast<uint64_t>(step_) * G + static_cast<uint64_t>(dp_rank) * (G / dp) +
+    opt.first_sample = static_cast<uint64_t>(batch_) * G + static_cast<uint64_t>(dp_rank) * (G / dp) +
                        static_cast<uint64_t>(micro) * B;
   }
   loss_sum_ += stage.forward(slot, MicroBatch{inputs_.data(), targets_.data(), opt}, input);
@@ -174,8 +174,8 @@ MemoryMetrics RankRun::memory() const {
   return m;
 }
 
-double RankRun::train_step(int64_t step, double loss_scale) {
-  step_ = step;
+double RankRun::train_step(int64_t batch, double loss_scale) {
+  batch_ = batch;
   loss_scale_ = loss_scale;
   loss_sum_ = 0.0;
   for (Chunk& ch : chunks_) ch.backwards_left = data.train().micro_batches_per_step();

@@ -31,7 +31,7 @@ class RankRun final : public PipelineWork {
   // Forward + backward over this rank's micro-batches of `step` through the pipeline, gradients
   // reduced over the data-parallel ranks (parallel/zero.h), the loss gradient multiplied by
   // loss_scale (fp16). Returns the mean loss over the global batch.
-  double train_step(int64_t step, double loss_scale = 1.0);
+  double train_step(int64_t batch, double loss_scale = 1.0);
   // Where this step's first Inf/NaN came from, the same on every rank (robustness spec R16): the
   // lowest rank whose own loss (`loss_nonfinite`) or own gradients before the data-parallel
   // reduction held one; failing that, the lowest rank whose reduced gradients do (an overflow in
@@ -96,7 +96,7 @@ class RankRun final : public PipelineWork {
   std::optional<Comm> embedding_comm_;
   FlatRange embedding_range_;
   std::vector<int32_t> inputs_, targets_;
-  int64_t step_ = 0;
+  int64_t batch_ = 0;  // the global batch train_step trains on
   double loss_sum_ = 0.0;
   double loss_scale_ = 1.0;
   bool evaluating_ = false;

@@ -76,6 +76,63 @@ void flip_a_bit(const Fault& f, RankRun& run, int64_t step) {
   std::memcpy(x, &bits, 4);  // at 16 bits the master: the next update's rounding carries it to compute
 }
 
+// Where a loaded checkpoint puts training: the steps done, the global batches skipped by spike
+// rollbacks (the data position is step + data_skip batches), the updates skipped.
+struct Position {
+  int64_t step = 0, data_skip = 0, skipped = 0;
+};
+
+// Takes over a loaded checkpoint's state: the optimizer's update count, the loss scaler, the data
+// position (checked against the global batch size and the batches the loader reserves).
+Position adopt(const CheckpointMeta& meta, const Config& cfg, RankRun& run, std::optional<DynamicLossScaler>& scaler,
+               bool rank0) {
+  run.zero.params_written();
+  const int64_t G = cfg.train.global_batch_size, step = meta.state.step, consumed = meta.state.consumed_samples;
+  MT_INPUT_CHECK(consumed % G == 0 && consumed / G >= step,
+                 "{}: the checkpoint consumed {} samples in {} steps, which train.global_batch_size = {} cannot "
+                 "produce; resume with the global batch size it was trained with",
+                 cfg.source, consumed, step, G);
+  const Position at{step, consumed / G - step, meta.state.skipped_steps};
+  MT_INPUT_CHECK(at.data_skip <= batches_reserved_for_rollbacks(cfg.health),
+                 "{}: the checkpoint's data position is {} batches past its step (spike rollbacks skipped them), "
+                 "more than health.spike_skip_batches × spike_max_rollbacks = {} reserve; raise spike_max_rollbacks",
+                 cfg.source, at.data_skip, batches_reserved_for_rollbacks(cfg.health));
+  MT_INPUT_CHECK(step <= cfg.train.steps, "{}: the checkpoint is at step {}, beyond train.steps = {}", cfg.source, step,
+                 cfg.train.steps);
+  if (meta.state.seed != cfg.train.seed && rank0)
+    spdlog::warn("checkpoint was trained with seed {}, continuing with train.seed = {}: data order and dropout change",
+                 meta.state.seed, cfg.train.seed);
+  run.optimizer.set_step_count(step - at.skipped);
+  if (scaler && meta.state.loss_scale > 0.0)
+    scaler->restore({meta.state.loss_scale, meta.state.loss_scale_growth_tracker,
+                     meta.state.loss_scale_hysteresis_tracker});
+  return at;
+}
+
+// health.on_spike = "rollback" (robustness spec R17, PaLM's recipe): reloads the newest committed
+// checkpoint in this process and moves the data health.spike_skip_batches global batches past its
+// position, so the batches that led to the spike are not trained on again.
+Position roll_back(const Config& cfg, const CheckpointTensors& state, RankRun& run, const Comm& world,
+                   std::optional<DynamicLossScaler>& scaler, int64_t spike_step, int rollbacks) {
+  const bool rank0 = world.rank() == 0;
+  if (rollbacks > cfg.health.spike_max_rollbacks)
+    throw NonFiniteSteps(fmt::format(
+        "loss spike at step {} after {} rollbacks (health.spike_max_rollbacks): training keeps diverging; resume from "
+        "an earlier checkpoint with a lower optimizer.lr",
+        spike_step, rollbacks - 1));
+  Config latest = cfg;
+  latest.checkpoint.load = "latest";
+  Position at = adopt(*checkpoint_load(latest, state, world, false, false), cfg, run, scaler, rank0);
+  const int64_t from = at.step + at.data_skip;
+  at.data_skip += cfg.health.spike_skip_batches;
+  if (rank0)
+    spdlog::warn("LOSS_SPIKE_ROLLBACK step={} to_step={} skipped_batches={}..{} rollback={}/{}: back to the checkpoint "
+                 "of step {}, training on from global batch {}",
+                 spike_step, at.step, from + 1, from + cfg.health.spike_skip_batches, rollbacks,
+                 cfg.health.spike_max_rollbacks, at.step, at.step + at.data_skip + 1);
+  return at;
+}
+
 }  // namespace
 
 TrainResult run_training(const Config& cfg, const Comm& world, const TrainOptions& options) {
@@ -98,26 +155,15 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   RankRun run(cfg, world);
   const CheckpointTensors state = run.checkpoint_tensors();
   const int64_t G = cfg.train.global_batch_size;
-  int64_t start_step = 0, skipped = 0, nonfinite_in_a_row = 0;
+  int64_t start_step = 0, skipped = 0, data_skip = 0, nonfinite_in_a_row = 0;
+  int rollbacks = 0;
+  bool have_checkpoint = false;  // a committed one under checkpoint.dir to roll back to
   std::optional<DynamicLossScaler> scaler;
   if (cfg.train.precision == Precision::fp16) scaler.emplace(cfg.loss_scale);
   if (auto meta = checkpoint_load(cfg, state, world, options.allow_fresh_start, rank0)) {
-    run.zero.params_written();
-    start_step = meta->state.step;
-    MT_INPUT_CHECK(meta->state.consumed_samples == start_step * G,
-                   "{}: the checkpoint consumed {} samples in {} steps, but train.global_batch_size = {} implies {}; "
-                   "resume with the global batch size it was trained with",
-                   cfg.source, meta->state.consumed_samples, start_step, G, start_step * G);
-    MT_INPUT_CHECK(start_step <= cfg.train.steps, "{}: the checkpoint is at step {}, beyond train.steps = {}",
-                   cfg.source, start_step, cfg.train.steps);
-    if (meta->state.seed != cfg.train.seed && rank0)
-      spdlog::warn("checkpoint was trained with seed {}, continuing with train.seed = {}: data order and dropout change",
-                   meta->state.seed, cfg.train.seed);
-    skipped = meta->state.skipped_steps;
-    run.optimizer.set_step_count(start_step - skipped);
-    if (scaler && meta->state.loss_scale > 0.0)
-      scaler->restore({meta->state.loss_scale, meta->state.loss_scale_growth_tracker,
-                       meta->state.loss_scale_hysteresis_tracker});
+    const Position at = adopt(*meta, cfg, run, scaler, rank0);
+    start_step = at.step, data_skip = at.data_skip, skipped = at.skipped;
+    have_checkpoint = cfg.checkpoint.load == "latest";
   }
   std::unique_ptr<Checkpointer> checkpointer;  // with a folder to save to: periodic saves and the stop's
   if (!cfg.checkpoint.dir.empty()) checkpointer = std::make_unique<Checkpointer>(cfg, world);
@@ -164,12 +210,26 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     const Fault* nan = faults.find(FaultKind::nan, rank, step + 1);
     if (nan) log_injection(*nan, rank, step + 1, "where=" + nan->detail);
     const bool nan_grads = nan && nan->detail == "grad", loss_nonfinite = nan && nan->detail == "loss";
-    double loss = run.train_step(step, nan_grads ? std::numeric_limits<double>::quiet_NaN() : scale);
-    if (const Fault* f = faults.find(FaultKind::spike, rank, step + 1)) {
-      log_injection(*f, rank, step + 1, fmt::format("factor={}", f->factor));
+    double loss = run.train_step(step + data_skip, nan_grads ? std::numeric_limits<double>::quiet_NaN() : scale);
+    // MEGATRAIN_FAULT spike strikes the data: the step that trains on global batch `step` (1-based).
+    if (const Fault* f = faults.find(FaultKind::spike, rank, step + 1 + data_skip)) {
+      log_injection(*f, rank, step + 1, fmt::format("factor={} batch={}", f->factor, step + 1 + data_skip));
       loss *= f->factor;
     }
-    const bool skip_spike = spikes.check(step + 1, loss, rank0) && cfg.health.on_spike == "skip";
+    const bool spike = spikes.check(step + 1, loss, rank0);
+    if (spike && cfg.health.on_spike == "rollback" && !have_checkpoint && rank0)
+      spdlog::warn("LOSS_SPIKE step={}: no checkpoint saved yet to roll back to; the update is skipped", step + 1);
+    if (spike && cfg.health.on_spike == "rollback" && have_checkpoint) {
+      progress.enter(Section::checkpoint, step + 1);
+      checkpointer->wait();
+      const Position at = roll_back(cfg, state, run, world, scaler, step + 1, ++rollbacks);
+      data_skip = at.data_skip, skipped = at.skipped;
+      log.rewind(at.step);
+      logged = Logged{};
+      step = at.step - 1;  // the loop's ++step: the step after the checkpoint's
+      continue;
+    }
+    const bool skip_spike = spike && cfg.health.on_spike != "warn";
     const RankRun::Overflow nonfinite = run.first_overflow(loss_nonfinite);  // Inf/NaN on any rank: skip the step
     const int overflow = nonfinite.rank;
     const double rate = lr.at(step + 1 - skipped);  // skipped steps do not advance the schedule (Megatron)
@@ -249,13 +309,14 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     }
     const auto save = [&] {
       progress.enter(Section::checkpoint, step + 1);
-      TrainState ts{step + 1, (step + 1) * G, cfg.train.seed, skipped};
+      TrainState ts{step + 1, (step + 1 + data_skip) * G, cfg.train.seed, skipped};
       if (scaler) {
         const LossScaleState& l = scaler->state();
         ts.loss_scale = l.scale, ts.loss_scale_growth_tracker = l.growth_tracker;
         ts.loss_scale_hysteresis_tracker = l.hysteresis_tracker;
       }
       const double stall = checkpointer->save(state, ts);
+      have_checkpoint = true;
       if (rank0) spdlog::info("checkpoint: step {} {} ({:.1f} ms stall)", step + 1,
                               cfg.checkpoint.async ? "copied, writing in the background" : "saved", stall * 1e3);
     };

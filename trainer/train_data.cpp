@@ -74,7 +74,8 @@ TrainData::TrainData(const Config& c, int dp_rank, int dp) {
   };
 
   train_set_ =
-      build("data.train", parts_of("data.train", c.data.train, SplitPart::train), c.data.shuffle, c.train.steps * G);
+      build("data.train", parts_of("data.train", c.data.train, SplitPart::train), c.data.shuffle,
+            (c.train.steps + batches_reserved_for_rollbacks(c.health)) * G);
   train_loader_ = std::make_unique<BatchLoader>(*train_set_, B, G, dp_rank, dp, c.model.vocab_size);
   if (c.train.eval_interval == 0) return;
   const int64_t eval_samples = int64_t{c.train.eval_steps} * G;

@@ -1,9 +1,11 @@
 // Non-finite gradients at fp32 (robustness spec R16; trainer/train.h): a step whose gradients hold
 // Inf/NaN on any rank (injected with MEGATRAIN_FAULT nan, health/fault_plan.h) is skipped on every rank — the
 // weights after it equal those before it, byte for byte — and logged with the rank it came from;
-// train.max_consecutive_skips such steps in a row stop the run with exit code 76.
+// train.max_consecutive_skips such steps in a row stop the run with exit code 76. Loss spikes are
+// skipped or rolled back (R17).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "tests/e2e/e2e_fixture.h"
@@ -64,6 +66,37 @@ TEST_F(NonFiniteE2E, ALossSpikeIsLoggedAndItsUpdateSkipped) {
   EXPECT_TRUE(m[34]["grad_norm"].is_null());
   EXPECT_FALSE(m[35]["grad_norm"].is_null());
   EXPECT_EQ(r.output.find("LOSS_SPIKE step=36"), std::string::npos) << r.output;
+}
+
+// Robustness spec R17 with health.on_spike = "rollback" (PaLM's recipe), 2 ranks, saves every 10:
+// the spike at step 35 (injected on global batch 35) sends both ranks back to the checkpoint of step
+// 30 and 20 batches past its data (batches 31..50 are never trained on again), so no second spike;
+// the metrics file holds each step once; the checkpoints store the moved data position, and a run
+// resumed from step 40 trains steps 41..50 on the same batches, bit for bit.
+TEST_F(NonFiniteE2E, ALossSpikeRollsBackToTheLastCheckpointAndSkipsItsData) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::string common = "--set checkpoint.save_interval=10 --set checkpoint.dir=" + ckpt +
+                             " --set health.on_spike=rollback --set health.spike_skip_batches=20";
+  const auto r = run(2, "spike:rank=*:step=35:factor=100", "--set train.steps=50 " + common);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "LOSS_SPIKE step=35 value=");
+  EXPECT_CONTAINS(r.output, "LOSS_SPIKE_ROLLBACK step=35 to_step=30 skipped_batches=31..50 rollback=1/3");
+  size_t spikes = 0;
+  for (size_t at = r.output.find("LOSS_SPIKE step="); at != std::string::npos; at = r.output.find("LOSS_SPIKE step=", at + 1))
+    ++spikes;
+  EXPECT_EQ(spikes, 1u) << r.output;
+  const auto m = test::metrics_lines(dir_ / "m.jsonl");
+  ASSERT_EQ(m.size(), 50u);
+  for (size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m[i]["step"], i + 1);
+  // 16 samples per global batch: step 40 after skipping 20 batches has consumed 60 batches.
+  const auto h5 = test::run_shell("h5dump -a consumed_samples " + ckpt + "/step_0000040/model.h5");
+  EXPECT_CONTAINS(h5.output, "(0): 960");
+  std::filesystem::rename(dir_ / "m.jsonl", dir_ / "rolled.jsonl");
+  const auto resumed = run(2, "", "--set train.steps=50 " + common + " --set checkpoint.load='\"" + ckpt + "/step_0000040\"'");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  const auto again = test::metrics_lines(dir_ / "m.jsonl");  // a new file: steps 41..50
+  ASSERT_EQ(again.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(again[i]["loss"], m[40 + i]["loss"]) << "step " << 41 + i;
 }
 
 TEST_F(NonFiniteE2E, FiveInARowStopTheRunWithCode76) {

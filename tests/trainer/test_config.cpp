@@ -10,36 +10,13 @@
 #include "tests/expect_contains.h"
 #include "kernels/check.h"
 #include "trainer/config.h"
-#include "tests/input_error.h"
-#include "tests/temp_dir.h"
+#include "tests/trainer/config_fixture.h"
 
 namespace megatrain {
 namespace {
 
 namespace fs = std::filesystem;
-
-class ConfigTest : public ::testing::Test {
- protected:
-  std::string write(const std::string& text, const std::string& name = "x.toml") {
-    std::string path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
-  }
-  // Message of load_config + resolve_config(world) on TEXT; checks it names the file and KEY.
-  std::string load_error(const std::string& text, const std::string& key, std::vector<std::string> sets = {},
-                         int world = 1) {
-    std::string path = write(text);
-    std::string msg = test::input_error_of([&] {
-      Config c = load_config(path, sets);
-      resolve_config(c, world);
-    });
-    EXPECT_CONTAINS(msg, path);
-    EXPECT_CONTAINS(msg, key);
-    return msg;
-  }
-
-  test::TempDir dir_{"config"};
-};
+using test::ConfigTest;
 
 TEST_F(ConfigTest, EmptyFileGivesDefaults) {
   std::string path = write("");
@@ -282,21 +259,6 @@ TEST_F(ConfigTest, EarlyStopsNeedACheckpointFolder) {
   resolve_config(c, 1);
   EXPECT_EQ(c.train.exit_after_steps, 10);
   EXPECT_EQ(c.train.exit_duration_mins, 1.5);
-}
-
-TEST_F(ConfigTest, HealthTimeoutsMustBePositiveAndTheFactorAtLeastOne) {
-  load_error("[health]\ninit_timeout_s = 0.0\n", "health.init_timeout_s");
-  load_error("[health]\nstep_timeout_floor_s = -1.0\n", "health.step_timeout_floor_s");
-  EXPECT_CONTAINS(load_error("[health]\nstep_timeout_factor = 0.5\n", "health.step_timeout_factor"), "at least 1");
-  load_error("[health]\ncalibrate_steps = 0\n", "health.calibrate_steps");
-  load_error("[health]\nio_timeout_s = 0.0\n", "health.io_timeout_s");
-  load_error("[health]\nheartbeat_interval_s = -1.0\n", "health.heartbeat_interval_s");
-  load_error("[health]\nflight_recorder_entries = 0\n", "health.flight_recorder_entries");
-  load_error("[health]\nwatchdogs = false\n", "health.watchdogs");
-  Config c = load_config(write("[health]\nrun_dir = \"run\"\nwatchdog = false\nheartbeat_interval_s = 0.0\n"), {});
-  EXPECT_EQ(c.health.run_dir, "run");
-  EXPECT_FALSE(c.health.watchdog);
-  EXPECT_EQ(c.health.heartbeat_interval_s, 0.0);
 }
 
 TEST_F(ConfigTest, TomlHasEveryKeyInSectionOrder) {
