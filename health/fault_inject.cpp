@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -29,7 +30,7 @@ void inject_at_step_start(const FaultPlan& plan, int rank, int64_t step) {
     log_injection(*f, rank, step, fmt::format("sig={}", f->sig));
     std::raise(f->sig);
   }
-  if (const Fault* f = plan.find(FaultKind::exc, rank, step)) {
+  if (const Fault* f = plan.find(FaultKind::exc, rank, step); f && f->detail.empty()) {
     log_injection(*f, rank, step);
     throw Error(fmt::format("injected exception (MEGATRAIN_FAULT) at rank={} step={}", rank, step));
   }
@@ -42,6 +43,14 @@ void inject_at_step_start(const FaultPlan& plan, int rank, int64_t step) {
     }
     for (;;) pause();  // sleep, and what is left after SIGCONT
   }
+}
+
+void inject_extra_collective(const FaultPlan& plan, const Comm& world, int64_t step) {
+  const Fault* f = plan.find(FaultKind::exc, world.rank(), step);
+  if (!f || f->detail != "extra_collective") return;
+  log_injection(*f, world.rank(), step, "extra_collective=1");
+  std::array<int32_t, 3> x{};
+  world.all_reduce(x.data(), static_cast<int64_t>(x.size())).wait();
 }
 
 void inject_checkpoint_crash(const FaultPlan& plan, int rank, int64_t step, const char* phase) {

@@ -28,7 +28,7 @@ const std::vector<KindSpec>& kinds() {
       {FaultKind::slow, "slow", {"rank", "ms"}, {"from_step", "to_step", "attempt"}},
       {FaultKind::kill, "kill", {"rank", "step"}, {"sig", "attempt"}},
       {FaultKind::hang, "hang", {"rank", "step"}, {"how", "attempt"}},
-      {FaultKind::exc, "exc", {"rank", "step"}, {"attempt"}},
+      {FaultKind::exc, "exc", {"rank", "step"}, {"extra_collective", "attempt"}},
       {FaultKind::nan, "nan", {"rank", "step"}, {"where", "attempt"}},
       {FaultKind::spike, "spike", {"rank", "step", "factor"}, {"attempt"}},
       {FaultKind::bitflip, "bitflip", {"rank", "step", "tensor"}, {"attempt"}},
@@ -134,6 +134,9 @@ Fault parse_one(const std::string& spec, const std::string& item) {
     one_of(spec, "where", f.detail, {"grad", "loss"});
   } else if (f.kind == FaultKind::bitflip) {
     f.detail = kv["tensor"];
+  } else if (f.kind == FaultKind::exc && kv.contains("extra_collective")) {
+    one_of(spec, "extra_collective", kv["extra_collective"], {"0", "1"});
+    if (kv["extra_collective"] == "1") f.detail = "extra_collective";
   } else if (f.kind == FaultKind::ckpt_crash) {
     f.detail = kv["phase"];
     one_of(spec, "phase", f.detail, {"mid_shard_write", "after_shard_before_commit", "after_commit_before_latest"});

@@ -11,7 +11,9 @@
 //                                                stops), spin (a busy loop: alive, no progress) or
 //                                                sleep (blocked forever); S = 0: before training
 //                                                starts (an initialisation hang)
-//   exc:rank=R:step=S                            an exception at the start of step S
+//   exc:rank=R:step=S[:extra_collective=1]       an exception at the start of step S; with
+//                                                extra_collective=1 instead one all-reduce over the
+//                                                world that no other rank issues (a desync)
 //   nan:rank=R:step=S[:where=grad]               after backward of step S: a NaN gradient (grad)
 //                                                or this rank's loss NaN (loss)
 //   spike:rank=*:step=S:factor=F                 the step's loss, as every rank sees it, is F times
@@ -53,7 +55,7 @@ struct Fault {
   int64_t ms = 0;      // slow, ckpt_slow
   int sig = 9;         // kill
   int factor = 1;      // selfcheck_slow, spike
-  std::string detail;  // hang: how; nan: where; bitflip: tensor; ckpt_crash: phase
+  std::string detail;  // hang: how; nan: where; bitflip: tensor; ckpt_crash: phase; exc: "extra_collective" or ""
   int attempt = 1;     // the launch it acts in; -1 = every launch
   bool on(int r, int64_t step) const { return (rank < 0 || rank == r) && step >= first_step && step <= last_step; }
 };

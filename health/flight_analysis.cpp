@@ -62,7 +62,14 @@ int64_t p2p_issued(const Member& m, const std::string& op, int peer) {
 // Who waits on whom: an edge from each rank blocked on an operation to each rank it waits for.
 using WaitEdges = std::set<std::pair<int, int>>;
 
-void find_hangs(const GroupKey& key, const GroupView& view, FlightDiagnosis& out, WaitEdges& edges) {
+// A collective some members are inside and others never reached.
+struct StuckCollective {
+  std::string where;  // "all_reduce group 'dp' [0,1,2,3] seq=29"
+  std::set<int> waiting, missing;
+};
+
+void find_hangs(const GroupKey& key, const GroupView& view, FlightDiagnosis& out, WaitEdges& edges,
+                std::vector<StuckCollective>& stuck_collectives) {
   const std::vector<int>& members = std::get<1>(key);
   // Collectives: the lowest number in flight on a member that dumped.
   const FlightRecord* stuck = nullptr;
@@ -79,6 +86,8 @@ void find_hangs(const GroupKey& key, const GroupView& view, FlightDiagnosis& out
     if (!missing.empty()) {
       for (int w : waiting)
         for (int m : missing) edges.emplace(w, m);
+      stuck_collectives.push_back({fmt::format("{} {} seq={}", stuck->op, group_text(key), stuck->seq),
+                                   {waiting.begin(), waiting.end()}, {missing.begin(), missing.end()}});
       out.hangs.push_back(fmt::format("seq={} {} {} missing ranks: {{{}}} (waiting: {})", stuck->seq, stuck->op,
                                       group_text(key), fmt::join(missing, ","), fmt::join(waiting, ",")));
     } else {
@@ -156,9 +165,37 @@ FlightDiagnosis diagnose_flights(const std::vector<FlightDump>& dumps) {
   for (int r : world)
     if (!dumped.contains(r)) out.without_dump.push_back(r);
   WaitEdges edges;
+  std::vector<StuckCollective> stuck;
   for (const auto& [key, view] : group_views(dumps)) {
-    find_hangs(key, view, out, edges);
+    find_hangs(key, view, out, edges, stuck);
     find_desyncs(key, view, out);
+  }
+  // Two ranks waiting for each other are in two different collectives: they issued collectives in
+  // different orders. The rank(s) in the most such pairs are the odd ones out (an extra collective
+  // on one rank pairs it with every rank it then waits for).
+  std::map<int, int> pairs;
+  for (const auto& [w, m] : edges)
+    if (w < m && edges.contains({m, w})) ++pairs[w], ++pairs[m];
+  int most = 0;
+  for (const auto& [r, n] : pairs) most = std::max(most, n);
+  for (const auto& [r, n] : pairs)
+    if (n == most) out.out_of_order.insert(r);
+  for (const StuckCollective& a : stuck) {
+    if (out.out_of_order.empty() || !std::includes(out.out_of_order.begin(), out.out_of_order.end(), a.waiting.begin(),
+                                                   a.waiting.end()))
+      continue;
+    std::set<int> others;
+    std::vector<std::string> where;
+    for (const StuckCollective& b : stuck)
+      if (&b != &a && std::any_of(b.missing.begin(), b.missing.end(), [&](int r) { return a.waiting.contains(r); }) &&
+          std::any_of(b.waiting.begin(), b.waiting.end(), [&](int r) { return a.missing.contains(r); })) {
+        others.insert(b.waiting.begin(), b.waiting.end());
+        where.push_back(b.where);
+      }
+    if (where.empty()) continue;
+    out.desyncs.push_back(fmt::format("order: rank(s) {{{}}} wait in {} while rank(s) {{{}}} wait for them in {}: they "
+                                      "issued collectives in a different order (an extra or a missing one)",
+                                      fmt::join(a.waiting, ","), a.where, fmt::join(others, ","), fmt::join(where, ", ")));
   }
   // The ranks waited on that wait on nobody themselves: where the hang starts. A rank that only
   // waits for a rank stuck elsewhere is a victim. In a cycle every rank waited on is named.
@@ -166,7 +203,7 @@ FlightDiagnosis diagnose_flights(const std::vector<FlightDump>& dumps) {
   for (const auto& [w, m] : edges) waiters.insert(w), waited.insert(m);
   for (int m : waited)
     if (!waiters.contains(m)) out.not_arrived.insert(m);
-  if (out.not_arrived.empty()) out.not_arrived = waited;
+  if (out.not_arrived.empty()) out.not_arrived = out.out_of_order.empty() ? waited : out.out_of_order;
   out.unreachable_hosts = unreachable_hosts(dumps);
   return out;
 }
@@ -187,6 +224,9 @@ std::string format_diagnosis(const std::vector<FlightDump>& dumps, const FlightD
   else if (!d.unreachable_hosts.empty())
     s += fmt::format("VERDICT hosts {{{}}} cannot reach each other (a network partition)\n",
                      fmt::join(d.unreachable_hosts, ","));
+  else if (!d.out_of_order.empty())
+    s += fmt::format("VERDICT rank(s) {{{}}} issued collectives in another order than the other ranks (see DESYNC)\n",
+                     fmt::join(d.out_of_order, ","));
   else if (!d.not_arrived.empty())
     s += fmt::format("VERDICT rank(s) {{{}}} did not arrive{}\n", fmt::join(d.not_arrived, ","),
                      d.desyncs.empty() ? "" : "; ranks disagree on an operation (see DESYNC)");

@@ -10,7 +10,10 @@
 // The ranks named as not arrived are those waited on that wait on nobody themselves (a rank blocked
 // behind a stuck rank of another group is a victim, not a cause); in a cycle, all waited on.
 // Desync: at the same (group, K), members recorded a different operation, element type or count
-// (all_to_all counts differ by design and are not compared).
+// (all_to_all counts differ by design and are not compared); or two ranks wait for each other in
+// two different collectives (they issued collectives in different orders); the rank(s) in the most
+// such pairs are named, as an extra collective on one rank makes it pair with every rank it waits
+// for.
 // Unreachable: a host every dump from another host's rank found silent (no answer, not even a
 // refusal) in every one of its ranks (the watchdogs' connection attempts, health/reachability.h): a link down or a host gone,
 // where every live rank may be inside the same collective and none is "missing".
@@ -29,6 +32,7 @@ struct FlightDiagnosis {
   std::vector<std::string> hangs;     // "seq=271 all_reduce group 'dp' [0,1,2,3] missing ranks: {1}"
   std::vector<std::string> desyncs;   // "group 'world' [0,1] seq=15: rank 0 all_reduce 3 x i64, rank 1 …"
   std::vector<std::string> unreachable_hosts;  // no rank on another host could connect to any of its ranks
+  std::set<int> out_of_order;     // the rank(s) in the most pairs of ranks waiting for each other
   bool named_cause() const { return !not_arrived.empty() || !desyncs.empty() || !unreachable_hosts.empty(); }
 };
 

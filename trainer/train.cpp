@@ -201,6 +201,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     const auto t0 = Clock::now();
     faults.arm_random(step + 1, world.size());
     inject_at_step_start(faults, rank, step + 1);
+    inject_extra_collective(faults, world, step + 1);
     run.dp_comm.reset_stats();
     run.tp_comm.reset_stats();
     run.pp_comm.reset_stats();

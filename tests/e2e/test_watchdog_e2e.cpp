@@ -4,7 +4,8 @@
 // code 75 within the step timeout + 3 s of the injection, no rank may survive, every other rank
 // must print a WATCHDOG line at step 8 within the step timeout + 1 s, and `megatrain diagnose` must
 // name rank 1 and only rank 1.
-// A rank stuck before training is named by the start-up roll call (R24). An exception on rank 2
+// A rank stuck before training is named by the start-up roll call (R24). An extra collective on
+// rank 0 is a desync diagnose names (R02b). An exception on rank 2
 // ends the job with code 70 and rank 2's message. Each case prints its
 // detection latency (injection to the end of mpirun).
 #include <gtest/gtest.h>
@@ -120,6 +121,23 @@ TEST_F(WatchdogE2E, ARankThatNeverStartsIsNamedByTheRollCall) {
   EXPECT_CONTAINS(o.r.output, "INIT_TIMEOUT missing ranks=[2] after 4.5 s");
   EXPECT_LE(o.latency_s, 5.0 + 2.0);
   std::printf("a rank stuck in start-up was named and the job ended %.2f s later (init timeout 5 s)\n", o.latency_s);
+}
+
+// Robustness spec R02(b): rank 0 issues one all-reduce over the world that the others do not (the
+// PyTorch flight-recorder tutorial's desync): the ranks then wait for each other in two different
+// collectives, the watchdogs fire, and diagnose names rank 0 as the one out of order.
+TEST_F(WatchdogE2E, AnExtraCollectiveOnOneRankIsADesyncThatNamesIt) {
+  const Outcome o = run("exc:rank=0:step=15:extra_collective=1", "--set parallel.tp=2");
+  EXPECT_EQ(o.r.code, 75) << o.r.output;
+  EXPECT_EQ(o.survivors, 0);
+  EXPECT_CONTAINS(o.r.output, "FAULT_INJECTED kind=exc rank=0 step=15 extra_collective=1");
+  const test::Result d = test::run_megatrain("diagnose " + (dir_ / "run").string());
+  EXPECT_EQ(d.code, 0) << d.output;
+  EXPECT_CONTAINS(d.output, "DESYNC order: rank(s) {0} wait in all_reduce group 'world' [0,1,2,3]");
+  EXPECT_CONTAINS(d.output, "while rank(s) {1,2} wait for them in");
+  EXPECT_CONTAINS(d.output, "VERDICT rank(s) {0} issued collectives in another order than the other ranks");
+  std::printf("extra collective on rank 0: detected %.2f s after it, job ended after %.2f s\n", o.detection_s,
+              o.latency_s);
 }
 
 TEST_F(WatchdogE2E, AnExceptionOnOneRankEndsTheJobWithCode70) {

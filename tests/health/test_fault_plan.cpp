@@ -100,6 +100,7 @@ TEST(FaultPlan, MalformedValuesNameTheVariableAndTheProblem) {
   EXPECT_CONTAINS(error("nan:rank=0:step=9..7"), "must be S or A..B");
   EXPECT_CONTAINS(error("exc:rank=0:step=0"), "must be S or A..B with 1 ≤ A ≤ B");
   EXPECT_CONTAINS(error("exc:rank=0:step=1:step=2"), "step is given twice");
+  EXPECT_CONTAINS(error("exc:rank=0:step=1:extra_collective=2"), "extra_collective = \"2\" is not one of 0, 1");
   EXPECT_CONTAINS(error("exc:rank=0:step"), "\"step\" is not key=value");
   EXPECT_CONTAINS(error("kill:rank=0:step=1:sig=99"), "sig must be a signal number");
   EXPECT_CONTAINS(error("ckpt_crash:rank=0:step=1:phase=later"), "phase = \"later\" is not one of");

@@ -58,6 +58,32 @@ TEST(FlightAnalysis, ASpinningRankThatDumpedIsNamedByWhatItNeverIssued) {
   EXPECT_EQ(d.not_arrived, std::set<int>{1});
 }
 
+// Rank 0 issued one collective too many in the world group: it waits in world #3, which the others
+// never reach, while they wait in tp/dp collectives rank 0 has not reached: an order desync, and
+// rank 0 (the smaller side) is named.
+TEST(FlightAnalysis, RanksWaitingForEachOtherInTwoCollectivesAreAnOrderDesync) {
+  std::vector<FlightDump> dumps;
+  for (int r = 0; r < 4; ++r) {
+    FlightDump d;
+    d.rank = r, d.host = "h", d.reason = "watchdog: test";
+    d.snapshot.groups = {{"world", {0, 1, 2, 3}}, {"dp", {0, 1, 2, 3}}};
+    for (int64_t s = 0; s < 3; ++s) d.snapshot.records.push_back({s, 0, s, "all_reduce", 1, "i64", -1, 0.0, 1.0, FlightState::done});
+    for (int64_t s = 0; s < 5; ++s) d.snapshot.records.push_back({3 + s, 1, s, "all_reduce", 8, "f32", -1, 0.0, 1.0, FlightState::done});
+    if (r == 0)
+      d.snapshot.records.push_back({9, 0, 3, "all_reduce", 3, "i32", -1, 2.0, -1.0, FlightState::in_flight});
+    else
+      d.snapshot.records.push_back({9, 1, 5, "all_reduce", 8, "f32", -1, 2.0, -1.0, FlightState::in_flight});
+    dumps.push_back(d);
+  }
+  const FlightDiagnosis d = diagnose_flights(dumps);
+  EXPECT_EQ(d.out_of_order, std::set<int>{0});
+  EXPECT_EQ(d.not_arrived, std::set<int>{0});
+  const std::string report = format_diagnosis(dumps, d);
+  EXPECT_CONTAINS(report, "DESYNC order: rank(s) {0} wait in all_reduce group 'world' [0,1,2,3] seq=3 while rank(s) "
+                          "{1,2,3} wait for them in all_reduce group 'dp' [0,1,2,3] seq=5");
+  EXPECT_CONTAINS(report, "VERDICT rank(s) {0} issued collectives in another order");
+}
+
 TEST(FlightAnalysis, ASendWhoseReceiveWasNeverPostedNamesTheReceiver) {
   FlightDump a, b;
   a.rank = 0, b.rank = 1;
