@@ -1,6 +1,7 @@
 // `megatrain train --config FILE [--set section.key=value]...`
 #include <spdlog/spdlog.h>
 
+#include "health/startup_times.h"
 #include "parallel/comm.h"
 #include "parallel/launch_env.h"
 #include "trainer/commands.h"
@@ -35,6 +36,7 @@ Command add_train_command(CLI::App& root) {
             Config cfg = load_config(opts->config, opts->overrides);
             resolve_config(cfg, world.size());
             agree_on_config(cfg, world);
+            StartupTimes::instance().mark("config");
             if (world.rank() == 0) fmt::print("# resolved config\n{}\n", config_to_toml(cfg));
             return run_training(cfg, world, opts->train).stopped_at > 0 ? kExitStopped : 0;
           },

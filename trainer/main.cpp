@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "health/startup_times.h"
 #include "kernels/check.h"
 #include "parallel/comm.h"
 #include "trainer/checkpoint.h"
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   });
   std::optional<MpiRuntime> mpi;
   if (uses_mpi) mpi.emplace(&argc, &argv);
+  StartupTimes::instance().mark("process start → MPI init");
   const int rank = uses_mpi ? Comm::world().rank() : 0;
   const int world_size = uses_mpi ? Comm::world().size() : 1;
   spdlog::set_pattern("[%H:%M:%S] %v");

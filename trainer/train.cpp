@@ -15,6 +15,7 @@
 #include "health/ready_check.h"
 #include "health/link_monitor.h"
 #include "health/reachability.h"
+#include "health/startup_times.h"
 #include "health/straggler.h"
 #include "health/timeline.h"
 #include "health/watchdog.h"
@@ -95,7 +96,8 @@ Position adopt(const CheckpointMeta& meta, const Config& cfg, RankRun& run, std:
   const Position at{step, consumed / G - step, meta.state.skipped_steps};
   MT_INPUT_CHECK(at.data_skip <= batches_reserved_for_rollbacks(cfg.health),
                  "{}: the checkpoint's data position is {} batches past its step (spike rollbacks skipped them), "
-                 "more than health.spike_skip_batches × spike_max_rollbacks = {} reserve; raise spike_max_rollbacks",
+                 "more than the {} batches the data loader reserves for skips; set health.on_spike = \"rollback\" "
+                 "with spike_skip_batches × spike_max_rollbacks at least that",
                  cfg.source, at.data_skip, batches_reserved_for_rollbacks(cfg.health));
   MT_INPUT_CHECK(step <= cfg.train.steps, "{}: the checkpoint is at step {}, beyond train.steps = {}", cfg.source, step,
                  cfg.train.steps);
@@ -150,9 +152,11 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   Timeline timeline(cfg.health, rank, host_name());
   inject_at_step_start(faults, rank, 0);
   wait_for_all_ranks(world, 0.9 * cfg.health.init_timeout_s);  // before the watchdogs' init timeout fires
+  StartupTimes::instance().mark("roll call");
   const PeerListener listener;  // what peers' watchdogs connect to (health/reachability.h)
   watchdog.set_peers(gather_peer_addresses(world, listener));
   RankRun run(cfg, world);
+  StartupTimes::instance().mark("model and data");
   const CheckpointTensors state = run.checkpoint_tensors();
   const int64_t G = cfg.train.global_batch_size;
   int64_t start_step = 0, skipped = 0, data_skip = 0, nonfinite_in_a_row = 0;
@@ -165,6 +169,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     start_step = at.step, data_skip = at.data_skip, skipped = at.skipped;
     have_checkpoint = cfg.checkpoint.load == "latest";
   }
+  StartupTimes::instance().mark("checkpoint load");
   std::unique_ptr<Checkpointer> checkpointer;  // with a folder to save to: periodic saves and the stop's
   if (!cfg.checkpoint.dir.empty()) checkpointer = std::make_unique<Checkpointer>(cfg, world);
   StopRequests stop(cfg, world);
@@ -192,6 +197,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   const double flops_per_step =
       gpt_flops_per_token(cfg.model, cfg.train.seq_len) * static_cast<double>(run.tokens_per_step());
   const double peak_tflops = peak_tflops_per_rank(cfg, world);
+  StartupTimes::instance().mark("other set-up (MFU peak)");
   MetricsLog log(cfg.log.metrics_file, rank0, start_step);
   TrainResult result;
   Logged logged;
@@ -274,7 +280,11 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     result.losses.push_back(loss);
     result.grad_norms.push_back(norm);
     logged.add(dt, dp, tp, pp);
-    if (step == start_step) log.memory(step + 1, run.memory());
+    if (step == start_step) {
+      log.memory(step + 1, run.memory());
+      StartupTimes::instance().mark("first step");
+      if (rank0) spdlog::info("{}", StartupTimes::instance().summary());
+    }
     const bool last = step + 1 == cfg.train.steps;
     if ((step + 1) % cfg.log.interval == 0 || last) {
       const auto n = static_cast<double>(logged.steps);

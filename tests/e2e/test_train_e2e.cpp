@@ -1,7 +1,12 @@
 // The binary end to end on tiny configs: determinism of the loss sequence, a falling validation
 // loss on real text, the metrics file, and bad input (config, data) giving a clean exit 64 or 65 with a
-// message naming the file, the field and the fix.
+// message naming the file, the field and the fix; the start-up time broken into phases.
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+#include <string>
+#include <vector>
 
 #include "tests/e2e/e2e_fixture.h"
 #include "tests/expect_contains.h"
@@ -64,6 +69,35 @@ TEST_F(TrainE2E, MfuIsMeasuredAgainstThisMachinesPeak) {
   rows = test::metrics_lines(dir_ / "p.jsonl");
   EXPECT_EQ(rows.size(), 3u);
   for (const auto& j : rows) EXPECT_TRUE(j.at("mfu").is_null()) << j;
+}
+
+// Robustness spec R24: the start-up time, from the process's start to the end of the first step, is
+// logged once and broken into its phases in order; the phases add up to the total.
+TEST_F(TrainE2E, StartupTimeIsLoggedPhaseByPhase) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = test::run_shell(test::megatrain_bin() + " train --config " + config_.string() +
+                                 " --set train.steps=6 --set train.eval_interval=0");
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("startup ([0-9.]+) s from process start to the end of step 1: "
+                                                        "(process start → MPI init [^\n]*)")))
+      << r.output;
+  const double total = std::stod(m[1]);
+  EXPECT_GT(total, 0.0);
+  EXPECT_LT(total, wall);
+  const std::string phases = m[2];
+  double sum = 0.0;
+  std::vector<std::string> names;
+  const std::regex one("(?:^|, )([^,0-9]+) ([0-9.]+)");
+  for (auto it = std::sregex_iterator(phases.begin(), phases.end(), one); it != std::sregex_iterator(); ++it) {
+    names.push_back((*it)[1]);
+    sum += std::stod((*it)[2]);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"process start → MPI init", "config", "roll call", "model and data",
+                                             "checkpoint load", "other set-up (MFU peak)", "first step"}));
+  EXPECT_NEAR(sum, total, 0.005 * static_cast<double>(names.size()));  // each phase rounded to 0.01 s
+  EXPECT_EQ(r.output.find("startup ", m.position(0) + 1), std::string::npos) << "logged twice";
 }
 
 TEST_F(TrainE2E, SameConfigAndSeedGiveBitwiseIdenticalLosses) {
