@@ -2,11 +2,12 @@
 # Robustness benchmark on 4 ranks, (tp, dp) = (2, 2), a tiny GPT (2 layers, d 64, seq 64, the
 # fortunes corpus), as the fault tests run it:
 #  1. overhead: the median step time with every health feature off (watchdog, heartbeats,
-#     straggler windows, replica checks), with the defaults on, and with the timeline on too —
+#     straggler windows, replica checks, link probes), with the defaults on, and with the timeline on too —
 #     REPS runs of STEPS steps each, interleaved, the first 10 steps of each discarded;
 #  2. false positives: CLEAN clean runs of 60 steps with the tight settings of the tests (2 s step
-#     timeout, straggler windows of 10 steps, replica checks every 5 steps) must print no WATCHDOG,
-#     STRAGGLER, INDIVIDUAL_DEGRADATION, REPLICA_MISMATCH or LOSS_SPIKE line and exit 0.
+#     timeout, straggler windows of 10 steps, replica checks every 5 steps, link probes every 5 steps)
+#     must print no WATCHDOG, STRAGGLER, INDIVIDUAL_DEGRADATION, REPLICA_MISMATCH, LOSS_SPIKE or
+#     SLOW_LINK line and exit 0.
 #   bench/robustness.sh [DIR]          (DIR default runs/bench_robustness)
 # Environment: MEGATRAIN_BIN (default build/megatrain), REPS (5), STEPS (110), CLEAN (20).
 # Runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (they halve OpenBLAS on this machine).
@@ -47,7 +48,7 @@ run() {  # NAME STEPS FLAGS...: one 4-rank run, metrics in DIR/NAME.jsonl, outpu
     --set parallel.tp=2 --set train.steps="$n" --set log.metrics_file="$dir/$name.jsonl" \
     --set health.run_dir="$dir/run_$name" "$@" > "$dir/$name.log" 2>&1
 }
-off="--set health.watchdog=false --set health.heartbeat_interval_s=0 --set health.straggler_window=0 --set health.replica_check_interval=0 --set health.spike_factor=0"
+off="--set health.watchdog=false --set health.heartbeat_interval_s=0 --set health.straggler_window=0 --set health.replica_check_interval=0 --set health.spike_factor=0 --set health.link_check_interval=0"
 for r in $(seq "$reps"); do
   # shellcheck disable=SC2086
   run "off_$r" "$steps" $off
@@ -68,11 +69,11 @@ EOF
 fp=0
 for r in $(seq "$clean"); do
   if ! run "clean_$r" 60 --set health.step_timeout_floor_s=2 --set health.calibrate_steps=3 \
-      --set health.straggler_window=10 --set health.replica_check_interval=5; then
+      --set health.straggler_window=10 --set health.replica_check_interval=5 --set health.link_check_interval=5; then
     echo "clean run $r failed: see $dir/clean_$r.log"; fp=$((fp + 1)); continue
   fi
-  if grep -qE "WATCHDOG|STRAGGLER|INDIVIDUAL_DEGRADATION|REPLICA_MISMATCH|LOSS_SPIKE" "$dir/clean_$r.log"; then
-    grep -E "WATCHDOG|STRAGGLER|INDIVIDUAL_DEGRADATION|REPLICA_MISMATCH|LOSS_SPIKE" "$dir/clean_$r.log" | head -3
+  if grep -qE "WATCHDOG|STRAGGLER|INDIVIDUAL_DEGRADATION|REPLICA_MISMATCH|LOSS_SPIKE|SLOW_LINK" "$dir/clean_$r.log"; then
+    grep -E "WATCHDOG|STRAGGLER|INDIVIDUAL_DEGRADATION|REPLICA_MISMATCH|LOSS_SPIKE|SLOW_LINK" "$dir/clean_$r.log" | head -3
     fp=$((fp + 1))
   fi
 done
