@@ -6,7 +6,9 @@
 #   2. link down   simhost2 unplugged mid-run: the other ranks' watchdogs fire, naming rank 1
 #                  unreachable, and `megatrain diagnose` names simhost2 cut off;
 #   3. host lost   every process of simhost2 killed under scripts/megatrain-resilient --hosts: the
-#                  driver excludes simhost2 and resumes from the last checkpoint at dp = 2.
+#                  driver excludes simhost2 and resumes from the last checkpoint at dp = 2;
+#   4. host frozen every process of simhost2 stopped: its heartbeats go stale, the driver kills the
+#                  job, excludes simhost2 and resumes at dp = 2.
 # Prints the detection figures. Needs root and network namespaces; otherwise prints "SKIPPED: …"
 # and exits 77 (ctest: skipped).
 #
@@ -116,7 +118,7 @@ done
 ip netns pids simhost2 | xargs -r kill -9
 t_kill=$(now)
 wait "$drv" || { tail -40 "$dir/driver.log"; fail "the driver did not finish the job"; }
-expect "$dir/drv/reports/events.jsonl" '"event": "HOST_EXCLUDED", .*"host": "simhost2"'
+expect "$dir/drv/reports/events.jsonl" '"event": "HOST_EXCLUDED", .*"node_host": "simhost2"'
 expect "$dir/drv/reports/events.jsonl" '"attempt": 2, "event": "start", .*"resume_from": 20'
 expect "$dir/drv/attempt_2.log" "dp = 2"
 expect "$dir/drv/attempt_2.log" "resumed from .*step_0000020"
@@ -127,5 +129,26 @@ ev = [json.loads(l) for l in open(sys.argv[1])]
 excl = next(e for e in ev if e["event"] == "HOST_EXCLUDED")
 print(f"host loss acted on {excl['t_wall'] - float(sys.argv[2]):.2f} s after the kill; "
       f"{ev[-1]['attempts']} launches, ETTR {100 * ev[-1]['ettr']:.1f}%")
+EOF
+echo "== 4. host frozen: every process of simhost2 stopped (SIGSTOP) under the driver"
+"$driver" --checkpoint-dir "$dir/ck4" --run-dir "$dir/drv4" --hosts simhost1:1,simhost2:1,simhost3:1 --backoff-s 0.2 \
+  --hb-timeout-s 3 -- "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train --config "$dir/tiny.toml" \
+  --set train.steps=60 --set checkpoint.save_interval=20 >"$dir/driver4.log" 2>&1 &
+drv=$!
+for _ in $(seq 900); do
+  [ -d "$dir/ck4/step_0000020" ] && [ "$(lines '"loss"' "$dir/drv4/metrics.jsonl")" -ge 25 ] && break
+  sleep 0.1
+done
+ip netns pids simhost2 | xargs -r kill -STOP
+t_stop=$(now)
+wait "$drv" || { tail -40 "$dir/driver4.log"; fail "the driver did not finish the job"; }
+expect "$dir/drv4/reports/events.jsonl" '"event": "NODE_STALE", .*"node_host": "simhost2", "ranks": \[1\]'
+expect "$dir/drv4/reports/events.jsonl" '"event": "HOST_EXCLUDED", .*"node_host": "simhost2", "reason": "its heartbeats went stale"'
+expect "$dir/drv4/attempt_2.log" "dp = 2"
+/usr/bin/python3 - "$dir/drv4/reports/events.jsonl" "$t_stop" <<'EOF'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+stale = next(e for e in ev if e["event"] == "NODE_STALE")
+print(f"frozen host declared stale {stale['t_wall'] - float(sys.argv[2]):.2f} s after it stopped (3 s heartbeat timeout)")
 EOF
 echo "PASS"
