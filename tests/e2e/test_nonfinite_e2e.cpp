@@ -68,16 +68,17 @@ TEST_F(NonFiniteE2E, ALossSpikeIsLoggedAndItsUpdateSkipped) {
   EXPECT_EQ(r.output.find("LOSS_SPIKE step=36"), std::string::npos) << r.output;
 }
 
-// Robustness spec R17 with health.on_spike = "rollback" (PaLM's recipe), 2 ranks, saves every 10:
-// the spike at step 35 (injected on global batch 35) sends both ranks back to the checkpoint of step
+// Robustness spec R17 with health.on_spike = "rollback" (PaLM's recipe), 4 ranks (tp = dp = 2),
+// saves every 10:
+// the spike at step 35 (injected on global batch 35) sends every rank back to the checkpoint of step
 // 30 and 20 batches past its data (batches 31..50 are never trained on again), so no second spike;
 // the metrics file holds each step once; the checkpoints store the moved data position, and a run
 // resumed from step 40 trains steps 41..50 on the same batches, bit for bit.
 TEST_F(NonFiniteE2E, ALossSpikeRollsBackToTheLastCheckpointAndSkipsItsData) {
   const std::string ckpt = (dir_ / "ckpt").string();
-  const std::string common = "--set checkpoint.save_interval=10 --set checkpoint.dir=" + ckpt +
+  const std::string common = "--set parallel.tp=2 --set checkpoint.save_interval=10 --set checkpoint.dir=" + ckpt +
                              " --set health.on_spike=rollback --set health.spike_skip_batches=20";
-  const auto r = run(2, "spike:rank=*:step=35:factor=100", "--set train.steps=50 " + common);
+  const auto r = run(4, "spike:rank=*:step=35:factor=100", "--set train.steps=50 " + common);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "LOSS_SPIKE step=35 value=");
   EXPECT_CONTAINS(r.output, "LOSS_SPIKE_ROLLBACK step=35 to_step=30 skipped_batches=31..50 rollback=1/3");
@@ -92,7 +93,7 @@ TEST_F(NonFiniteE2E, ALossSpikeRollsBackToTheLastCheckpointAndSkipsItsData) {
   const auto h5 = test::run_shell("h5dump -a consumed_samples " + ckpt + "/step_0000040/model.h5");
   EXPECT_CONTAINS(h5.output, "(0): 960");
   std::filesystem::rename(dir_ / "m.jsonl", dir_ / "rolled.jsonl");
-  const auto resumed = run(2, "", "--set train.steps=50 " + common + " --set checkpoint.load='\"" + ckpt + "/step_0000040\"'");
+  const auto resumed = run(4, "", "--set train.steps=50 " + common + " --set checkpoint.load='\"" + ckpt + "/step_0000040\"'");
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   const auto again = test::metrics_lines(dir_ / "m.jsonl");  // a new file: steps 41..50
   ASSERT_EQ(again.size(), 10u);
