@@ -309,7 +309,7 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
                  meta.state.loss_scale > 0.0 ? "dynamic (fp16): loss_scale, loss_scale_growth_tracker, loss_scale_hysteresis_tracker"
                                              : "none (fp32 or bf16 training)");
   H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT);  // each rank's pieces are large: no two-phase exchange
   H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);  // the writers' pieces tile every tensor: each element is written once
   const ParamLayout &layout = *t.layout, &stored = stored_of(t);

@@ -3,7 +3,8 @@
 // it. Sharded I/O: each rank holds its tensor-parallel view of the tensors (model/params.h) and a
 // partition of that view's flat layout (ZeRO over dp); a write stores every global element once —
 // from the partition that holds it, and of values several tp ranks share, from the lowest of them —
-// through collective MPI-IO, and a read fills on each rank exactly the slices it holds, from the
+// through independent MPI-IO (datasets created collectively; no two-phase buffering, which costs
+// many small exchanges), and a read fills on each rank exactly the slices it holds, from the
 // global positions of its elements. Root attributes carry the training state, the resolved config
 // and the layout; each dataset carries a CRC-32 of all its bytes in global order, combined from the
 // writers' pieces and verified, piece by writer, on read. Invariant: a read either fills every
