@@ -281,8 +281,8 @@ uint32_t checkpoint_meta_crc32(const CheckpointMeta& meta, int64_t version) {
       crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
 }
 
-void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, const CheckpointMeta& meta,
-                           const Comm& comm) {
+CheckpointWritten checkpoint_file_write(const std::string& path, const CheckpointTensors& t,
+                                        const CheckpointMeta& meta, const Comm& comm) {
   quiet_hdf5();
   const ckpt::ShardGroup group(comm.handle());
   std::vector<int> local;
@@ -316,6 +316,7 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
   const FlatRange part{t.part_begin, t.part_end};
   std::vector<H5> dsets;
   std::vector<ckpt::CrcPiece> pieces;
+  CheckpointWritten written;
   for (int kind = 0; kind < 3; ++kind) {
     H5 group_h(H5Gcreate2(file, kKinds[kind], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     const FlatSlice& slice = slice_of(t, kind);
@@ -337,14 +338,19 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
       MT_CHECK(transfer(Transfer::write, dset, spec.shape, runs, slice, off, dxpl) >= 0, "writing {}/{} to {} failed",
                kKinds[kind], spec.name, path);
       add_pieces(pieces, static_cast<int64_t>(dsets.size()), runs, slice, off);
+      for (const ckpt::Run& r : runs) written.bytes += r.n * 4;
       dsets.push_back(std::move(dset));
     }
   }
   const Datasets datasets = datasets_of(stored);
   // Every rank gets the same values: attribute writes are collective.
   const std::vector<uint32_t> crcs = group.combine(pieces, datasets.bytes, datasets.names);
-  for (size_t d = 0; d < dsets.size(); ++d) write_attr_u32(dsets[d], "crc32", crcs[d]);
+  for (size_t d = 0; d < dsets.size(); ++d) {
+    write_attr_u32(dsets[d], "crc32", crcs[d]);
+    written.tensors.push_back({datasets.names[d], crcs[d]});
+  }
   MT_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0, "flushing {} failed", path);
+  return written;
 }
 
 CheckpointMeta checkpoint_file_read_meta(const std::string& path) {

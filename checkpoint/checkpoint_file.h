@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "checkpoint/manifest.h"
 #include "model/params.h"
 #include "parallel/comm.h"
 #include "parallel/flat_range.h"
@@ -72,9 +74,14 @@ struct CheckpointMeta {
 // loss_scale_hysteresis_tracker=H\n" (X: the shortest decimal that reads back as the double).
 uint32_t checkpoint_meta_crc32(const CheckpointMeta& meta, int64_t version = kCheckpointVersion);
 
+struct CheckpointWritten {
+  std::vector<TensorCrc> tensors;  // every dataset's crc32 attribute, in file order (the same on every rank)
+  int64_t bytes = 0;               // the tensor bytes this rank wrote
+};
+
 // Collective over `comm`: every rank writes its partition of every tensor.
-void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, const CheckpointMeta& meta,
-                           const Comm& comm);
+CheckpointWritten checkpoint_file_write(const std::string& path, const CheckpointTensors& t,
+                                        const CheckpointMeta& meta, const Comm& comm);
 
 // Run on the metadata, on every rank, before any tensor is read; throws InputError to refuse the file
 // (the read then throws InputError; a damaged file throws CheckpointError).

@@ -1,19 +1,20 @@
-// Checkpoint directories: DIR/step_NNNNNNN/model.h5 (format: checkpoint/checkpoint_file.h).
-// Saving writes DIR/step_NNNNNNN.tmp, fsyncs, renames it to DIR/step_NNNNNNN, then replaces
-// DIR/latest atomically, and only then removes checkpoints beyond checkpoint.keep_last — so at
-// every instant the newest complete checkpoint is intact and findable. Each rank saves and loads
-// only what it holds (CheckpointTensors: its partition is written, its slices are read). With
-// checkpoint.async the step copies its partition into host memory and a background thread writes it
-// (MegaScale's two stages); the next save, or the end of training, waits for the previous write.
+// Checkpoints as a run uses them (format and folder protocol: docs/checkpoint-format.md,
+// checkpoint/). Saving writes DIR/step_NNNNNNN.tmp/model.h5, then rank 0 commits: model.h5 fsync,
+// manifest.json written and fsynced, folder fsync, rename to DIR/step_NNNNNNN, DIR fsync, and
+// DIR/latest replaced atomically; only then are checkpoints beyond checkpoint.keep_last removed — so
+// at every instant the newest committed checkpoint is intact and findable. Each rank saves and
+// loads only what it holds (CheckpointTensors). With checkpoint.async the step copies its partition
+// into host memory and a background thread writes and commits it (MegaScale's two stages, on a
+// communicator of its own); the next save, or the end of training, waits for the previous write.
 #pragma once
 #include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "checkpoint/checkpoint_file.h"
 #include "model/params.h"
 #include "parallel/comm.h"
-#include "checkpoint/checkpoint_file.h"
 #include "trainer/config.h"
 
 namespace megatrain {
@@ -23,8 +24,6 @@ class NoValidCheckpoint : public CheckpointError {
  public:
   using CheckpointError::CheckpointError;
 };
-
-std::string checkpoint_step_name(int64_t step);  // "step_0000042"
 
 // The model.h5 of a --checkpoint argument: a checkpoint folder (DIR/step_N), or a checkpoint dir
 // whose `latest` names one. Throws CheckpointError when it is neither.
@@ -43,7 +42,12 @@ class Checkpointer {
   void wait();
 
  private:
+  // Collective over io_: writes, reads back and commits. Each step ranks take together ends in an
+  // agreement, so a failure is the same CheckpointIoError on every rank; the .tmp folder is then
+  // removed.
   void write(const CheckpointTensors& t, const CheckpointMeta& meta);
+  // Rank 0: the commit of a written step_N.tmp (see the top of this file).
+  void commit(const CheckpointMeta& meta, const std::vector<TensorCrc>& tensors, int64_t bytes, uint32_t crc);
 
   const Config& cfg_;
   const Comm& world_;
@@ -56,7 +60,7 @@ class Checkpointer {
 
 // Collective over `comm` (whose ranks partition the state, see CheckpointTensors). Resolves
 // checkpoint.load ("" = fresh start, "latest" = newest valid under checkpoint.dir with fallback to
-// older ones, else a checkpoint directory) and fills `t`'s slices on every rank. Returns the loaded
+// older ones, else a checkpoint folder) and fills `t`'s slices on every rank. Returns the loaded
 // metadata, or nullopt for a fresh start. Throws NoValidCheckpoint when a load was asked for and
 // nothing valid exists, unless allow_fresh_start. Every rank reaches the same outcome.
 std::optional<CheckpointMeta> checkpoint_load(const Config& cfg, const CheckpointTensors& t, const Comm& comm,
