@@ -21,6 +21,8 @@ packages=(
   # Debian's CPU-only 1.13 is a 130 MB download; PyPI's torch wheel would pull gigabytes of CUDA libraries.
   python3-torch
   time
+  # tests/e2e/test_checkpoint_commit_e2e.cpp watches a save's fsyncs and renames with it (skipped without).
+  strace
   # scripts/check_fresh_setup.sh bootstraps a clean Debian root with it.
   debootstrap
 )
