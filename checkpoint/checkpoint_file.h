@@ -79,7 +79,11 @@ struct CheckpointWritten {
   int64_t bytes = 0;               // the tensor bytes this rank wrote
 };
 
-// Collective over `comm`: every rank writes its partition of every tensor.
+// Collective over `comm`: every rank writes its partition of every tensor. An I/O failure on any
+// rank (a full disk, a file-size limit, a device error) is the same CheckpointIoError
+// (checkpoint/file_io.h) on every rank, carrying the errno the failing call left (0 when MPI-IO
+// left none). The ranks agree before each dataset whether all have gone well so far, stop
+// together after a failure and still close the file together, so none waits for another.
 CheckpointWritten checkpoint_file_write(const std::string& path, const CheckpointTensors& t,
                                         const CheckpointMeta& meta, const Comm& comm);
 

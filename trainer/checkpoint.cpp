@@ -1,7 +1,7 @@
 // Saving checkpoints, synchronously or in two stages (trainer/checkpoint.h). Each step of a save
 // that ranks act on together ends in an agreement over the writers' communicator — the folder's
-// preparation, the read-back CRC, the commit — so a failure there is the same failure everywhere
-// and no rank waits for another.
+// preparation, the file write, the read-back CRC, the commit — so a failure anywhere is the same
+// failure everywhere and no rank waits for another.
 #include "trainer/checkpoint.h"
 
 #include <spdlog/spdlog.h>
@@ -85,9 +85,29 @@ Checkpointer::~Checkpointer() {
   if (worker_.joinable()) worker_.join();
 }
 
-void Checkpointer::wait() {
+void Checkpointer::join() {
   if (worker_.joinable()) worker_.join();
   if (worker_error_) std::rethrow_exception(std::exchange(worker_error_, nullptr));
+}
+
+void Checkpointer::wait() {
+  join();
+  report();
+}
+
+void Checkpointer::report() {
+  if (!failure_) return;
+  const Failure f = *std::exchange(failure_, std::nullopt);
+  const bool exit = cfg_.checkpoint.on_save_fail == "exit";
+  spdlog::error("CKPT_SAVE_FAILED step={} errno={} ({}) rank={}: the checkpoints committed before it and `latest` "
+                "are kept; {}",
+                f.step, errno_name(f.err), f.what, world_.rank(),
+                exit ? "exiting with code 75 (checkpoint.on_save_fail = \"exit\")"
+                     : "training continues (checkpoint.on_save_fail = \"continue\")");
+  if (!exit) return;
+  world_.barrier();  // every rank has said it before any rank ends the job
+  throw CheckpointSaveFailed(fmt::format("CKPT_SAVE_FAILED step={} errno={} ({}); checkpoint.on_save_fail = \"exit\"",
+                                         f.step, errno_name(f.err), f.what));
 }
 
 void Checkpointer::commit(const CheckpointMeta& meta, const std::vector<TensorCrc>& tensors, int64_t bytes,
@@ -147,12 +167,25 @@ void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta)
                mb, secs, mb / secs);
 }
 
+void Checkpointer::write_keeping_failure(const CheckpointTensors& t, const CheckpointMeta& meta) {
+  try {
+    write(t, meta);
+  } catch (const CheckpointIoError& e) {
+    failure_ = Failure{meta.state.step, e.err(), e.what()};
+  } catch (...) {
+    worker_error_ = std::current_exception();
+  }
+}
+
 double Checkpointer::save(const CheckpointTensors& t, const TrainState& state) {
   const auto t0 = Clock::now();
-  wait();
+  join();
+  report();
   const CheckpointMeta meta{state, config_toml_, layout_json_};
   if (!cfg_.checkpoint.async) {
-    write(t, meta);
+    write_keeping_failure(t, meta);
+    join();
+    report();
     return seconds_since(t0);
   }
   // Only the partition is written, so only the partition is copied.
@@ -164,13 +197,7 @@ double Checkpointer::save(const CheckpointTensors& t, const TrainState& state) {
   };
   const CheckpointTensors copy{t.layout, copy_partition(host_params_, t.params), copy_partition(host_m_, t.exp_avg),
                                copy_partition(host_v_, t.exp_avg_sq), t.part_begin, t.part_end, t.stored};
-  worker_ = std::thread([this, copy, meta] {
-    try {
-      write(copy, meta);
-    } catch (...) {
-      worker_error_ = std::current_exception();
-    }
-  });
+  worker_ = std::thread([this, copy, meta] { write_keeping_failure(copy, meta); });
   return seconds_since(t0);
 }
 

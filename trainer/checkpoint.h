@@ -4,10 +4,12 @@
 // DIR/latest replaced atomically; only then are checkpoints beyond checkpoint.keep_last removed — so
 // at every instant the newest committed checkpoint is intact and findable. Each rank saves and
 // loads only what it holds (CheckpointTensors). With checkpoint.async the step copies its partition
-// into host memory and a background thread writes and commits it (MegaScale's two stages, on a
-// communicator of its own); the next save, or the end of training, waits for the previous write.
+// into host memory (stage 1, the only stall) and a background thread writes and commits it (stage
+// 2, on a communicator of its own); the next save, or the end of training, waits for it. A failed
+// save is reported by every rank as CKPT_SAVE_FAILED at the same step boundary and leaves the
+// committed checkpoints and `latest` as they were; checkpoint.on_save_fail decides whether training
+// goes on.
 #pragma once
-#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -25,6 +27,13 @@ class NoValidCheckpoint : public CheckpointError {
   using CheckpointError::CheckpointError;
 };
 
+// A save failed under checkpoint.on_save_fail = "exit": main exits with kExitHang (75), and the
+// resilient driver restarts from the newest committed checkpoint.
+class CheckpointSaveFailed : public Error {
+ public:
+  using Error::Error;
+};
+
 // The model.h5 of a --checkpoint argument: a checkpoint folder (DIR/step_N), or a checkpoint dir
 // whose `latest` names one. Throws CheckpointError when it is neither.
 std::string checkpoint_model_file(const std::string& arg);
@@ -36,18 +45,29 @@ class Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
-  // Collective over `world` (whose ranks partition the state, see CheckpointTensors). Returns the
-  // seconds the caller was stalled (the copy of the partition for async saves).
+  // Collective over `world` (whose ranks partition the state, see CheckpointTensors). First
+  // reports the previous save's failure, if it failed (throws CheckpointSaveFailed under
+  // on_save_fail = "exit"). Returns the seconds the caller was stalled (the copy of the partition
+  // for async saves).
   double save(const CheckpointTensors& t, const TrainState& state);
+  // Collective: waits for the save in flight and reports its failure as save() does.
   void wait();
 
  private:
-  // Collective over io_: writes, reads back and commits. Each step ranks take together ends in an
-  // agreement, so a failure is the same CheckpointIoError on every rank; the .tmp folder is then
-  // removed.
+  struct Failure {
+    int64_t step = 0;
+    int err = 0;
+    std::string what;
+  };
+  // Collective over io_: writes, reads back, commits, logs. Throws the same CheckpointIoError on
+  // every rank when it fails; the .tmp folder is then removed.
   void write(const CheckpointTensors& t, const CheckpointMeta& meta);
   // Rank 0: the commit of a written step_N.tmp (see the top of this file).
   void commit(const CheckpointMeta& meta, const std::vector<TensorCrc>& tensors, int64_t bytes, uint32_t crc);
+  // write() on the calling thread, a failure kept in failure_ for report().
+  void write_keeping_failure(const CheckpointTensors& t, const CheckpointMeta& meta);
+  void join();
+  void report();  // collective
 
   const Config& cfg_;
   const Comm& world_;
@@ -55,7 +75,8 @@ class Checkpointer {
   std::string config_toml_, layout_json_;
   std::vector<float> host_params_, host_m_, host_v_;  // the partition, for async saves
   std::thread worker_;
-  std::exception_ptr worker_error_;
+  std::exception_ptr worker_error_;  // anything but an I/O failure: rethrown by join()
+  std::optional<Failure> failure_;
 };
 
 // Collective over `comm` (whose ranks partition the state, see CheckpointTensors). Resolves
