@@ -135,7 +135,7 @@ void Checkpointer::commit(const CheckpointMeta& meta, const std::vector<TensorCr
   replace_file_durably(dir / "latest", name + "\n");
 }
 
-void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta) {
+void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta, Stall stall) {
   const auto t0 = Clock::now();
   const fs::path dir = cfg_.checkpoint.dir;
   const int64_t step = meta.state.step;
@@ -143,11 +143,12 @@ void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta)
   const bool rank0 = io_.rank() == 0;
   const FaultPlan& faults = FaultPlan::from_environment();
   inject_checkpoint_delay(faults, io_.rank(), step);
+  CheckpointWritten written;
   int64_t bytes = 0;
   try {
     agree_on_io_failure(io_.handle(), rank0 ? io_failure_of([&] { make_empty_folder(tmp); }) : std::nullopt);
     inject_checkpoint_crash(faults, io_.rank(), step, "mid_shard_write");
-    const CheckpointWritten written = checkpoint_file_write(file.string(), t, meta, io_);
+    written = checkpoint_file_write(file.string(), t, meta, io_);
     agree_on_io_failure(io_.handle(), rank0 ? io_failure_of([&] { bytes = size_of(file); }) : std::nullopt);
     io_.broadcast(&bytes, 1, 0).wait();
     const uint32_t crc = file_crc32_shared(file, bytes, io_.handle());  // read back: what the disk holds
@@ -160,33 +161,56 @@ void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta)
     }
     throw;
   }
+  std::vector<int64_t> per_rank(static_cast<size_t>(io_.size()));
+  const std::vector<int64_t> ones(per_rank.size(), 1);
+  io_.all_gather(per_rank.data(), &written.bytes, ones).wait();
   if (!rank0) return;
   remove_old_checkpoints(dir, cfg_.checkpoint.keep_last);
   const double secs = seconds_since(t0), mb = static_cast<double>(bytes) / 1e6;
-  spdlog::info("checkpoint: wrote {} ({:.1f} MB in {:.2f} s, {:.0f} MB/s)", (dir / checkpoint_step_name(step)).string(),
-               mb, secs, mb / secs);
+  const std::string stages =
+      cfg_.checkpoint.async
+          ? fmt::format("training stalled {:.1f} ms (waiting for the previous save {:.1f} ms, stage 1: the copy to host "
+                        "memory {:.1f} ms), stage 2 (background write and commit) {:.2f} s",
+                        (stall.waiting_s + stall.copy_s) * 1e3, stall.waiting_s * 1e3, stall.copy_s * 1e3, secs)
+          : fmt::format("training stalled {:.1f} ms (a synchronous save: the whole write and commit)",
+                        (stall.waiting_s + secs) * 1e3);
+  spdlog::info("checkpoint: step {} saved to {}: {:.1f} MB; {}, {:.1f} MB/s; tensor bytes per rank [{}]", step,
+               (dir / checkpoint_step_name(step)).string(), mb, stages, mb / secs, fmt::join(per_rank, ", "));
 }
 
-void Checkpointer::write_keeping_failure(const CheckpointTensors& t, const CheckpointMeta& meta) {
+void Checkpointer::write_keeping_failure(const CheckpointTensors& t, const CheckpointMeta& meta, Stall stall) {
   try {
-    write(t, meta);
+    write(t, meta, stall);
   } catch (const CheckpointIoError& e) {
     failure_ = Failure{meta.state.step, e.err(), e.what()};
   } catch (...) {
     worker_error_ = std::current_exception();
   }
+  writing_ = false;
 }
 
-double Checkpointer::save(const CheckpointTensors& t, const TrainState& state) {
+bool Checkpointer::save(const CheckpointTensors& t, const TrainState& state, IfBusy if_busy) {
   const auto t0 = Clock::now();
+  if (worker_.joinable() && if_busy == IfBusy::skip) {
+    int64_t busy = writing_ ? 1 : 0;  // on any rank: every rank skips alike
+    world_.all_reduce(&busy, 1, ReduceOp::max).wait();
+    if (busy != 0) {
+      if (world_.rank() == 0)
+        spdlog::warn("CKPT_SAVE_SKIPPED step={} reason=the previous save is still being written (saves never overlap; "
+                     "slow storage costs saves, not training time)",
+                     state.step);
+      return false;
+    }
+  }
   join();
   report();
+  const Stall stall{seconds_since(t0), 0.0};
   const CheckpointMeta meta{state, config_toml_, layout_json_};
   if (!cfg_.checkpoint.async) {
-    write_keeping_failure(t, meta);
+    write_keeping_failure(t, meta, stall);
     join();
     report();
-    return seconds_since(t0);
+    return true;
   }
   // Only the partition is written, so only the partition is copied.
   const auto n = static_cast<size_t>(t.part_end - t.part_begin);
@@ -197,8 +221,10 @@ double Checkpointer::save(const CheckpointTensors& t, const TrainState& state) {
   };
   const CheckpointTensors copy{t.layout, copy_partition(host_params_, t.params), copy_partition(host_m_, t.exp_avg),
                                copy_partition(host_v_, t.exp_avg_sq), t.part_begin, t.part_end, t.stored};
-  worker_ = std::thread([this, copy, meta] { write_keeping_failure(copy, meta); });
-  return seconds_since(t0);
+  const Stall copied{stall.waiting_s, seconds_since(t0) - stall.waiting_s};
+  writing_ = true;
+  worker_ = std::thread([this, copy, meta, copied] { write_keeping_failure(copy, meta, copied); });
+  return true;
 }
 
 }  // namespace megatrain

@@ -5,11 +5,12 @@
 // at every instant the newest committed checkpoint is intact and findable. Each rank saves and
 // loads only what it holds (CheckpointTensors). With checkpoint.async the step copies its partition
 // into host memory (stage 1, the only stall) and a background thread writes and commits it (stage
-// 2, on a communicator of its own); the next save, or the end of training, waits for it. A failed
-// save is reported by every rank as CKPT_SAVE_FAILED at the same step boundary and leaves the
-// committed checkpoints and `latest` as they were; checkpoint.on_save_fail decides whether training
-// goes on.
+// 2, on a communicator of its own); a periodic save that finds the previous one still being
+// written skips (saves never overlap), the save that ends a run waits for it. A failed save is
+// reported by every rank as CKPT_SAVE_FAILED at the same step boundary and leaves the committed
+// checkpoints and `latest` as they were; checkpoint.on_save_fail decides whether training goes on.
 #pragma once
+#include <atomic>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -45,27 +46,35 @@ class Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
+  // What a save does when the previous asynchronous save is still being written (on any rank).
+  enum class IfBusy { skip, wait };
+
   // Collective over `world` (whose ranks partition the state, see CheckpointTensors). First
   // reports the previous save's failure, if it failed (throws CheckpointSaveFailed under
-  // on_save_fail = "exit"). Returns the seconds the caller was stalled (the copy of the partition
-  // for async saves).
-  double save(const CheckpointTensors& t, const TrainState& state);
+  // on_save_fail = "exit"). Rank 0 logs the save's stall and stage 2 when it is committed. Returns
+  // false when it skipped (IfBusy::skip, the previous save still being written).
+  bool save(const CheckpointTensors& t, const TrainState& state, IfBusy if_busy);
   // Collective: waits for the save in flight and reports its failure as save() does.
   void wait();
 
  private:
+  // The seconds a save blocked training: waiting for the previous save, then copying the state
+  // (asynchronous saves: stage 1).
+  struct Stall {
+    double waiting_s = 0.0, copy_s = 0.0;
+  };
   struct Failure {
     int64_t step = 0;
     int err = 0;
     std::string what;
   };
-  // Collective over io_: writes, reads back, commits, logs. Throws the same CheckpointIoError on
-  // every rank when it fails; the .tmp folder is then removed.
-  void write(const CheckpointTensors& t, const CheckpointMeta& meta);
+  // Stage 2, collective over io_: writes, commits, logs (with the save's stall). Throws the same
+  // CheckpointIoError on every rank when it fails; the .tmp folder is then removed.
+  void write(const CheckpointTensors& t, const CheckpointMeta& meta, Stall stall);
   // Rank 0: the commit of a written step_N.tmp (see the top of this file).
   void commit(const CheckpointMeta& meta, const std::vector<TensorCrc>& tensors, int64_t bytes, uint32_t crc);
   // write() on the calling thread, a failure kept in failure_ for report().
-  void write_keeping_failure(const CheckpointTensors& t, const CheckpointMeta& meta);
+  void write_keeping_failure(const CheckpointTensors& t, const CheckpointMeta& meta, Stall stall);
   void join();
   void report();  // collective
 
@@ -75,6 +84,7 @@ class Checkpointer {
   std::string config_toml_, layout_json_;
   std::vector<float> host_params_, host_m_, host_v_;  // the partition, for async saves
   std::thread worker_;
+  std::atomic<bool> writing_{false};
   std::exception_ptr worker_error_;  // anything but an I/O failure: rethrown by join()
   std::optional<Failure> failure_;
 };

@@ -1,8 +1,10 @@
-// Failed saves end to end (robustness spec R22). A save that hits the file-size limit
+// Failed and slow saves end to end (robustness spec R22). A save that hits the file-size limit
 // (RLIMIT_FSIZE, `ulimit -f`: EFBIG) — synchronous or in the background, on 1 and 2 ranks — is
 // reported by every rank as CKPT_SAVE_FAILED errno=EFBIG, leaves `latest` and the committed
 // checkpoints as they were, and training goes on, or exits 75 under checkpoint.on_save_fail =
-// "exit".
+// "exit". Storage 3 s slower per save (MEGATRAIN_FAULT=ckpt_slow) stalls an asynchronous run's
+// saves far less than that.
+#include <cstdio>
 #include <regex>
 
 #include "tests/e2e/checkpoint_fixture.h"
@@ -80,6 +82,31 @@ TEST_F(CheckpointSaveE2E, AFailedSaveExits75UnderOnSaveFailExit) {
   const auto bad = train_raw("--set train.steps=2 " + ckpt(d, "--set checkpoint.on_save_fail='\"abort\"'"));
   EXPECT_EQ(bad.code, 64) << bad.output;
   EXPECT_CONTAINS(bad.output, "checkpoint.on_save_fail = \"abort\" must be \"continue\"");
+}
+
+// Saves every 2 steps, each 3 s slower than the disk: the first save stalls training for its copy
+// to host memory only, the saves while it is written are skipped (saves never overlap), and the
+// last one waits for it and commits.
+TEST_F(CheckpointSaveE2E, SlowStorageStallsAsyncSavesFarLessThanTheDelay) {
+  const fs::path d = dir_ / "slow";
+  const auto r = train_raw("--set train.steps=8 --set train.eval_interval=0 --set checkpoint.save_interval=2 " +
+                               ckpt(d, "--set checkpoint.async=true"),
+                           "env OMP_NUM_THREADS=1 MEGATRAIN_FAULT=ckpt_slow:ms=3000 ");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::regex saved(R"(checkpoint: step (\d+) saved to .*training stalled ([0-9.]+) ms .*stage 2 \(background write and commit\) ([0-9.]+) s)");
+  int early = 0;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), saved), end; it != end; ++it) {
+    const int step = std::stoi((*it)[1]);
+    const double stall_ms = std::stod((*it)[2]), stage2_s = std::stod((*it)[3]);
+    std::printf("save of step %d: training stalled %.1f ms, stage 2 %.2f s\n", step, stall_ms, stage2_s);
+    EXPECT_GE(stage2_s, 3.0) << "the delay was not in stage 2";
+    if (step == 8) continue;  // the run's last save waits for the one in flight
+    EXPECT_LT(stall_ms, 1000.0) << "step " << step << ": the save stalled training for a third of the delay or more";
+    ++early;
+  }
+  EXPECT_GE(early, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "CKPT_SAVE_SKIPPED step=4 reason=the previous save is still being written");
+  EXPECT_EQ(latest_of(d), "step_0000008");
 }
 
 }  // namespace
