@@ -32,6 +32,7 @@ std::vector<fs::path> folders_of(const fs::path& path) {
   MT_INPUT_CHECK(!folders.empty() || latest.problem != "missing", "{}: holds no checkpoint folder (step_NNNNNNN) "
                  "and no 'latest': not a checkpoint dir; pass a run's checkpoint.dir or one of its step folders",
                  path.string());
+  if (folders.empty()) return folders;
   if (latest.step)
     fmt::print("latest: {}\n", checkpoint_step_name(*latest.step));
   else
@@ -42,8 +43,11 @@ std::vector<fs::path> folders_of(const fs::path& path) {
 
 int verify(const fs::path& path) {
   const std::vector<fs::path> folders = folders_of(path);
-  int invalid = folders.empty() ? 1 : 0;
-  if (folders.empty()) fmt::print("CKPT_INVALID step=? file={} reason=no committed checkpoint\n", path.string());
+  if (folders.empty()) {
+    fmt::print("CKPT_INVALID step=? file={} reason=no committed checkpoint\n", path.string());
+    return kExitCheckpoint;
+  }
+  int invalid = 0;
   for (const fs::path& folder : folders) {
     try {
       const FolderVerified v = checkpoint_folder_verify(folder);
