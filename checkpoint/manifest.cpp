@@ -2,13 +2,12 @@
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include <ctime>
-#include <utility>
 #include <limits>
 #include <nlohmann/json.hpp>
-
-#include <zlib.h>
+#include <utility>
 
 #include "checkpoint/checkpoint_file.h"
 #include "kernels/check.h"

@@ -6,7 +6,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
