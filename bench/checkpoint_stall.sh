@@ -18,8 +18,8 @@ for mode in false true; do
 import json, statistics, sys
 ms = [json.loads(l)['step_time_ms'] for l in open('$out/m_$mode.jsonl') if 'step_time_ms' in l]
 print(f'{statistics.median(ms):.1f}')")
-  stall=$(grep -o '([0-9.]* ms stall)' "$out/log_$mode.txt" | tr -d '(' | awk '{print $1}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-  write=$(grep -o 'MB in [0-9.]* s, [0-9]* MB/s' "$out/log_$mode.txt" | awk '{print $5}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  stall=$(grep -o 'training stalled [0-9.]* ms' "$out/log_$mode.txt" | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  write=$(grep -o '[0-9.]* MB/s; tensor bytes' "$out/log_$mode.txt" | awk '{print $1}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
   echo "async=$mode  median step ${step_ms} ms (includes the steps that saved)  median stall per save ${stall} ms" \
        " = $(awk -v s="$stall" -v t="$step_ms" 'BEGIN {printf "%.1f", 100*s/t}') % of a step  write ${write} MB/s"
 done

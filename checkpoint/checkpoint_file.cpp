@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_shard.h"
+#include "checkpoint/file_io.h"
 #include "checkpoint/h5_attrs.h"
+#include "checkpoint/mpi_io_failures.h"
 
 namespace megatrain {
 namespace {
-
 
 const char* kKinds[] = {"params", "exp_avg", "exp_avg_sq"};
 
@@ -281,16 +282,19 @@ uint32_t checkpoint_meta_crc32(const CheckpointMeta& meta, int64_t version) {
       crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
 }
 
-void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, const CheckpointMeta& meta,
-                           const Comm& comm) {
+CheckpointWritten checkpoint_file_write(const std::string& path, const CheckpointTensors& t,
+                                        const CheckpointMeta& meta, const Comm& comm) {
   quiet_hdf5();
   const ckpt::ShardGroup group(comm.handle());
   std::vector<int> local;
   group.agree_misuse(misuse(t, local));
   H5 fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_fapl_mpio(fapl, comm.handle(), MPI_INFO_NULL);
-  H5 file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
-  MT_CHECK(file.ok(), "cannot create checkpoint file {} (is the disk full or the folder read-only?)", path);
+  IoFailureLog failures;
+  H5 file(H5I_INVALID_HID, H5Fclose);
+  failures.run([&] { return (file = H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose)).ok(); },
+               "creating " + path);
+  agree_on_io_failure(comm.handle(), failures.first());  // nothing can go on without the file
   write_attr_str(file, "format", kCheckpointFormat);
   write_attr_i64(file, "format_version", kCheckpointVersion);
   write_attr_i64(file, "step", meta.state.step);
@@ -316,16 +320,27 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
   const FlatRange part{t.part_begin, t.part_end};
   std::vector<H5> dsets;
   std::vector<ckpt::CrcPiece> pieces;
-  for (int kind = 0; kind < 3; ++kind) {
+  CheckpointWritten written;
+  bool going = true;  // no rank has failed yet
+  for (int kind = 0; kind < 3 && going; ++kind) {
     H5 group_h(H5Gcreate2(file, kKinds[kind], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     const FlatSlice& slice = slice_of(t, kind);
-    for (size_t s = 0; s < stored.size(); ++s) {
+    for (size_t s = 0; s < stored.size() && going; ++s) {
       const ParamSpec& spec = stored.spec(s);
+      const std::string name = fmt::format("{}/{}", kKinds[kind], spec.name);
       std::vector<hsize_t> dims(spec.shape.dim.begin(), spec.shape.dim.begin() + spec.shape.ndim);
       H5 fspace(H5Screate_simple(spec.shape.ndim, dims.data(), nullptr), H5Sclose);
-      H5 dset(H5Dcreate2(group_h, spec.name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT),
-              H5Dclose);
-      MT_CHECK(dset.ok(), "cannot create dataset {}/{} in {}", kKinds[kind], spec.name, path);
+      H5 dset(H5I_INVALID_HID, H5Dclose);
+      failures.run([&] {
+        return (dset = H5(H5Dcreate2(group_h, spec.name.c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                          H5Dclose)).ok();
+      }, fmt::format("creating dataset {} in {}", name, path));
+      // The write below is collective: issued only while every rank has had no failure (so every
+      // rank has the dataset); after one, nothing more is written into a file that is given up.
+      int ok = failures.first() ? 0 : 1;
+      MT_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm.handle()) == MPI_SUCCESS,
+               "checkpoint: allreduce failed");
+      if (!(going = ok != 0)) break;
       std::vector<ckpt::Run> runs;
       int64_t off = 0;
       if (local[s] >= 0) {
@@ -334,17 +349,28 @@ void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, 
         for (const FlatRange& o : layout.owned())  // every element once, by the rank that owns it
           for (const ckpt::Run& r : runs_in(layout, i, flat_intersect(o, part), spec.shape.numel())) runs.push_back(r);
       }
-      MT_CHECK(transfer(Transfer::write, dset, spec.shape, runs, slice, off, dxpl) >= 0, "writing {}/{} to {} failed",
-               kKinds[kind], spec.name, path);
+      failures.run([&] { return transfer(Transfer::write, dset, spec.shape, runs, slice, off, dxpl) >= 0; },
+                   fmt::format("writing {} to {}", name, path));
       add_pieces(pieces, static_cast<int64_t>(dsets.size()), runs, slice, off);
+      for (const ckpt::Run& r : runs) written.bytes += r.n * 4;
       dsets.push_back(std::move(dset));
+      written.tensors.push_back({name, 0});
     }
   }
-  const Datasets datasets = datasets_of(stored);
-  // Every rank gets the same values: attribute writes are collective.
-  const std::vector<uint32_t> crcs = group.combine(pieces, datasets.bytes, datasets.names);
-  for (size_t d = 0; d < dsets.size(); ++d) write_attr_u32(dsets[d], "crc32", crcs[d]);
-  MT_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0, "flushing {} failed", path);
+  if (going) {
+    const Datasets datasets = datasets_of(stored);
+    // Every rank gets the same values: attribute writes are collective.
+    const std::vector<uint32_t> crcs = group.combine(pieces, datasets.bytes, datasets.names);
+    for (size_t d = 0; d < dsets.size(); ++d) {
+      write_attr_u32(dsets[d], "crc32", crcs[d]);
+      written.tensors[d].crc32 = crcs[d];
+    }
+  }
+  failures.run([&] { return H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0; }, "flushing " + path);
+  dsets.clear();
+  failures.run([&] { return file.close() >= 0; }, "closing " + path);
+  agree_on_io_failure(comm.handle(), failures.first());
+  return written;
 }
 
 CheckpointMeta checkpoint_file_read_meta(const std::string& path) {

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "checkpoint/manifest.h"
 #include "model/params.h"
 #include "parallel/comm.h"
 #include "parallel/flat_range.h"
@@ -73,9 +75,18 @@ struct CheckpointMeta {
 // loss_scale_hysteresis_tracker=H\n" (X: the shortest decimal that reads back as the double).
 uint32_t checkpoint_meta_crc32(const CheckpointMeta& meta, int64_t version = kCheckpointVersion);
 
-// Collective over `comm`: every rank writes its partition of every tensor.
-void checkpoint_file_write(const std::string& path, const CheckpointTensors& t, const CheckpointMeta& meta,
-                           const Comm& comm);
+struct CheckpointWritten {
+  std::vector<TensorCrc> tensors;  // every dataset's crc32 attribute, in file order (the same on every rank)
+  int64_t bytes = 0;               // the tensor bytes this rank wrote
+};
+
+// Collective over `comm`: every rank writes its partition of every tensor. An I/O failure on any
+// rank (a full disk, a file-size limit, a device error) is the same CheckpointIoError
+// (checkpoint/file_io.h) on every rank, carrying the errno the failing call left (0 when MPI-IO
+// left none). The ranks agree before each dataset whether all have gone well so far, stop
+// together after a failure and still close the file together, so none waits for another.
+CheckpointWritten checkpoint_file_write(const std::string& path, const CheckpointTensors& t,
+                                        const CheckpointMeta& meta, const Comm& comm);
 
 // Run on the metadata, on every rank, before any tensor is read; throws InputError to refuse the file
 // (the read then throws InputError; a damaged file throws CheckpointError).

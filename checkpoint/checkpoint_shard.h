@@ -1,4 +1,5 @@
-// The pieces a sharded checkpoint read or write is made of (internal to checkpoint/checkpoint_file.cpp):
+// The pieces a sharded checkpoint read or write is made of (internal to checkpoint/: the file's
+// sharded I/O and the folder's shared CRC; the trainer broadcasts its load list with ShardGroup):
 // where a rank's local elements sit in the stored global tensors (runs, and the hyperslab boxes of
 // them), per-piece CRC-32s, and ShardGroup, the MPI glue that makes the ranks act as one.
 // Invariants: runs are in increasing local and global order (a tensor-parallel slice keeps the order

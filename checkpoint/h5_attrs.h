@@ -21,9 +21,19 @@ class H5 {
   H5(H5&& o) noexcept : id_(std::exchange(o.id_, -1)), close_(o.close_) {}
   H5(const H5&) = delete;
   H5& operator=(const H5&) = delete;
+  H5& operator=(H5&& o) noexcept {
+    if (this != &o) {
+      if (id_ >= 0) close_(id_);
+      id_ = std::exchange(o.id_, -1);
+      close_ = o.close_;
+    }
+    return *this;
+  }
   ~H5() {
     if (id_ >= 0) close_(id_);
   }
+  // Closes now and returns the close's result (the destructor cannot report it).
+  herr_t close() { return close_(std::exchange(id_, -1)); }
   operator hid_t() const { return id_; }
   bool ok() const { return id_ >= 0; }
 

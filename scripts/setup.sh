@@ -23,6 +23,8 @@ packages=(
   time
   # scripts/simhosts (simulated hosts for tests/e2e/test_simhosts.sh): ip netns, veth, tc tbf.
   iproute2
+  # tests/e2e/test_checkpoint_commit_e2e.cpp watches a save's fsyncs and renames with it (skipped without).
+  strace
   # scripts/check_fresh_setup.sh bootstraps a clean Debian root with it.
   debootstrap
 )

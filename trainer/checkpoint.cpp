@@ -1,83 +1,27 @@
-// Checkpoint directories, saving (sync and async) and loading with fallback (checkpoint.h). Every
-// decision that picks a file is made on rank 0 and shared, so all ranks issue the same collectives.
+// Saving checkpoints, synchronously or in two stages (trainer/checkpoint.h). Each step of a save
+// that ranks act on together ends in an agreement over the writers' communicator — the folder's
+// preparation, the file write, the read-back CRC, the commit — so a failure anywhere is the same
+// failure everywhere and no rank waits for another.
 #include "trainer/checkpoint.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
-#include "checkpoint/checkpoint_shard.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/checkpoint_verify.h"
+#include "checkpoint/file_io.h"
 #include "health/fault_inject.h"
-#include "trainer/model_compat.h"
 
 namespace megatrain {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kModelFile = "model.h5";
+using Clock = std::chrono::steady_clock;
 
-void fsync_path(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// Writes `text` to `path` atomically: path.tmp, fsync, rename.
-void write_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    MT_CHECK(out.good(), "cannot write {}", tmp.string());
-  }
-  fsync_path(tmp);
-  fs::rename(tmp, path);
-  fsync_path(path.parent_path());
-}
-
-std::vector<int64_t> complete_steps(const fs::path& dir) {
-  std::vector<int64_t> steps;
-  if (!fs::is_directory(dir)) return steps;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.size() == 12 && n.starts_with("step_") && n.find_first_not_of("0123456789", 5) == std::string::npos)
-      steps.push_back(std::stoll(n.substr(5)));
-  }
-  std::sort(steps.begin(), steps.end());
-  return steps;
-}
-
-// Refuses a checkpoint whose architecture differs from the config's (trainer/model_compat.h); logs
-// the settings that may change and do.
-void check_same_model(const std::string& path, const std::string& saved, const Config& current, bool verbose) {
-  const ModelChanges changes = model_changes(saved, current);
-  if (!changes.refused.empty())
-    throw InputError(fmt::format(
-        "CKPT_INCOMPATIBLE checkpoint {}: its [model] differs from the config's and cannot be reconciled:\n  {}\n"
-        "fix: use the checkpoint's [model] settings, or start fresh (checkpoint.load = \"\"); README "
-        "\"What a checkpoint fixes\" lists the settings that may change",
-        path, fmt::join(changes.refused, "\n  ")));
-  if (!verbose) return;
-  for (const auto& c : changes.noted) spdlog::info("checkpoint {}: {} (a training-only setting)", path, c);
-  for (const auto& c : changes.warned)
-    spdlog::warn("checkpoint {}: {}: the loaded weights now compute a different function", path, c);
-}
-
-CheckpointMeta load_one(const fs::path& dir, const CheckpointTensors& t, const Comm& comm, const Config& current,
-                        bool verbose) {
-  const std::string file = (dir / kModelFile).string();
-  return checkpoint_file_read(file, t, comm, [&](const CheckpointMeta& meta) {
-    check_same_model(file, meta.config_toml, current, verbose);
-  });
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Removes the step_*.tmp folders of saves that never committed (a crash mid-save) and says so.
 void remove_unfinished_saves(const fs::path& dir) {
@@ -93,57 +37,38 @@ void remove_unfinished_saves(const fs::path& dir) {
   }
 }
 
-// The folders checkpoint.load = "latest" tries, in order: every committed step_* (renamed from its
-// .tmp: the rename is the commit) from the newest down. `latest` is a pointer for people and tools;
-// when it lags the newest committed folder, that is said and the folder wins. Decided on rank 0, so
-// every rank tries the same list.
-std::vector<fs::path> load_candidates(const fs::path& dir, const Comm& comm) {
-  std::string list;
-  if (comm.rank() == 0) {
-    std::ifstream latest(dir / "latest");
-    std::string named;
-    latest >> named;
-    const auto steps = complete_steps(dir);
-    if (!steps.empty() && named != checkpoint_step_name(steps.back()))
-      spdlog::warn("checkpoint: latest pointer stale (it names \"{}\"), using step {}: the newest committed "
-                   "checkpoint (a save may have ended between its commit and the pointer's update)",
-                   named, steps.back());
-    for (auto it = steps.rbegin(); it != steps.rend(); ++it) list += (dir / checkpoint_step_name(*it)).string() + "\n";
-  }
-  ckpt::ShardGroup(comm.handle()).broadcast(list);
-  std::vector<fs::path> candidates;
-  std::istringstream in(list);
-  for (std::string line; std::getline(in, line);) candidates.emplace_back(line);
-  return candidates;
-}
-
 std::string layout_json(const Config& cfg, int world) {
   const auto& p = cfg.parallel;
   return fmt::format(R"({{"tp":{},"pp":{},"cp":{},"ep":{},"dp":{},"world":{}}})", p.tp, p.pp, p.cp, p.ep, p.dp, world);
 }
 
-}  // namespace
-
-std::string checkpoint_step_name(int64_t step) { return fmt::format("step_{:07}", step); }
-
-std::string checkpoint_model_file(const std::string& arg) {
-  fs::path folder = arg;
-  MT_CHECKPOINT_CHECK(fs::is_directory(folder), "--checkpoint {}: no such folder; pass checkpoint.dir of a run or one of "
-                 "its DIR/step_NNNNNNN folders", arg);
-  if (!fs::exists(folder / "model.h5") && fs::exists(folder / "latest")) {
-    std::ifstream latest(folder / "latest");
-    std::string name;
-    MT_CHECKPOINT_CHECK(static_cast<bool>(latest >> name), "--checkpoint {}: 'latest' is empty; pass a checkpoint folder "
-                   "such as {}/step_0000100", arg, arg);
-    folder /= name;
-  }
-  const fs::path file = folder / "model.h5";
-  MT_CHECKPOINT_CHECK(fs::exists(file),
-                 "--checkpoint {}: not a checkpoint: expected a folder holding model.h5 (DIR/step_NNNNNNN) or a "
-                 "checkpoint dir holding 'latest'",
-                 arg);
-  return file.string();
+void make_empty_folder(const fs::path& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (!ec) fs::create_directories(dir, ec);
+  check_io(ec, "creating " + dir.string());
 }
+
+int64_t size_of(const fs::path& file) {
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  check_io(ec, "reading the size of " + file.string());
+  return static_cast<int64_t>(size);
+}
+
+// checkpoint.keep_last: the oldest committed checkpoints beyond it go; a failure only warns (the
+// save itself is committed).
+void remove_old_checkpoints(const fs::path& dir, int keep_last) {
+  auto steps = committed_steps(dir);
+  for (size_t i = 0; keep_last > 0 && i + static_cast<size_t>(keep_last) < steps.size(); ++i) {
+    std::error_code ec;
+    fs::remove_all(dir / checkpoint_step_name(steps[i]), ec);
+    if (ec) spdlog::warn("checkpoint: cannot remove {} (checkpoint.keep_last = {}): {}", checkpoint_step_name(steps[i]),
+                         keep_last, ec.message());
+  }
+}
+
+}  // namespace
 
 Checkpointer::Checkpointer(const Config& cfg, const Comm& world)
     : cfg_(cfg), world_(world), io_(world.split(0, world.rank(), "checkpoint-io")),
@@ -159,57 +84,132 @@ Checkpointer::~Checkpointer() {
   if (worker_.joinable()) worker_.join();
 }
 
-void Checkpointer::wait() {
+void Checkpointer::join() {
   if (worker_.joinable()) worker_.join();
   if (worker_error_) std::rethrow_exception(std::exchange(worker_error_, nullptr));
 }
 
-void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const fs::path dir = cfg_.checkpoint.dir;
-  const std::string name = checkpoint_step_name(meta.state.step);
-  const fs::path tmp = dir / (name + ".tmp"), final_dir = dir / name;
-  const FaultPlan& faults = FaultPlan::from_environment();
-  const int64_t step = meta.state.step;
-  inject_checkpoint_delay(faults, io_.rank(), step);
-  if (io_.rank() == 0) {
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-  }
-  io_.barrier();
-  inject_checkpoint_crash(faults, io_.rank(), step, "mid_shard_write");
-  checkpoint_file_write((tmp / kModelFile).string(), t, meta, io_);
-  io_.barrier();
-  if (io_.rank() == 0) {
-    fsync_path(tmp / kModelFile);
-    fsync_path(tmp);
-    inject_checkpoint_crash(faults, 0, step, "after_shard_before_commit");
-    fs::remove_all(final_dir);
-    fs::rename(tmp, final_dir);
-    fsync_path(dir);
-    inject_checkpoint_crash(faults, 0, step, "after_commit_before_latest");
-    write_atomic(dir / "latest", name + "\n");
-    if (cfg_.checkpoint.keep_last > 0) {
-      auto steps = complete_steps(dir);
-      while (static_cast<int>(steps.size()) > cfg_.checkpoint.keep_last) {
-        fs::remove_all(dir / checkpoint_step_name(steps.front()));
-        steps.erase(steps.begin());
-      }
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double mb = static_cast<double>(fs::file_size(final_dir / kModelFile)) / 1e6;
-    spdlog::info("checkpoint: wrote {} ({:.1f} MB in {:.2f} s, {:.0f} MB/s)", final_dir.string(), mb, secs, mb / secs);
-  }
-  io_.barrier();
+void Checkpointer::wait() {
+  join();
+  report();
 }
 
-double Checkpointer::save(const CheckpointTensors& t, const TrainState& state) {
-  const auto t0 = std::chrono::steady_clock::now();
-  wait();
+void Checkpointer::report() {
+  if (!failure_) return;
+  const Failure f = *std::exchange(failure_, std::nullopt);
+  const bool exit = cfg_.checkpoint.on_save_fail == "exit";
+  spdlog::error("CKPT_SAVE_FAILED step={} errno={} ({}) rank={}: the checkpoints committed before it and `latest` "
+                "are kept; {}",
+                f.step, errno_name(f.err), f.what, world_.rank(),
+                exit ? "exiting with code 75 (checkpoint.on_save_fail = \"exit\")"
+                     : "training continues (checkpoint.on_save_fail = \"continue\")");
+  if (!exit) return;
+  world_.barrier();  // every rank has said it before any rank ends the job
+  throw CheckpointSaveFailed(fmt::format("CKPT_SAVE_FAILED step={} errno={} ({}); checkpoint.on_save_fail = \"exit\"",
+                                         f.step, errno_name(f.err), f.what));
+}
+
+void Checkpointer::commit(const CheckpointMeta& meta, const std::vector<TensorCrc>& tensors, int64_t bytes,
+                          uint32_t crc) {
+  const fs::path dir = cfg_.checkpoint.dir;
+  const int64_t step = meta.state.step;
+  const std::string name = checkpoint_step_name(step);
+  const fs::path tmp = dir / (name + ".tmp"), final_dir = dir / name;
+  const FaultPlan& faults = FaultPlan::from_environment();
+  std::optional<int64_t> parent;
+  for (const int64_t s : committed_steps(dir))
+    if (s < step) parent = s;
+  const Manifest m = manifest_for(meta, tensors, bytes, crc, parent);
+  fsync_path(tmp / kModelFile);
+  write_file_durably(tmp / kManifestFile, manifest_to_json(m));
+  fsync_path(tmp);
+  inject_checkpoint_crash(faults, 0, step, "after_shard_before_commit");
+  std::error_code ec;
+  fs::remove_all(final_dir, ec);
+  check_io(ec, "removing the older " + final_dir.string());
+  fs::rename(tmp, final_dir, ec);
+  check_io(ec, fmt::format("renaming {} to {}", tmp.string(), final_dir.string()));
+  fsync_path(dir);
+  inject_checkpoint_crash(faults, 0, step, "after_commit_before_latest");
+  replace_file_durably(dir / "latest", name + "\n");
+}
+
+void Checkpointer::write(const CheckpointTensors& t, const CheckpointMeta& meta, Stall stall) {
+  const auto t0 = Clock::now();
+  const fs::path dir = cfg_.checkpoint.dir;
+  const int64_t step = meta.state.step;
+  const fs::path tmp = dir / (checkpoint_step_name(step) + ".tmp"), file = tmp / kModelFile;
+  const bool rank0 = io_.rank() == 0;
+  const FaultPlan& faults = FaultPlan::from_environment();
+  inject_checkpoint_delay(faults, io_.rank(), step);
+  CheckpointWritten written;
+  int64_t bytes = 0;
+  try {
+    agree_on_io_failure(io_.handle(), rank0 ? io_failure_of([&] { make_empty_folder(tmp); }) : std::nullopt);
+    inject_checkpoint_crash(faults, io_.rank(), step, "mid_shard_write");
+    written = checkpoint_file_write(file.string(), t, meta, io_);
+    agree_on_io_failure(io_.handle(), rank0 ? io_failure_of([&] { bytes = size_of(file); }) : std::nullopt);
+    io_.broadcast(&bytes, 1, 0).wait();
+    const uint32_t crc = file_crc32_shared(file, bytes, io_.handle());  // read back: what the disk holds
+    agree_on_io_failure(io_.handle(),
+                        rank0 ? io_failure_of([&] { commit(meta, written.tensors, bytes, crc); }) : std::nullopt);
+  } catch (const CheckpointIoError&) {
+    if (rank0) {
+      std::error_code ignored;  // what is left is removed at the next start
+      fs::remove_all(tmp, ignored);
+    }
+    throw;
+  }
+  std::vector<int64_t> per_rank(static_cast<size_t>(io_.size()));
+  const std::vector<int64_t> ones(per_rank.size(), 1);
+  io_.all_gather(per_rank.data(), &written.bytes, ones).wait();
+  if (!rank0) return;
+  remove_old_checkpoints(dir, cfg_.checkpoint.keep_last);
+  const double secs = seconds_since(t0), mb = static_cast<double>(bytes) / 1e6;
+  const std::string stages =
+      cfg_.checkpoint.async
+          ? fmt::format("training stalled {:.1f} ms (waiting for the previous save {:.1f} ms, stage 1: the copy to host "
+                        "memory {:.1f} ms), stage 2 (background write and commit) {:.2f} s",
+                        (stall.waiting_s + stall.copy_s) * 1e3, stall.waiting_s * 1e3, stall.copy_s * 1e3, secs)
+          : fmt::format("training stalled {:.1f} ms (a synchronous save: the whole write and commit)",
+                        (stall.waiting_s + secs) * 1e3);
+  spdlog::info("checkpoint: step {} saved to {}: {:.1f} MB; {}, {:.1f} MB/s; tensor bytes per rank [{}]", step,
+               (dir / checkpoint_step_name(step)).string(), mb, stages, mb / secs, fmt::join(per_rank, ", "));
+}
+
+void Checkpointer::write_keeping_failure(const CheckpointTensors& t, const CheckpointMeta& meta, Stall stall) {
+  try {
+    write(t, meta, stall);
+  } catch (const CheckpointIoError& e) {
+    failure_ = Failure{meta.state.step, e.err(), e.what()};
+  } catch (...) {
+    worker_error_ = std::current_exception();
+  }
+  writing_ = false;
+}
+
+bool Checkpointer::save(const CheckpointTensors& t, const TrainState& state, IfBusy if_busy) {
+  const auto t0 = Clock::now();
+  if (worker_.joinable() && if_busy == IfBusy::skip) {
+    int64_t busy = writing_ ? 1 : 0;  // on any rank: every rank skips alike
+    world_.all_reduce(&busy, 1, ReduceOp::max).wait();
+    if (busy != 0) {
+      if (world_.rank() == 0)
+        spdlog::warn("CKPT_SAVE_SKIPPED step={} reason=the previous save is still being written (saves never overlap; "
+                     "slow storage costs saves, not training time)",
+                     state.step);
+      return false;
+    }
+  }
+  join();
+  report();
+  const Stall stall{seconds_since(t0), 0.0};
   const CheckpointMeta meta{state, config_toml_, layout_json_};
   if (!cfg_.checkpoint.async) {
-    write(t, meta);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    write_keeping_failure(t, meta, stall);
+    join();
+    report();
+    return true;
   }
   // Only the partition is written, so only the partition is copied.
   const auto n = static_cast<size_t>(t.part_end - t.part_begin);
@@ -220,43 +220,10 @@ double Checkpointer::save(const CheckpointTensors& t, const TrainState& state) {
   };
   const CheckpointTensors copy{t.layout, copy_partition(host_params_, t.params), copy_partition(host_m_, t.exp_avg),
                                copy_partition(host_v_, t.exp_avg_sq), t.part_begin, t.part_end, t.stored};
-  worker_ = std::thread([this, copy, meta] {
-    try {
-      write(copy, meta);
-    } catch (...) {
-      worker_error_ = std::current_exception();
-    }
-  });
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::optional<CheckpointMeta> checkpoint_load(const Config& cfg, const CheckpointTensors& t, const Comm& comm,
-                                              bool allow_fresh_start, bool verbose) {
-  const std::string& load = cfg.checkpoint.load;
-  if (load.empty()) return std::nullopt;
-  if (load != "latest") return load_one(load, t, comm, cfg, verbose);
-  const fs::path dir = cfg.checkpoint.dir;
-  std::string reasons;
-  for (const auto& c : load_candidates(dir, comm)) {
-    try {
-      CheckpointMeta meta = load_one(c, t, comm, cfg, verbose);
-      if (verbose && !reasons.empty())
-        spdlog::warn("checkpoint: fell back to {} because newer ones are invalid:{}", c.string(), reasons);
-      if (verbose) spdlog::info("checkpoint: resumed from {} (step {})", c.string(), meta.state.step);
-      return meta;
-    } catch (const CheckpointError& e) {  // a config the checkpoint cannot take is not skipped: older ones differ too
-      reasons += fmt::format("\n  {}", e.what());
-    }
-  }
-  if (allow_fresh_start) {
-    if (verbose) spdlog::warn("checkpoint: no valid checkpoint in {}; starting fresh (--allow-fresh-start){}",
-                              dir.string(), reasons);
-    return std::nullopt;
-  }
-  throw NoValidCheckpoint(fmt::format(
-      "{}: checkpoint.load = \"latest\" but {} holds no valid checkpoint{}\nfix: point checkpoint.dir at the run's "
-      "folder, or pass --allow-fresh-start to start from scratch",
-      cfg.source, dir.string(), reasons.empty() ? std::string(" (it is empty)") : reasons));
+  const Stall copied{stall.waiting_s, seconds_since(t0) - stall.waiting_s};
+  writing_ = true;
+  worker_ = std::thread([this, copy, meta, copied] { write_keeping_failure(copy, meta, copied); });
+  return true;
 }
 
 }  // namespace megatrain

@@ -1,19 +1,23 @@
-// Checkpoint directories: DIR/step_NNNNNNN/model.h5 (format: checkpoint/checkpoint_file.h).
-// Saving writes DIR/step_NNNNNNN.tmp, fsyncs, renames it to DIR/step_NNNNNNN, then replaces
-// DIR/latest atomically, and only then removes checkpoints beyond checkpoint.keep_last — so at
-// every instant the newest complete checkpoint is intact and findable. Each rank saves and loads
-// only what it holds (CheckpointTensors: its partition is written, its slices are read). With
-// checkpoint.async the step copies its partition into host memory and a background thread writes it
-// (MegaScale's two stages); the next save, or the end of training, waits for the previous write.
+// Checkpoints as a run uses them (format and folder protocol: docs/checkpoint-format.md,
+// checkpoint/). Saving writes DIR/step_NNNNNNN.tmp/model.h5, then rank 0 commits: model.h5 fsync,
+// manifest.json written and fsynced, folder fsync, rename to DIR/step_NNNNNNN, DIR fsync, and
+// DIR/latest replaced atomically; only then are checkpoints beyond checkpoint.keep_last removed — so
+// at every instant the newest committed checkpoint is intact and findable. Each rank saves and
+// loads only what it holds (CheckpointTensors). With checkpoint.async the step copies its partition
+// into host memory (stage 1, the only stall) and a background thread writes and commits it (stage
+// 2, on a communicator of its own); a periodic save that finds the previous one still being
+// written skips (saves never overlap), the save that ends a run waits for it. A failed save is
+// reported by every rank as CKPT_SAVE_FAILED at the same step boundary and leaves the committed
+// checkpoints and `latest` as they were; checkpoint.on_save_fail decides whether training goes on.
 #pragma once
-#include <memory>
+#include <atomic>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "checkpoint/checkpoint_file.h"
 #include "model/params.h"
 #include "parallel/comm.h"
-#include "checkpoint/checkpoint_file.h"
 #include "trainer/config.h"
 
 namespace megatrain {
@@ -24,7 +28,12 @@ class NoValidCheckpoint : public CheckpointError {
   using CheckpointError::CheckpointError;
 };
 
-std::string checkpoint_step_name(int64_t step);  // "step_0000042"
+// A save failed under checkpoint.on_save_fail = "exit": main exits with kExitHang (75), and the
+// resilient driver restarts from the newest committed checkpoint.
+class CheckpointSaveFailed : public Error {
+ public:
+  using Error::Error;
+};
 
 // The model.h5 of a --checkpoint argument: a checkpoint folder (DIR/step_N), or a checkpoint dir
 // whose `latest` names one. Throws CheckpointError when it is neither.
@@ -37,13 +46,37 @@ class Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
-  // Collective over `world` (whose ranks partition the state, see CheckpointTensors). Returns the
-  // seconds the caller was stalled (the copy of the partition for async saves).
-  double save(const CheckpointTensors& t, const TrainState& state);
+  // What a save does when the previous asynchronous save is still being written (on any rank).
+  enum class IfBusy { skip, wait };
+
+  // Collective over `world` (whose ranks partition the state, see CheckpointTensors). First
+  // reports the previous save's failure, if it failed (throws CheckpointSaveFailed under
+  // on_save_fail = "exit"). Rank 0 logs the save's stall and stage 2 when it is committed. Returns
+  // false when it skipped (IfBusy::skip, the previous save still being written).
+  bool save(const CheckpointTensors& t, const TrainState& state, IfBusy if_busy);
+  // Collective: waits for the save in flight and reports its failure as save() does.
   void wait();
 
  private:
-  void write(const CheckpointTensors& t, const CheckpointMeta& meta);
+  // The seconds a save blocked training: waiting for the previous save, then copying the state
+  // (asynchronous saves: stage 1).
+  struct Stall {
+    double waiting_s = 0.0, copy_s = 0.0;
+  };
+  struct Failure {
+    int64_t step = 0;
+    int err = 0;
+    std::string what;
+  };
+  // Stage 2, collective over io_: writes, commits, logs (with the save's stall). Throws the same
+  // CheckpointIoError on every rank when it fails; the .tmp folder is then removed.
+  void write(const CheckpointTensors& t, const CheckpointMeta& meta, Stall stall);
+  // Rank 0: the commit of a written step_N.tmp (see the top of this file).
+  void commit(const CheckpointMeta& meta, const std::vector<TensorCrc>& tensors, int64_t bytes, uint32_t crc);
+  // write() on the calling thread, a failure kept in failure_ for report().
+  void write_keeping_failure(const CheckpointTensors& t, const CheckpointMeta& meta, Stall stall);
+  void join();
+  void report();  // collective
 
   const Config& cfg_;
   const Comm& world_;
@@ -51,12 +84,14 @@ class Checkpointer {
   std::string config_toml_, layout_json_;
   std::vector<float> host_params_, host_m_, host_v_;  // the partition, for async saves
   std::thread worker_;
-  std::exception_ptr worker_error_;
+  std::atomic<bool> writing_{false};
+  std::exception_ptr worker_error_;  // anything but an I/O failure: rethrown by join()
+  std::optional<Failure> failure_;
 };
 
 // Collective over `comm` (whose ranks partition the state, see CheckpointTensors). Resolves
 // checkpoint.load ("" = fresh start, "latest" = newest valid under checkpoint.dir with fallback to
-// older ones, else a checkpoint directory) and fills `t`'s slices on every rank. Returns the loaded
+// older ones, else a checkpoint folder) and fills `t`'s slices on every rank. Returns the loaded
 // metadata, or nullopt for a fresh start. Throws NoValidCheckpoint when a load was asked for and
 // nothing valid exists, unless allow_fresh_start. Every rank reaches the same outcome.
 std::optional<CheckpointMeta> checkpoint_load(const Config& cfg, const CheckpointTensors& t, const Comm& comm,

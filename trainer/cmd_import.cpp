@@ -1,7 +1,8 @@
 // `megatrain import --hf DIR --out CKPT [--config-out FILE]`: a Hugging Face model folder (config.json
 // + model.safetensors, F32/BF16/F16) as a step-0 checkpoint folder CKPT (zero Adam state) that
-// `checkpoint.load = "CKPT"` reads, and optionally a config to continue training from it. Collective:
-// every rank reads the model and writes its partition of it.
+// `checkpoint.load = "CKPT"` reads (with its manifest.json, so `megatrain checkpoint verify` checks it),
+// and optionally a config to continue training from it. Collective: every rank reads the model and
+// writes its partition of it.
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
@@ -12,6 +13,8 @@
 #include "kernels/check.h"
 #include "parallel/comm.h"
 #include "checkpoint/checkpoint_file.h"
+#include "checkpoint/checkpoint_verify.h"
+#include "checkpoint/file_io.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
 #include "interop/hf_interop.h"
@@ -68,12 +71,17 @@ Command add_import_command(CLI::App& root) {
               MT_INPUT_CHECK(!ec, "{}: cannot be created ({}); check --out", tmp.string(), ec.message());
             }
             world.barrier();
-            checkpoint_file_write((tmp / "model.h5").string(),
-                                  checkpoint_tensors_full(layout, model.params.data(), exp_avg.data(),
-                                                          exp_avg_sq.data(), world.rank(), world.size()),
-                                  meta, world);
-            world.barrier();
+            const fs::path file = tmp / kModelFile;
+            const CheckpointWritten written =
+                checkpoint_file_write(file.string(),
+                                      checkpoint_tensors_full(layout, model.params.data(), exp_avg.data(),
+                                                              exp_avg_sq.data(), world.rank(), world.size()),
+                                      meta, world);
+            const auto bytes = static_cast<int64_t>(fs::file_size(file));
+            const uint32_t crc = file_crc32_shared(file, bytes, world.handle());
             if (world.rank() != 0) return 0;
+            write_file_durably(tmp / kManifestFile,
+                               manifest_to_json(manifest_for(meta, written.tensors, bytes, crc, std::nullopt)));
             std::error_code ec;
             fs::rename(tmp, out, ec);
             MT_INPUT_CHECK(!ec, "{}: cannot be renamed to {} ({})", tmp.string(), out.string(), ec.message());

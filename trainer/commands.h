@@ -27,5 +27,6 @@ Command add_tokenizer_command(CLI::App& root);
 Command add_diagnose_command(CLI::App& root);
 Command add_selfcheck_command(CLI::App& root);
 Command add_trace_command(CLI::App& root);
+Command add_checkpoint_command(CLI::App& root);
 
 }  // namespace megatrain

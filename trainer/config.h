@@ -92,6 +92,7 @@ struct CheckpointConfig {
   int keep_last = 0;          // 0 = keep all
   std::string load;           // "" = start from scratch
   bool async = false;
+  std::string on_save_fail = "continue";  // a failed save: "continue" training, or "exit" with code 75
   friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
 

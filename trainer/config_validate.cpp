@@ -67,6 +67,10 @@ void validate_config_fields(const Config& c) {
 
   r.at_least("checkpoint.save_interval", c.checkpoint.save_interval, int64_t{0}, "(0 = never)");
   r.at_least("checkpoint.keep_last", c.checkpoint.keep_last, 0, "(0 = keep all)");
+  MT_INPUT_CHECK(c.checkpoint.on_save_fail == "continue" || c.checkpoint.on_save_fail == "exit",
+                 "{}: checkpoint.on_save_fail = \"{}\" must be \"continue\" (report a failed save and train on) or "
+                 "\"exit\" (report it and exit with code 75 for the driver to restart)",
+                 c.source, c.checkpoint.on_save_fail);
 
   const LossScaleOptions& l = c.loss_scale;
   r.positive("loss_scale.min_scale", l.min_scale);

@@ -6,10 +6,13 @@
 // printed as "[rank r host h] error: …" and an MPI job is aborted so no peer waits forever in a
 // collective.
 // The exit code says what ended the run (health/exit_codes.h): each error class maps to one.
+// SIGXFSZ is ignored: a checkpoint that outgrows the file-size limit (RLIMIT_FSIZE) then fails its
+// write with EFBIG, reported as a failed save, instead of killing the process.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <csignal>
 #include <optional>
 #include <vector>
 
@@ -27,7 +30,9 @@ namespace {
 int exit_code_of(const std::exception& e) {
   using namespace megatrain;
   if (dynamic_cast<const NonFiniteSteps*>(&e)) return kExitNonFinite;
-  if (dynamic_cast<const CommError*>(&e) || dynamic_cast<const ReplicaMismatch*>(&e)) return kExitHang;
+  if (dynamic_cast<const CommError*>(&e) || dynamic_cast<const ReplicaMismatch*>(&e) ||
+      dynamic_cast<const CheckpointSaveFailed*>(&e))
+    return kExitHang;
   if (dynamic_cast<const DataError*>(&e)) return kExitData;
   if (dynamic_cast<const CheckpointError*>(&e)) return kExitCheckpoint;
   if (dynamic_cast<const InputError*>(&e)) return kExitUsage;
@@ -44,10 +49,11 @@ int main(int argc, char** argv) {
                                    add_generate_command(app), add_export_command(app), add_import_command(app),
                                    add_tokenize_command(app), add_data_command(app), add_tokenizer_command(app),
                                    add_diagnose_command(app), add_selfcheck_command(app),
-                                   add_trace_command(app)};
+                                   add_trace_command(app), add_checkpoint_command(app)};
   const bool uses_mpi = argc > 1 && std::ranges::any_of(commands, [&](const Command& c) {
     return c.uses_mpi && c.app->get_name() == argv[1];
   });
+  std::signal(SIGXFSZ, SIG_IGN);
   std::optional<MpiRuntime> mpi;
   if (uses_mpi) mpi.emplace(&argc, &argv);
   StartupTimes::instance().mark("process start → MPI init");

@@ -318,7 +318,8 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       log.step(m);
       logged = Logged{};
     }
-    const auto save = [&] {
+    // Periodic saves skip while an asynchronous one is still being written; the run's last waits.
+    const auto save = [&](Checkpointer::IfBusy if_busy) {
       progress.enter(Section::checkpoint, step + 1);
       TrainState ts{step + 1, (step + 1 + data_skip) * G, cfg.train.seed, skipped};
       if (scaler) {
@@ -326,13 +327,13 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
         ts.loss_scale = l.scale, ts.loss_scale_growth_tracker = l.growth_tracker;
         ts.loss_scale_hysteresis_tracker = l.hysteresis_tracker;
       }
-      const double stall = checkpointer->save(state, ts);
-      have_checkpoint = true;
-      if (rank0) spdlog::info("checkpoint: step {} {} ({:.1f} ms stall)", step + 1,
-                              cfg.checkpoint.async ? "copied, writing in the background" : "saved", stall * 1e3);
+      const bool done = checkpointer->save(state, ts, if_busy);
+      have_checkpoint = have_checkpoint || done;
+      return done;
     };
-    const bool saved = checkpointer && cfg.checkpoint.save_interval > 0 && (step + 1) % cfg.checkpoint.save_interval == 0;
-    if (saved) save();
+    const bool saved = checkpointer && cfg.checkpoint.save_interval > 0 &&
+                       (step + 1) % cfg.checkpoint.save_interval == 0 &&
+                       save(last ? Checkpointer::IfBusy::wait : Checkpointer::IfBusy::skip);
     if (run.data.valid() && cfg.train.eval_interval > 0 && ((step + 1) % cfg.train.eval_interval == 0 || last)) {
       progress.enter(Section::eval, step + 1);
       const double v = run.evaluate();
@@ -343,7 +344,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     if (const std::string why = stop.agree(step + 1 - start_step); !why.empty()) {
       spdlog::warn("STOP_REQUESTED step={} reason={}: {}", step + 1, why,
                    checkpointer ? "saving, then exiting with code 10" : "checkpoint.dir is empty: exiting unsaved");
-      if (checkpointer && !saved) save();
+      if (checkpointer && !saved) save(Checkpointer::IfBusy::wait);
       result.stopped_at = step + 1;
       break;
     }

@@ -250,6 +250,13 @@ TEST_F(ConfigTest, MixedPrecisionRules) {
   load_error("[loss_scale]\nhysteresis = 0\n", "loss_scale.hysteresis");
 }
 
+TEST_F(ConfigTest, OnSaveFailIsContinueByDefaultOrExit) {
+  EXPECT_EQ(load_config(write(""), {}).checkpoint.on_save_fail, "continue");
+  EXPECT_EQ(load_config(write("[checkpoint]\non_save_fail = \"exit\"\n"), {}).checkpoint.on_save_fail, "exit");
+  EXPECT_CONTAINS(load_error("[checkpoint]\non_save_fail = \"abort\"\n", "checkpoint.on_save_fail"),
+                  "must be \"continue\" (report a failed save and train on) or \"exit\"");
+}
+
 TEST_F(ConfigTest, EarlyStopsNeedACheckpointFolder) {
   EXPECT_CONTAINS(load_error("[train]\nexit_after_steps = 10\n", "train.exit_after_steps"), "set checkpoint.dir");
   EXPECT_CONTAINS(load_error("[train]\nexit_duration_mins = 30.0\n", "train.exit_duration_mins"), "set checkpoint.dir");
