@@ -107,25 +107,34 @@ expect "$dir/diagnose.log" "VERDICT host simhost2 is cut off from the network"
 t_fire=$(grep -o 't_wall=[0-9.]*' "$dir/down.log" | head -1 | cut -d= -f2)
 /usr/bin/python3 -c "import sys; print(f'link down detected by the watchdog {float(sys.argv[2]) - float(sys.argv[1]):.2f} s after the unplug (2 s step timeout)')" "$t_down" "$t_fire"
 
+# Under the driver on the three hosts (steps 120, saves every 20): waits until step 20 is committed
+# and 25 steps are done, then sends SIGNAL to every process of simhost2. NAME: the folders' suffix.
+drive_and_hit_simhost2() {
+  local name=$1 signal=$2
+  shift 2
+  "$driver" --checkpoint-dir "$dir/ck$name" --run-dir "$dir/drv$name" --hosts simhost1:1,simhost2:1,simhost3:1 \
+    --backoff-s 0.2 "$@" -- "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train \
+    --config "$dir/tiny.toml" --set train.steps=120 --set checkpoint.save_interval=20 >"$dir/driver$name.log" 2>&1 &
+  drv=$!
+  for _ in $(seq 900); do
+    [ -d "$dir/ck$name/step_0000020" ] && [ "$(lines '"loss"' "$dir/drv$name/metrics.jsonl")" -ge 25 ] && break
+    sleep 0.1
+  done
+  ip netns pids simhost2 | xargs -r kill "-$signal"
+  t_hit=$(now)
+  wait "$drv" || { tail -40 "$dir/driver$name.log"; fail "the driver did not finish the job"; }
+  [ -f "$dir/drv$name/attempt_2.log" ] || { tail -40 "$dir/driver$name.log"; fail "no second launch: the hit came too late"; }
+}
+
 echo "== 3. host lost: every process of simhost2 killed under the driver"
-"$driver" --checkpoint-dir "$dir/ck" --run-dir "$dir/drv" --hosts simhost1:1,simhost2:1,simhost3:1 --backoff-s 0.2 -- \
-  "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train --config "$dir/tiny.toml" \
-  --set train.steps=60 --set checkpoint.save_interval=20 >"$dir/driver.log" 2>&1 &
-drv=$!
-for _ in $(seq 900); do
-  [ -d "$dir/ck/step_0000020" ] && [ "$(lines '"loss"' "$dir/drv/metrics.jsonl")" -ge 25 ] && break
-  sleep 0.1
-done
-ip netns pids simhost2 | xargs -r kill -9
-t_kill=$(now)
-wait "$drv" || { tail -40 "$dir/driver.log"; fail "the driver did not finish the job"; }
+drive_and_hit_simhost2 "" KILL
 expect "$dir/drv/reports/events.jsonl" '"event": "HOST_EXCLUDED", .*"node_host": "simhost2"'
 expect "$dir/drv/attempt_2.log" "dp = 2"
 resumed=$(/usr/bin/python3 -c 'import json,sys; ev=[json.loads(l) for l in open(sys.argv[1])]; print(next(e["resume_from"] for e in ev if e["event"] == "start" and e["attempt"] == 2))' "$dir/drv/reports/events.jsonl")
 [ "$resumed" -ge 20 ] || fail "the relaunch resumed from step $resumed, not from a checkpoint"
 expect "$dir/drv/attempt_2.log" "resumed from .*step_$(printf %07d "$resumed")"
 grep -o '"event": "HOST_EXCLUDED".*' "$dir/drv/reports/events.jsonl"
-/usr/bin/python3 - "$dir/drv/reports/events.jsonl" "$t_kill" <<'EOF'
+/usr/bin/python3 - "$dir/drv/reports/events.jsonl" "$t_hit" <<'EOF'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 excl = next(e for e in ev if e["event"] == "HOST_EXCLUDED")
@@ -133,21 +142,11 @@ print(f"host loss acted on {excl['t_wall'] - float(sys.argv[2]):.2f} s after the
       f"{ev[-1]['attempts']} launches, ETTR {100 * ev[-1]['ettr']:.1f}%")
 EOF
 echo "== 4. host frozen: every process of simhost2 stopped (SIGSTOP) under the driver"
-"$driver" --checkpoint-dir "$dir/ck4" --run-dir "$dir/drv4" --hosts simhost1:1,simhost2:1,simhost3:1 --backoff-s 0.2 \
-  --hb-timeout-s 3 -- "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train --config "$dir/tiny.toml" \
-  --set train.steps=60 --set checkpoint.save_interval=20 >"$dir/driver4.log" 2>&1 &
-drv=$!
-for _ in $(seq 900); do
-  [ -d "$dir/ck4/step_0000020" ] && [ "$(lines '"loss"' "$dir/drv4/metrics.jsonl")" -ge 25 ] && break
-  sleep 0.1
-done
-ip netns pids simhost2 | xargs -r kill -STOP
-t_stop=$(now)
-wait "$drv" || { tail -40 "$dir/driver4.log"; fail "the driver did not finish the job"; }
+drive_and_hit_simhost2 4 STOP --hb-timeout-s 3
 expect "$dir/drv4/reports/events.jsonl" '"event": "NODE_STALE", .*"node_host": "simhost2", "ranks": \[1\]'
 expect "$dir/drv4/reports/events.jsonl" '"event": "HOST_EXCLUDED", .*"node_host": "simhost2", "reason": "its heartbeats went stale"'
 expect "$dir/drv4/attempt_2.log" "dp = 2"
-/usr/bin/python3 - "$dir/drv4/reports/events.jsonl" "$t_stop" <<'EOF'
+/usr/bin/python3 - "$dir/drv4/reports/events.jsonl" "$t_hit" <<'EOF'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 stale = next(e for e in ev if e["event"] == "NODE_STALE")
