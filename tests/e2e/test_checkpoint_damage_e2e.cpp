@@ -2,7 +2,8 @@
 // checkpoints — model.h5 truncated, a byte flipped, manifest.json deleted, `latest` garbage or
 // naming a missing step — is refused with CKPT_INVALID naming the file and the reason, and
 // checkpoint.load = "latest" resumes from the checkpoint before; every checkpoint damaged exits 66
-// at once; an explicitly named damaged checkpoint exits 66, an incompatible one 64.
+// at once; an explicitly named damaged checkpoint exits 66, an incompatible one 64. The checkpoints
+// are saved, and resumed with "latest", by 4 ranks (tp = dp = 2); named folders load in one process.
 #include <chrono>
 #include <fstream>
 
@@ -16,14 +17,18 @@ namespace fs = std::filesystem;
 
 class CheckpointDamageE2E : public CheckpointE2E {
  protected:
-  // DIR/step_0000002 and DIR/step_0000004, `latest` naming the second.
+  // DIR/step_0000002 and DIR/step_0000004 saved by 4 ranks (tp = dp = 2), `latest` naming the second.
   fs::path two_checkpoints(const std::string& name) {
     const fs::path d = dir_ / name;
-    const auto r = train_raw("--set train.steps=4 --set checkpoint.save_interval=2 " + ckpt(d, ""));
+    const auto r = train_mpi_raw(4, kLayout + "--set train.steps=4 --set checkpoint.save_interval=2 " + ckpt(d, ""));
     EXPECT_EQ(r.code, 0) << r.output;
     return d;
   }
-  test::Result resume(const fs::path& d) { return train_raw("--set train.steps=5 " + ckpt(d, "--set checkpoint.load=latest")); }
+  // The same 4 ranks resume with checkpoint.load = "latest".
+  test::Result resume(const fs::path& d) {
+    return train_mpi_raw(4, kLayout + "--set train.steps=5 " + ckpt(d, "--set checkpoint.load=latest"));
+  }
+  inline static const std::string kLayout = "--set parallel.tp=2 ";
   static void flip_byte_mid_file(const fs::path& file) {
     const auto at = static_cast<std::streamoff>(fs::file_size(file) / 2);
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);

@@ -1,5 +1,5 @@
 // Failed and slow saves end to end (robustness spec R22). A save that hits the file-size limit
-// (RLIMIT_FSIZE, `ulimit -f`: EFBIG) — synchronous or in the background, on 1 and 2 ranks — is
+// (RLIMIT_FSIZE, `ulimit -f`: EFBIG) — synchronous or in the background, on 1, 2 and 4 ranks — is
 // reported by every rank as CKPT_SAVE_FAILED errno=EFBIG, leaves `latest` and the committed
 // checkpoints as they were, and training goes on, or exits 75 under checkpoint.on_save_fail =
 // "exit". Storage 3 s slower per save (MEGATRAIN_FAULT=ckpt_slow) stalls an asynchronous run's
@@ -23,15 +23,17 @@ class CheckpointSaveE2E : public test::CheckpointE2E {
   static constexpr const char* kFileSizeLimit =
       "sh -c 'ulimit -f 1024 && exec \"$0\" \"$@\"' env PMIX_MCA_gds=hash OMPI_MCA_btl=self,tcp ";
   static constexpr const char* kRanksKeepOffSharedMemory = "-x PMIX_MCA_gds --mca btl self,tcp";
+  // 4 ranks run tp = dp = 2 (the tiny config's global batch is two micro-batches).
+  static std::string layout(int np) { return np == 4 ? "--set parallel.tp=2 " : ""; }
   // DIR/step_0000002 saved by `np` ranks, without a limit.
   fs::path saved_step_2(int np, const std::string& name) {
     const fs::path d = dir_ / name;
-    const auto r = train_mpi_raw(np, "--set train.steps=2 --set checkpoint.save_interval=2 " + ckpt(d, ""));
+    const auto r = train_mpi_raw(np, layout(np) + "--set train.steps=2 --set checkpoint.save_interval=2 " + ckpt(d, ""));
     EXPECT_EQ(r.code, 0) << r.output;
     return d;
   }
   test::Result resume_under_limit(int np, const fs::path& d, const std::string& extra) {
-    return train_mpi_raw(np, "--set train.steps=6 --set checkpoint.save_interval=2 " +
+    return train_mpi_raw(np, layout(np) + "--set train.steps=6 --set checkpoint.save_interval=2 " +
                                  ckpt(d, "--set checkpoint.load=latest " + extra),
                          kFileSizeLimit, kRanksKeepOffSharedMemory);
   }
@@ -61,7 +63,7 @@ TEST_P(SaveFailure, IsReportedByEveryRankAndLeavesTheCommittedCheckpointsAlone) 
 }
 
 INSTANTIATE_TEST_SUITE_P(RanksAndMode, SaveFailure,
-                         ::testing::Combine(::testing::Values(1, 2), ::testing::Bool()),
+                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Bool()),
                          [](const auto& info) {
                            return std::to_string(std::get<0>(info.param)) + "ranks_" +
                                   (std::get<1>(info.param) ? "async" : "sync");
