@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "parallel/comm_gather.h"
 
 namespace megatrain {
 namespace {
@@ -18,9 +17,10 @@ constexpr int64_t kProbeBytes = 256 << 10;
 
 }  // namespace
 
-LinkMonitor::LinkMonitor(const HealthOptions& opts, const Comm& world) : opts_(opts), world_(world) {
-  if (opts_.link_check_interval <= 0 || world_.size() == 1) return;
-  hosts_ = all_gather_text(world_, host_name());
+LinkMonitor::LinkMonitor(const HealthOptions& opts, const Comm& world, std::vector<std::string> hosts)
+    : opts_(opts), world_(world) {
+  if (opts_.link_check_interval <= 0 || world_.size() == 1) return;  // hosts_ empty: off
+  hosts_ = std::move(hosts);
   if (world_.rank() == 0 && !opts_.run_dir.empty()) {
     const std::filesystem::path dir = std::filesystem::path(opts_.run_dir) / "reports";
     std::filesystem::create_directories(dir);

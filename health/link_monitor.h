@@ -23,8 +23,8 @@ namespace megatrain {
 
 class LinkMonitor {
  public:
-  // Off when health.link_check_interval is 0 or the world has one rank. Collective (host names).
-  LinkMonitor(const HealthOptions& opts, const Comm& world);
+  // Off when health.link_check_interval is 0 or the world has one rank. `hosts`: every rank's host.
+  LinkMonitor(const HealthOptions& opts, const Comm& world, std::vector<std::string> hosts);
   // After every step on every rank; collective at each probe.
   void step_done(int64_t step);
 

@@ -64,8 +64,8 @@ PeerListener::~PeerListener() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::vector<PeerAddress> gather_peer_addresses(const Comm& world, const PeerListener& listener) {
-  const auto hosts = all_gather_text(world, host_name());
+std::vector<PeerAddress> gather_peer_addresses(const Comm& world, const std::vector<std::string>& hosts,
+                                               const PeerListener& listener) {
   const auto ports = all_gather_value<int32_t>(world, listener.port());
   std::vector<PeerAddress> out;
   for (size_t r = 0; r < hosts.size(); ++r) out.push_back({hosts[r], ports[r]});

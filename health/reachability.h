@@ -29,8 +29,10 @@ class PeerListener {
   int fd_ = -1, port_ = 0;
 };
 
-// Collective over `world`: every rank's address (host name and listener port), indexed by rank.
-std::vector<PeerAddress> gather_peer_addresses(const Comm& world, const PeerListener& listener);
+// Collective over `world`: every rank's address (its host from `hosts`, every rank's, and its
+// listener's port), indexed by rank.
+std::vector<PeerAddress> gather_peer_addresses(const Comm& world, const std::vector<std::string>& hosts,
+                                               const PeerListener& listener);
 
 // yes: connected. refused: the host answered that nobody listens (the rank is gone, its host is up).
 // silent: no answer before the deadline, or no route (the network or the host is down). unknown: the

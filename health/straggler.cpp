@@ -66,11 +66,11 @@ std::vector<StragglerReport> StragglerScorer::add_window(int64_t last_step, cons
   return out;
 }
 
-StragglerDetector::StragglerDetector(const HealthOptions& opts, const Comm& world, int node, std::string host)
-    : opts_(opts), world_(world), scorer_(opts, world.size()) {
+StragglerDetector::StragglerDetector(const HealthOptions& opts, const Comm& world, int node,
+                                     std::vector<std::string> hosts)
+    : opts_(opts), world_(world), scorer_(opts, world.size()), hosts_(std::move(hosts)) {
   if (opts_.straggler_window <= 0) return;
   nodes_ = all_gather_value<int32_t>(world_, node);
-  hosts_ = all_gather_text(world_, host);
   if (world_.rank() == 0 && !opts_.run_dir.empty()) {
     const std::filesystem::path dir = std::filesystem::path(opts_.run_dir) / "reports";
     std::filesystem::create_directories(dir);

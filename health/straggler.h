@@ -54,8 +54,8 @@ class StragglerScorer {
 
 class StragglerDetector {
  public:
-  // Off when health.straggler_window is 0. `node`: this rank's host index.
-  StragglerDetector(const HealthOptions& opts, const Comm& world, int node, std::string host);
+  // Off when health.straggler_window is 0. `node`: this rank's host index; `hosts`: every rank's host.
+  StragglerDetector(const HealthOptions& opts, const Comm& world, int node, std::vector<std::string> hosts);
   // After every step on every rank (collective at each window's end). Rank 0 logs the reports.
   void step_done(int64_t step, double compute_ms, double wait_ms);
 

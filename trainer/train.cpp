@@ -20,6 +20,7 @@
 #include "health/timeline.h"
 #include "health/watchdog.h"
 #include "kernels/ops.h"
+#include "parallel/comm_gather.h"
 #include "parallel/flight_recorder.h"
 #include "parallel/launch_env.h"
 #include "model/gpt.h"
@@ -147,14 +148,16 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   Watchdog watchdog(cfg.health, progress, rank, host_name());
   const int node = rank / ranks_per_node_from_env();
   Heartbeat heartbeat(cfg.health, progress, rank, node, host_name());
-  StragglerDetector stragglers(cfg.health, world, node, host_name());
-  LinkMonitor links(cfg.health, world);
   Timeline timeline(cfg.health, rank, host_name());
   inject_at_step_start(faults, rank, 0);
   wait_for_all_ranks(world, 0.9 * cfg.health.init_timeout_s);  // before the watchdogs' init timeout fires
   StartupTimes::instance().mark("roll call");
+  // Every rank's host, gathered once (after the roll call) for the detectors that name hosts.
+  const std::vector<std::string> hosts = all_gather_text(world, host_name());
+  StragglerDetector stragglers(cfg.health, world, node, hosts);
+  LinkMonitor links(cfg.health, world, hosts);
   const PeerListener listener;  // what peers' watchdogs connect to (health/reachability.h)
-  watchdog.set_peers(gather_peer_addresses(world, listener));
+  watchdog.set_peers(gather_peer_addresses(world, hosts, listener));
   RankRun run(cfg, world);
   StartupTimes::instance().mark("model and data");
   const CheckpointTensors state = run.checkpoint_tensors();
