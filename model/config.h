@@ -5,12 +5,45 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace megatrain {
 
 enum class NormKind { layernorm, rmsnorm };
 enum class PositionKind { learned, rope };
 enum class ActivationKind { gelu, swiglu };
+enum class RouterKind { softmax, sigmoid };
+enum class DropPolicy { probs, position };
+
+// [moe]: Mixture-of-Experts blocks (model/moe.h). In an MoE block the MLP is replaced by n_experts
+// expert MLPs (the model's activation, no biases) of which a router picks top_k per token; the
+// attention and both norms stay. n_experts = 0: a dense model.
+struct MoeConfig {
+  int n_experts = 0;
+  int top_k = 2;
+  int every = 1;                 // blocks l with l % every == 0 are MoE (Megatron's moe_layer_freq) ...
+  std::vector<int> layers = {};  // ... unless this list names them
+  int d_ff_expert = 0;           // 0 = model.ffn_dim()
+  RouterKind router = RouterKind::softmax;
+  float aux_loss_coef = 0.0f;    // Switch/GShard load-balancing loss
+  float z_loss_coef = 0.0f;      // ST-MoE router z-loss
+  float aux_free_bias = 0.0f;    // DeepSeek-V3 bias update rate (0 = off)
+  float capacity_factor = 0.0f;  // 0 = dropless
+  DropPolicy drop_policy = DropPolicy::probs;
+  int n_shared_experts = 0;      // always-on experts (one dense MLP of n_shared·d_ff_expert units)
+  bool residual = false;         // DeepSpeed PR-MoE: a dense MLP beside the experts, mixed by a learned coefficient
+
+  bool enabled() const { return n_experts > 0; }
+  bool is_moe_layer(int layer) const {
+    if (!enabled()) return false;
+    if (!layers.empty()) {
+      for (int l : layers)
+        if (l == layer) return true;
+      return false;
+    }
+    return layer % every == 0;
+  }
+};
 
 struct ModelConfig {
   int n_layers = 4;
@@ -29,6 +62,7 @@ struct ModelConfig {
   float init_std = 0.02f;
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  MoeConfig moe;
 
   int kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int head_dim() const { return d_model / n_heads; }
@@ -40,6 +74,7 @@ struct ModelConfig {
   }
   // Vocabulary rounded up to a multiple of 128·tp (Megatron's rule: every tensor-parallel rank holds
   // an equal, 128-aligned share); the extra rows are zero and their logits excluded from the loss.
+  int expert_ffn_dim() const { return moe.d_ff_expert > 0 ? moe.d_ff_expert : ffn_dim(); }
   int padded_vocab(int tp) const { return (vocab_size + 128 * tp - 1) / (128 * tp) * (128 * tp); }
 };
 
