@@ -20,8 +20,17 @@ namespace {
 
 const char* kKinds[] = {"params", "exp_avg", "exp_avg_sq"};
 
-const FlatSlice& slice_of(const CheckpointTensors& t, int kind) {
+const FlatSlice& slice_of(const CheckpointPiece& t, int kind) {
   return kind == 0 ? t.params : kind == 1 ? t.exp_avg : t.exp_avg_sq;
+}
+
+CheckpointPiece main_piece(const CheckpointTensors& t) {
+  return {t.params, t.exp_avg, t.exp_avg_sq, t.part_begin, t.part_end};
+}
+
+// The slices and partition that hold local tensor i ([Note: expert piece]).
+CheckpointPiece piece_of(const CheckpointTensors& t, size_t i) {
+  return t.experts && t.layout->spec(i).expert ? *t.experts : main_piece(t);
 }
 
 // Where flat element `flat` (inside the slice) lives.
@@ -166,13 +175,16 @@ H5 open_for_read(const std::string& path) {
 // has no data, or the local tensors do not match the stored ones. Empty when usable.
 std::string misuse(const CheckpointTensors& t, std::vector<int>& local) {
   if (t.layout == nullptr) return "checkpoint: no layout";
-  for (int kind = 0; kind < 3; ++kind) {
-    const FlatSlice& s = slice_of(t, kind);
-    if ((t.part_begin < t.part_end && (s.begin > t.part_begin || s.end < t.part_end)) ||
-        (s.begin < s.end && s.data == nullptr))
-      return fmt::format("checkpoint: the {} slice [{}, {}) does not hold the partition [{}, {})", kKinds[kind],
-                         s.begin, s.end, t.part_begin, t.part_end);
-  }
+  std::vector<CheckpointPiece> pieces{main_piece(t)};
+  if (t.experts) pieces.push_back(*t.experts);
+  for (const CheckpointPiece& p : pieces)
+    for (int kind = 0; kind < 3; ++kind) {
+      const FlatSlice& s = slice_of(p, kind);
+      if ((p.part_begin < p.part_end && (s.begin > p.part_begin || s.end < p.part_end)) ||
+          (s.begin < s.end && s.data == nullptr))
+        return fmt::format("checkpoint: the {} slice [{}, {}) does not hold the partition [{}, {})", kKinds[kind],
+                           s.begin, s.end, p.part_begin, p.part_end);
+    }
   std::string error;
   local = local_indices(t, error);
   return error;
@@ -194,11 +206,9 @@ void read_local(const std::string& path, const CheckpointTensors& t, const std::
   out.meta = read_meta(r);
   if (check_meta) check_meta(out.meta);
   const ParamLayout &layout = *t.layout, &stored = stored_of(t);
-  const FlatRange part{t.part_begin, t.part_end};
   for (int kind = 0; kind < 3; ++kind) {
     if (H5Lexists(f, kKinds[kind], H5P_DEFAULT) <= 0) r.fail(fmt::format("group '{}' is missing", kKinds[kind]));
     H5 group(H5Gopen2(f, kKinds[kind], H5P_DEFAULT), H5Gclose);
-    const FlatSlice& slice = slice_of(t, kind);
     for (size_t s = 0; s < stored.size(); ++s) {
       const ParamSpec& spec = stored.spec(s);
       const std::string where = fmt::format("tensor {}/{}", kKinds[kind], spec.name);
@@ -219,6 +229,9 @@ void read_local(const std::string& path, const CheckpointTensors& t, const std::
       out.stored.push_back(want);
       if (local[s] < 0) continue;
       const auto i = static_cast<size_t>(local[s]);
+      const CheckpointPiece piece = piece_of(t, i);
+      const FlatSlice& slice = slice_of(piece, kind);
+      const FlatRange part{piece.part_begin, piece.part_end};
       const int64_t off = layout.offset(i), numel = spec.shape.numel();
       const auto [lo, hi] = within(layout, i, slice.begin, slice.end);
       if (lo < hi) std::fill(at(slice, off + lo), at(slice, off + hi), 0.0f);  // padding rows not stored stay 0
@@ -317,14 +330,12 @@ CheckpointWritten checkpoint_file_write(const std::string& path, const Checkpoin
   H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);  // the writers' pieces tile every tensor: each element is written once
   const ParamLayout &layout = *t.layout, &stored = stored_of(t);
-  const FlatRange part{t.part_begin, t.part_end};
   std::vector<H5> dsets;
   std::vector<ckpt::CrcPiece> pieces;
   CheckpointWritten written;
   bool going = true;  // no rank has failed yet
   for (int kind = 0; kind < 3 && going; ++kind) {
     H5 group_h(H5Gcreate2(file, kKinds[kind], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    const FlatSlice& slice = slice_of(t, kind);
     for (size_t s = 0; s < stored.size() && going; ++s) {
       const ParamSpec& spec = stored.spec(s);
       const std::string name = fmt::format("{}/{}", kKinds[kind], spec.name);
@@ -343,8 +354,12 @@ CheckpointWritten checkpoint_file_write(const std::string& path, const Checkpoin
       if (!(going = ok != 0)) break;
       std::vector<ckpt::Run> runs;
       int64_t off = 0;
+      FlatSlice slice;
       if (local[s] >= 0) {
         const auto i = static_cast<size_t>(local[s]);
+        const CheckpointPiece piece = piece_of(t, i);
+        slice = slice_of(piece, kind);
+        const FlatRange part{piece.part_begin, piece.part_end};
         off = layout.offset(i);
         for (const FlatRange& o : layout.owned())  // every element once, by the rank that owns it
           for (const ckpt::Run& r : runs_in(layout, i, flat_intersect(o, part), spec.shape.numel())) runs.push_back(r);

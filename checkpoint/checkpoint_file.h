@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,11 +52,19 @@ struct FlatSlice {
 // slices; ZeRO 1/2: full params, partition-only moments; ZeRO 3: all three partition-only.
 // `stored` lists the global tensors of the file (names and shapes: the whole model at tp = 1, whose
 // vocabulary padding is that of tp = 1); nullptr means `layout` itself.
+// [Note: expert piece] An MoE model's expert tensors (flat range [dense_end, total()) of the layout,
+// model/params.h) are partitioned over other ranks (the expert-data-parallel group) than the dense
+// ones: `experts` then holds their slices and partition, and the fields above cover the rest.
+struct CheckpointPiece {
+  FlatSlice params, exp_avg, exp_avg_sq;
+  int64_t part_begin = 0, part_end = 0;
+};
 struct CheckpointTensors {
   const ParamLayout* layout = nullptr;
   FlatSlice params, exp_avg, exp_avg_sq;
   int64_t part_begin = 0, part_end = 0;  // this rank's partition
   const ParamLayout* stored = nullptr;
+  std::optional<CheckpointPiece> experts = {};
 };
 
 // Full (replicated) buffers of layout.total() floats each, held by rank `rank` of a communicator of

@@ -68,10 +68,13 @@ std::vector<Run> stored_runs(const ParamLayout& layout, size_t i, int64_t lo, in
   MT_CHECK(0 <= lo && lo <= hi && hi <= local.numel(), "local range [{}, {}) of {} (shape {})", lo, hi,
            layout.spec(i).name, local.str());
   std::vector<Run> runs;
-  // A local row is contiguous in the global tensor too (a whole row of a row split, or one row's
-  // columns of a column split); a replicated tensor is one run.
-  const int64_t inner = layout.spec(i).split == TpSplit::replicated ? std::max<int64_t>(hi - lo, 1)
-                                                                     : local.numel() / local[0];
+  // A local row is contiguous in the global tensor too (a whole row of a row split, one row's
+  // columns of a column split, of the tensor or of one expert's matrix); a replicated tensor is one
+  // run; a split vector runs element by element (merged below).
+  const ParamSpec& spec = layout.spec(i);
+  const int64_t inner = spec.split == TpSplit::replicated && !spec.expert ? std::max<int64_t>(hi - lo, 1)
+                        : local.ndim == 1                                 ? 1
+                                                                          : local[local.ndim - 1];
   for (int64_t a = lo; a < hi;) {
     const int64_t b = std::min(hi, (a / inner + 1) * inner), g = layout.global_index(i, a);
     const int64_t n = std::min(b, a + std::max<int64_t>(stored - g, 0)) - a;

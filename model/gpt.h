@@ -43,7 +43,7 @@ class GptModel {
  private:
   ParamLayout layout_;
   FlatBuffer params_, grads_;
-  FullState state_;
+  FullState state_, experts_;  // the dense units and the MoE blocks' expert units, both over the buffers
   Stage stage_;
   std::vector<BlockWeights> blocks_;
   Tensor wte_, wpe_, head_;

@@ -8,8 +8,19 @@ namespace {
 
 // The first m rows of a (R, …) or (R) buffer.
 Tensor first_rows(const Tensor& t, int64_t m) {
-  if (t.shape.ndim == 1) return Tensor(t.f32(), Shape{m});
-  return Tensor(t.f32(), Shape{m, t.shape[1]});
+  Tensor r = t;
+  r.shape.dim[0] = m;
+  return r;
+}
+
+// An MoE sublayer's activations for m tokens: its per-token tensors cut to m rows (the received
+// rows keep their room: m tokens never need more).
+MoeActivations first_rows(const MoeActivations& a, int64_t m) {
+  MoeActivations r = a;
+  r.norm = first_rows(a.norm, m);
+  for (Tensor* t : {&r.logits, &r.scores, &r.expert, &r.kept, &r.gates, &r.row}) *t = first_rows(*t, m);
+  r.out_send = first_rows(a.out_send, m * a.gates.shape[1]);
+  return r;
 }
 
 NormActivations first_rows(const NormActivations& a, int64_t m) {
@@ -25,6 +36,7 @@ NormActivations first_rows(const NormActivations& a, int64_t m) {
 GptDecoder::GptDecoder(const GptModel& model, int max_chunk)
     : model_(model), cfg_(model.config()),
       R_(max_chunk > 0 ? std::min(max_chunk, cfg_.max_seq_len) : cfg_.max_seq_len) {
+  if (cfg_.moe.enabled()) dispatch_.emplace(std::nullopt, cfg_.moe.n_experts, cfg_.d_model);
   Arena measure = Arena::measuring();
   plan(measure);
   arena_ = Arena(measure.used());
@@ -40,6 +52,10 @@ void GptDecoder::plan(Arena& arena) {
   sc_.attn = attention_activations(arena, cfg_, rows, 1, R_);
   sc_.q = arena.tensor(Shape{R, H * D});
   sc_.mlp = mlp_activations(arena, cfg_, rows, R);
+  if (cfg_.moe.enabled()) {
+    sc_.moe = moe_activations(arena, cfg_, rows, 1, R);
+    sc_.moe_scratch = moe_scratch(arena, cfg_, rows, 1, R);
+  }
   sc_.block.proj = arena.tensor(Shape{R, C});
   sc_.final_norm = norm_activations(arena, cfg_, R);
   sc_.k.clear();
@@ -113,6 +129,12 @@ void GptDecoder::block(int layer, int m, const TensorParallel& rows) {
   attention_decode_forward(s, attn.att, q, sc_.k[static_cast<size_t>(layer)], sc_.v[static_cast<size_t>(layer)], H,
                            Hkv, pos_);
   attention_out(s, rows, x_mid, sc, attn.att, x, w.attn, DropoutSite{});
+  if (w.moe) {
+    MoeActivations moe = first_rows(sc_.moe, m);
+    const MoeRuntime runtime{router_spec(cfg_.moe), &*dispatch_, 0.0f, 0.0f, 0.0f, &sc_.moe_scratch};
+    moe_sublayer_forward(s, cfg_, rows, runtime, x, moe, sc, x_mid, w.experts, DropoutSite{});
+    return;
+  }
   MlpActivations mlp{first_rows(sc_.mlp.norm, m), first_rows(sc_.mlp.fc, m), first_rows(sc_.mlp.act, m)};
   mlp_sublayer_forward(s, cfg_, rows, x, mlp, sc, x_mid, w.mlp, DropoutSite{});
 }

@@ -10,6 +10,12 @@ namespace {
 
 int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
+// The (rows, cols) matrix a tensor's tp split applies to: the tensor itself, or one expert's.
+Shape matrix_of(const ParamSpec& s) {
+  if (s.expert) return Shape{s.shape[1], s.shape[2]};
+  return s.shape;
+}
+
 // Elements per row: 1 for a 1-D tensor.
 int64_t row_size(const Shape& s) { return s.numel() / s[0]; }
 
@@ -18,14 +24,44 @@ int shard_of(const RowPart& p, TpCoord tp) { return tp.rank / (tp.size / p.shard
 
 std::vector<RowPart> parts_of(const ParamSpec& s, TpCoord tp) {
   if (!s.parts.empty()) return s.parts;
-  return {RowPart{s.shape[0], tp.size}};
+  return {RowPart{matrix_of(s)[0], tp.size}};
+}
+
+// Global index, in matrix `m` (the tensor, or one expert's matrix), of local element e of this
+// rank's view `local` of it.
+int64_t matrix_global_index(const ParamSpec& s, const Shape& m, const Shape& local, TpCoord tp, int64_t e) {
+  switch (s.split) {
+    case TpSplit::replicated: return e;
+    case TpSplit::cols: {
+      const int64_t cols = local[1];
+      return (e / cols) * m[1] + tp.rank * cols + e % cols;
+    }
+    case TpSplit::rows: break;
+  }
+  const int64_t inner = row_size(m);
+  int64_t row = e / inner, global_first = 0;
+  for (const RowPart& p : parts_of(s, tp)) {
+    const int64_t mine = p.rows / p.shards;
+    if (row < mine) return (global_first + shard_of(p, tp) * mine + row) * inner + e % inner;
+    row -= mine;
+    global_first += p.rows;
+  }
+  throw Error(fmt::format("{}: local element {} outside the tensor", s.name, e));
 }
 
 }  // namespace
 
-ParamLayout::ParamLayout(std::vector<ParamSpec> specs, TpCoord tp) : specs_(std::move(specs)), tp_(tp) {
+ParamLayout::ParamLayout(std::vector<ParamSpec> specs, TpCoord tp, EpCoord ep)
+    : specs_(std::move(specs)), tp_(tp), ep_(ep) {
   MT_CHECK(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size, "tensor-parallel rank {} of {}", tp.rank, tp.size);
+  MT_CHECK(ep.size >= 1 && ep.rank >= 0 && ep.rank < ep.size, "expert-parallel rank {} of {}", ep.rank, ep.size);
   for (const ParamSpec& s : specs_) {
+    if (s.expert) {
+      local_.push_back(expert_local_shape(s));
+      offsets_.push_back(total_);
+      total_ += round_up16(local_.back().numel());
+      continue;
+    }
     Shape local = s.shape;
     const int64_t inner = row_size(s.shape);
     if (s.split == TpSplit::cols) {
@@ -77,6 +113,27 @@ ParamLayout::ParamLayout(std::vector<ParamSpec> specs, TpCoord tp) : specs_(std:
   if (from < total_) owned_.push_back({from, total_});
 }
 
+Shape ParamLayout::expert_local_shape(const ParamSpec& s) const {
+  MT_CHECK(s.shape.ndim == 3 && s.shape[0] % ep_.size == 0, "{}: {} experts do not split over ep = {}", s.name,
+           s.shape[0], ep_.size);
+  Shape local{s.shape[0] / ep_.size, s.shape[1], s.shape[2]};
+  if (s.split == TpSplit::cols) {
+    MT_CHECK(s.shape[2] % tp_.size == 0, "{}: {} columns do not split over tp = {}", s.name, s.shape[2], tp_.size);
+    local.dim[2] /= tp_.size;
+  } else if (s.split == TpSplit::rows) {
+    int64_t rows = 0;
+    for (const RowPart& p : parts_of(s, tp_)) {
+      MT_CHECK(p.shards == tp_.size && p.rows % p.shards == 0, "{}: a part of {} rows does not split over tp = {}",
+               s.name, p.rows, tp_.size);
+      rows += p.rows / p.shards;
+    }
+    local.dim[1] = rows;
+  } else {
+    MT_CHECK(tp_.size == 1, "{}: an expert tensor is split over tp, never shared", s.name);
+  }
+  return local;
+}
+
 int64_t ParamLayout::num_parameters() const {
   int64_t n = 0;
   for (const auto& s : specs_) n += s.shape.numel();
@@ -97,23 +154,10 @@ bool ParamLayout::contains(const std::string& name) const {
 
 int64_t ParamLayout::global_index(size_t i, int64_t e) const {
   const ParamSpec& s = specs_[i];
-  switch (s.split) {
-    case TpSplit::replicated: return e;
-    case TpSplit::cols: {
-      const int64_t cols = local_[i][1];
-      return (e / cols) * s.shape[1] + tp_.rank * cols + e % cols;
-    }
-    case TpSplit::rows: break;
-  }
-  const int64_t inner = row_size(s.shape);
-  int64_t row = e / inner, global_first = 0;
-  for (const RowPart& p : parts_of(s, tp_)) {
-    const int64_t mine = p.rows / p.shards;
-    if (row < mine) return (global_first + shard_of(p, tp_) * mine + row) * inner + e % inner;
-    row -= mine;
-    global_first += p.rows;
-  }
-  throw Error(fmt::format("{}: local element {} outside the tensor", s.name, e));
+  if (!s.expert) return matrix_global_index(s, s.shape, local_[i], tp_, e);
+  const Shape m = matrix_of(s), local{local_[i][1], local_[i][2]};
+  const int64_t per = local.numel(), expert = ep_.rank * local_[i][0] + e / per;
+  return expert * m.numel() + matrix_global_index(s, m, local, tp_, e % per);
 }
 
 LocalDims local_dims(const ModelConfig& cfg, TpCoord tp) {
@@ -128,7 +172,7 @@ LocalDims local_dims(const ModelConfig& cfg, TpCoord tp) {
 }
 
 ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel,
-                             const std::vector<StageRange>& chunks) {
+                             const std::vector<StageRange>& chunks, EpCoord ep) {
   bool embedding = false, head = false;
   for (const StageRange& range : chunks) {
     MT_CHECK(range.first_layer >= 0 && range.layers >= 0 && range.first_layer + range.layers <= cfg.n_layers,
@@ -170,6 +214,23 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
     p.push_back({prefix + ".weight", Shape{out, in}, TpSplit::cols, {}, ParamGroup::matrix, InitKind::normal_residual});
     if (cfg.bias) p.push_back({prefix + ".bias", Shape{out}, TpSplit::replicated, {}, ParamGroup::bias, InitKind::zeros});
   };
+  // An MoE block's router (replicated: every tp rank routes the same full rows) and its experts'
+  // FC (column-parallel per expert, [gate | up] for SwiGLU) and projection (row-parallel), no biases.
+  const int64_t E = cfg.moe.n_experts, Fe = cfg.expert_ffn_dim();
+  const std::vector<RowPart> expert_parts = cfg.activation == ActivationKind::swiglu
+                                                ? std::vector<RowPart>{{Fe, tp.size}, {Fe, tp.size}}
+                                                : std::vector<RowPart>{{Fe, tp.size}};
+  auto moe = [&](const std::string& prefix) {
+    p.push_back({prefix + ".router.weight", Shape{E, C}, TpSplit::replicated, {}, ParamGroup::matrix, InitKind::normal});
+    ParamSpec fc{prefix + ".experts.fc.weight", Shape{E, Fe * static_cast<int64_t>(expert_parts.size()), C},
+                 TpSplit::rows, expert_parts, ParamGroup::matrix, InitKind::normal};
+    fc.expert = true;
+    p.push_back(fc);
+    ParamSpec proj{prefix + ".experts.proj.weight", Shape{E, C, Fe}, TpSplit::cols, {}, ParamGroup::matrix,
+                   InitKind::normal_residual};
+    proj.expert = true;
+    p.push_back(proj);
+  };
   p.push_back({"embed.wte", Shape{Vp, C}, TpSplit::rows, {}, ParamGroup::embedding, InitKind::normal, cfg.vocab_size});
   if (cfg.position == PositionKind::learned)
     p.push_back({"embed.wpe", Shape{cfg.max_seq_len, C}, TpSplit::replicated, {}, ParamGroup::embedding,
@@ -181,6 +242,10 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
     column(L + ".attn.qkv", C, qkv_parts, kv_shards < tp.size);
     row(L + ".attn.proj", C, H * D);
     norm(L + ".mlp_norm");
+    if (cfg.moe.is_moe_layer(l)) {
+      moe(L + ".moe");
+      continue;
+    }
     column(L + ".mlp.fc", C, fc_parts, false);
     row(L + ".mlp.proj", C, F);
   }
@@ -188,8 +253,9 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
   if (!cfg.tie_embeddings)
     p.push_back({"lm_head.weight", Shape{Vp, C}, TpSplit::rows, {}, ParamGroup::matrix, InitKind::normal,
                  cfg.vocab_size});
-  // Keep the chunks' tensors (blocks by their layer, the rest by position), each with its stream.
-  std::vector<ParamSpec> mine;
+  // Keep the chunks' tensors (blocks by their layer, the rest by position), each with its stream;
+  // expert tensors go after all the others ([Note: expert tensors]).
+  std::vector<ParamSpec> mine, experts;
   for (size_t i = 0; i < p.size(); ++i) {
     ParamSpec& s = p[i];
     s.init_stream = static_cast<int>(i);
@@ -199,13 +265,14 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
       const int l = std::stoi(s.name.substr(7));
       for (const StageRange& range : chunks) keep |= l >= range.first_layer && l < range.first_layer + range.layers;
     } else keep = head;
-    if (keep) mine.push_back(std::move(s));
+    if (keep) (s.expert ? experts : mine).push_back(std::move(s));
   }
   if (head && cfg.tie_embeddings && !embedding) {
     mine.push_back(p.front());  // embed.wte, stream 0
     mine.back().tied_copy = true;
   }
-  return ParamLayout(std::move(mine), tp);
+  mine.insert(mine.end(), std::make_move_iterator(experts.begin()), std::make_move_iterator(experts.end()));
+  return ParamLayout(std::move(mine), tp, ep);
 }
 
 void init_params(const ParamLayout& layout, float* params, const ModelConfig& cfg, uint64_t seed) {
@@ -237,19 +304,41 @@ void init_params_range(const ParamLayout& layout, float* data, FlatRange range, 
   }
 }
 
+int64_t dense_end(const ParamLayout& layout) {
+  for (size_t i = 0; i < layout.size(); ++i)
+    if (layout.spec(i).expert) return layout.offset(i);
+  return layout.total();
+}
+
 std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const StageRange& range) {
   std::vector<int64_t> starts;
   if (range.embedding) starts.push_back(0);
   for (int l = range.first_layer; l < range.first_layer + range.layers; ++l)
     starts.push_back(layout.offset(layout.index_of("layers." + std::to_string(l) + ".attn_norm.weight")));
   if (range.head) starts.push_back(layout.offset(layout.index_of("final_norm.weight")));
-  // The end: the first tensor after the last block's MLP projection (weight, then bias), if any.
+  // The end: the first tensor after the last block's dense tensors, if any, else the experts'.
   size_t after = layout.size();
   if (!range.head && range.layers > 0) {
-    const std::string proj = "layers." + std::to_string(range.first_layer + range.layers - 1) + ".mlp.proj.";
-    after = layout.index_of(proj + (layout.contains(proj + "bias") ? "bias" : "weight")) + 1;
+    const std::string last = "layers." + std::to_string(range.first_layer + range.layers - 1) + ".";
+    for (size_t i = 0; i < layout.size(); ++i)
+      if (layout.spec(i).name.starts_with(last) && !layout.spec(i).expert) after = i + 1;
   }
   starts.push_back(after < layout.size() ? layout.offset(after) : layout.total());
+  starts.back() = std::min(starts.back(), dense_end(layout));
+  std::vector<FlatRange> units;
+  for (size_t u = 0; u + 1 < starts.size(); ++u) units.push_back({starts[u], starts[u + 1]});
+  return units;
+}
+
+std::vector<FlatRange> moe_expert_units(const ParamLayout& layout, const std::vector<StageRange>& chunks) {
+  std::vector<int64_t> starts;
+  for (const StageRange& range : chunks)
+    for (int l = range.first_layer; l < range.first_layer + range.layers; ++l) {
+      const std::string fc = "layers." + std::to_string(l) + ".moe.experts.fc.weight";
+      if (layout.contains(fc)) starts.push_back(layout.offset(layout.index_of(fc)));
+    }
+  MT_CHECK(starts.empty() || starts.front() == dense_end(layout), "expert tensors out of order in the layout");
+  starts.push_back(layout.total());
   std::vector<FlatRange> units;
   for (size_t u = 0; u + 1 < starts.size(); ++u) units.push_back({starts[u], starts[u + 1]});
   return units;

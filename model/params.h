@@ -51,10 +51,17 @@ struct ParamSpec {
   // A copy of a tensor another pipeline stage owns (the embedding a tied head reads on the last
   // stage): kept equal to the owner's by summing their gradients; checkpoints store the owner's.
   bool tied_copy = false;
+  // An expert tensor (E, rows, cols): dimension 0 indexes the experts, split over expert-parallel
+  // ranks (rank r holds experts [r·E/ep, (r+1)·E/ep)); `split` and `parts` then apply to each
+  // expert's (rows, cols) matrix as they would to a 2-D tensor. Never shared between tp ranks.
+  bool expert = false;
 };
 
-// A rank's place in its tensor-parallel group.
+// A rank's place in its tensor-parallel group, and in its expert-parallel group.
 struct TpCoord {
+  int rank = 0, size = 1;
+};
+struct EpCoord {
   int rank = 0, size = 1;
 };
 
@@ -69,12 +76,13 @@ struct SharedRange {
 class ParamLayout {
  public:
   ParamLayout() = default;
-  ParamLayout(std::vector<ParamSpec> specs, TpCoord tp);
+  ParamLayout(std::vector<ParamSpec> specs, TpCoord tp, EpCoord ep = {});
 
   size_t size() const { return specs_.size(); }
   const ParamSpec& spec(size_t i) const { return specs_[i]; }
   const Shape& local_shape(size_t i) const { return local_[i]; }
   TpCoord tp() const { return tp_; }
+  EpCoord ep() const { return ep_; }
   int64_t offset(size_t i) const { return offsets_[i]; }
   int64_t total() const { return total_; }  // local floats, including alignment padding
   int64_t num_parameters() const;           // global: sum of numel, no padding
@@ -96,12 +104,15 @@ class ParamLayout {
   }
 
  private:
+  Shape expert_local_shape(const ParamSpec& s) const;
+
   std::vector<ParamSpec> specs_;
   std::vector<Shape> local_;
   std::vector<int64_t> offsets_;
   std::vector<SharedRange> shared_;
   std::vector<FlatRange> owned_;
   TpCoord tp_;
+  EpCoord ep_;
   int64_t total_ = 0;
 };
 
@@ -127,11 +138,15 @@ inline StageRange whole_model(const ModelConfig& cfg) { return {0, cfg.n_layers,
 // chunks `chunks` (one, or several for an interleaved pipeline; in model order, not overlapping) —
 // in model order, as rank `tp` holds them; `sequence_parallel` marks norm weights as having
 // partial gradients. A tied head on a rank without the embedding gets a copy of it (tied_copy)
-// after the final norm.
+// after the final norm. [Note: expert tensors] The expert tensors of MoE blocks (those of rank
+// `ep`'s experts) come after all the others, in layer order: flat range [dense_end, total()) holds
+// them, so the dense and the expert parameters are two back-to-back ranges reduced over different
+// data-parallel groups (model/moe.h).
 ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel,
-                             const std::vector<StageRange>& chunks);
-inline ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel, const StageRange& range) {
-  return gpt_param_layout(cfg, tp, sequence_parallel, std::vector<StageRange>{range});
+                             const std::vector<StageRange>& chunks, EpCoord ep = {});
+inline ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel, const StageRange& range,
+                                    EpCoord ep = {}) {
+  return gpt_param_layout(cfg, tp, sequence_parallel, std::vector<StageRange>{range}, ep);
 }
 inline ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_parallel) {
   return gpt_param_layout(cfg, tp, sequence_parallel, whole_model(cfg));
@@ -143,8 +158,13 @@ inline ParamLayout gpt_param_layout(const ModelConfig& cfg) { return gpt_param_l
 // per block, then the final norm and the untied head (last stage), back to back up to the next
 // chunk's first tensor (or the end).
 std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const StageRange& range);
-// Every chunk's units, in order: they cover [0, total()) back to back.
+// Every chunk's units, in order: they cover [0, dense_end(layout)) back to back.
 std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const std::vector<StageRange>& chunks);
+// Where the expert tensors start ([Note: expert tensors]): total() for a dense model.
+int64_t dense_end(const ParamLayout& layout);
+// One unit per MoE block of the chunks, in layer order, holding its expert tensors: they cover
+// [dense_end(layout), total()) back to back. Empty for a dense model.
+std::vector<FlatRange> moe_expert_units(const ParamLayout& layout, const std::vector<StageRange>& chunks);
 
 // Deterministic initialisation: global element g of parameter p is rng_normal(seed, init, p, g) · std
 // (std / √(2·n_layers) for residual projections, GPT-2), ones for norm weights, zeros for biases

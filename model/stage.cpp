@@ -9,7 +9,7 @@
 namespace megatrain {
 
 Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const ParamLayout& layout, StageRange range,
-             const StageOptions& options, UnitState& state, TensorParallel tp)
+             const StageOptions& options, UnitState& state, TensorParallel tp, StageExperts experts)
     : cfg_(cfg), B_(micro_batch_size), T_(seq_len), range_(range), options_(options), tp_(std::move(tp)),
       local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})), layout_(layout),
       units_(gpt_param_units(layout_, range)), state_(state), stream_(Stream::cpu(options.matmul)) {
@@ -23,6 +23,24 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
            "have to rebuild them twice");
   MT_CHECK(options.recompute_layers >= 0, "recompute_layers = {} < 0", options.recompute_layers);
   for (int l = 0; l < range_.layers; ++l) block_index_.push_back(block_param_index(layout_, range_.first_layer + l));
+  expert_units_ = moe_expert_units(layout_, {range_});
+  for (int l = 0, k = 0; l < range_.layers; ++l) {
+    const bool moe = block_index_[static_cast<size_t>(l)].router != BlockParamIndex::kAbsent;
+    moe_unit_.push_back(moe ? k++ : -1);
+    if (!moe) continue;
+    expert_forward_order_.push_back(k - 1);
+    expert_backward_order_.insert(expert_backward_order_.begin(), k - 1);
+    moe_stats_.push_back({range_.first_layer + l, std::vector<int64_t>(static_cast<size_t>(cfg.moe.n_experts))});
+  }
+  MT_CHECK(expert_forward_order_.size() == expert_units_.size(), "{} MoE blocks but {} expert units",
+           expert_forward_order_.size(), expert_units_.size());
+  if (!expert_units_.empty()) {
+    MT_CHECK(experts.state != nullptr, "a stage with MoE blocks needs the state of their expert parameters");
+    experts_ = experts.state;
+    dispatch_.emplace(experts.ep, cfg.moe.n_experts, cfg.d_model);
+    MT_CHECK(dispatch_->ep_size() == layout.ep().size, "the layout is for ep = {}, the stage's group has {} ranks",
+             layout.ep().size, dispatch_->ep_size());
+  }
   if (range_.embedding) {
     wte_index_ = layout_.index_of("embed.wte");
     if (layout_.contains("embed.wpe")) wpe_index_ = layout_.index_of("embed.wpe");
@@ -53,6 +71,54 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
   for (int l = range_.layers - 1; l >= 0; --l) backward_order_.push_back(block_unit(l));
 }
 
+void Stage::acquire_params(int unit) {
+  bind_unit(unit, state_.unit_params(unit), {w_, wte_, wpe_, head_, final_w_});
+  const int l = unit - block_unit(0);
+  if (l >= 0 && l < range_.layers && expert_unit(l) >= 0) {
+    const auto k = static_cast<size_t>(expert_unit(l));
+    bind_expert_weights(w_[static_cast<size_t>(l)], layout_, block_index_[static_cast<size_t>(l)],
+                        experts_->unit_params(expert_unit(l)), expert_units_[k].begin);
+  }
+}
+
+void Stage::acquire_grads(int unit) {
+  bind_unit(unit, state_.unit_grads(unit), {g_, dwte_, dwpe_, dhead_, final_g_});
+  const int l = unit - block_unit(0);
+  if (l >= 0 && l < range_.layers && expert_unit(l) >= 0) {
+    const auto k = static_cast<size_t>(expert_unit(l));
+    bind_expert_weights(g_[static_cast<size_t>(l)], layout_, block_index_[static_cast<size_t>(l)],
+                        experts_->unit_grads(expert_unit(l)), expert_units_[k].begin);
+  }
+}
+
+void Stage::release_params(int unit) {
+  state_.unit_params_done(unit);
+  const int l = unit - block_unit(0);
+  if (l >= 0 && l < range_.layers && expert_unit(l) >= 0) experts_->unit_params_done(expert_unit(l));
+}
+
+void Stage::release_grads(int unit) {
+  state_.unit_grads_done(unit);
+  const int l = unit - block_unit(0);
+  if (l >= 0 && l < range_.layers && expert_unit(l) >= 0) experts_->unit_grads_done(expert_unit(l));
+}
+
+MoeRuntime Stage::moe_runtime(const ForwardOptions& o) {
+  MoeRuntime r;
+  if (!dispatch_) return r;
+  r.spec = router_spec(cfg_.moe);
+  r.dispatch = &*dispatch_;
+  r.aux_coef = cfg_.moe.aux_loss_coef;
+  r.z_coef = cfg_.moe.z_loss_coef;
+  r.loss_grad = o.dloss_scale * static_cast<float>(B_ * T_);  // ∂L/∂(mean token loss of the micro-batch)
+  r.scratch = &moe_scratch_;
+  return r;
+}
+
+void Stage::reset_moe_stats() {
+  for (MoeLayerStats& m : moe_stats_) m = {m.layer, std::vector<int64_t>(m.tokens.size())};
+}
+
 void Stage::bind_unit(int unit, float* p, UnitViews v) const {
   const int64_t begin = units_[static_cast<size_t>(unit)].begin;
   auto view = [&](size_t i) { return i == BlockParamIndex::kAbsent ? Tensor{} : layout_.view_in(p, begin, i); };
@@ -73,8 +139,11 @@ void Stage::bind_unit(int unit, float* p, UnitViews v) const {
 void Stage::plan(Arena& arena) {
   const int64_t N = static_cast<int64_t>(B_) * T_, Nl = tp_.local_rows(), C = cfg_.d_model;
   const bool sp = tp_.sequence_parallel();
+  const int ep = dispatch_ ? dispatch_->ep_size() : 1;
+  const auto kinds = [&](int l) { return BlockKinds{expert_unit(l) < 0, expert_unit(l) >= 0, ep}; };
+  const BlockKinds both{expert_units_.size() < static_cast<size_t>(range_.layers), !expert_units_.empty(), ep};
   if (options_.recompute == Recompute::full) {
-    scratch_.recomputed = block_activations(arena, cfg_, tp_, B_, T_);
+    scratch_.recomputed = block_activations(arena, cfg_, tp_, B_, T_, nullptr, both);
     scratch_.recomputed_out = arena.tensor(Shape{Nl, C});
   } else if (options_.recompute == Recompute::selective) {
     Arena shapes_only = Arena::measuring();
@@ -92,7 +161,7 @@ void Stage::plan(Arena& arena) {
     for (int l = 0; l <= range_.layers; ++l) a.residual.push_back(arena.tensor(Shape{Nl, C}));
     for (int l = 0; l < range_.layers; ++l)
       a.blocks.push_back(fully_recomputed(l) ? scratch_.recomputed
-                                             : block_activations(arena, cfg_, tp_, B_, T_, shared_core));
+                                             : block_activations(arena, cfg_, tp_, B_, T_, shared_core, kinds(l)));
     a.deferred.clear();
     if (options_.split_backward)
       for (int l = 0; l < range_.layers; ++l) a.deferred.push_back(block_weight_grad_inputs(arena, cfg_, tp_, B_, T_));
@@ -105,6 +174,7 @@ void Stage::plan(Arena& arena) {
     a.sums = arena.tensor(Shape{2, N});
   }
   scratch_.block = block_scratch(arena, cfg_, tp_, B_, T_);
+  if (dispatch_) moe_scratch_ = moe_scratch(arena, cfg_, tp_, ep, N);
   scratch_.dres_a = arena.tensor(Shape{Nl, C});
   scratch_.dres_b = arena.tensor(Shape{Nl, C});
 }
@@ -123,8 +193,9 @@ DropoutSite Stage::dropout_site(const ForwardOptions& o, int layer) const {
 void Stage::recompute(int l, Activations& a) {
   const auto li = static_cast<size_t>(l);
   if (fully_recomputed(l)) {
+    const MoeRuntime moe = moe_runtime(a.options);
     block_forward(stream_, cfg_, tp_, scratch_.recomputed_out, a.blocks[li], scratch_.block, a.residual[li], w_[li],
-                  dropout_site(a.options, range_.first_layer + l));
+                  dropout_site(a.options, range_.first_layer + l), &moe);
   } else if (options_.recompute == Recompute::selective) {
     AttentionActivations& at = a.blocks[li].attn;
     attention_forward(stream_, at.att, at.lse, at.qkv, local_.heads, local_.kv_heads);
@@ -145,6 +216,8 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
   a.options = mb.options;
   BlockScratch& sc = scratch_.block;
   state_.begin_pass(forward_order_);
+  if (experts_ != nullptr) experts_->begin_pass(expert_forward_order_);
+  const MoeRuntime moe = moe_runtime(a.options);
   if (range_.embedding) {
     for (int64_t i = 0; i < N; ++i)
       MT_CHECK(mb.tokens[i] >= 0 && mb.tokens[i] < cfg_.vocab_size,
@@ -154,7 +227,7 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
     acquire_params(0);
     embedding_layer_forward(s, tp_, local_, a.residual[0], sc.partial, a.tokens, {wte_, wpe_}, T_,
                             dropout_site(a.options, -1));
-    if (!shares_embedding()) state_.unit_params_done(0);
+    if (!shares_embedding()) release_params(0);
   } else {
     MT_CHECK(input.numel() == a.residual[0].numel(), "stage input of {} floats, expected {}", input.numel(),
              a.residual[0].numel());
@@ -164,8 +237,18 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
     const auto li = static_cast<size_t>(l);
     acquire_params(block_unit(l));
     block_forward(s, cfg_, tp_, a.residual[li + 1], a.blocks[li], sc, a.residual[li], w_[li],
-                  dropout_site(a.options, range_.first_layer + l));
-    state_.unit_params_done(block_unit(l));
+                  dropout_site(a.options, range_.first_layer + l), &moe);
+    release_params(block_unit(l));
+    if (expert_unit(l) >= 0 && a.options.grad != LossGrad::none) {
+      MoeLayerStats& m = moe_stats_[static_cast<size_t>(expert_unit(l))];
+      const MoeForwardStats& f = a.blocks[li].moe.stats;
+      for (size_t e = 0; e < m.tokens.size(); ++e) m.tokens[e] += f.tokens[e];
+      m.dropped += f.router.dropped;
+      m.assignments += N * cfg_.moe.top_k;
+      m.aux += f.router.aux;
+      m.z += f.router.z;
+      ++m.micro_batches;
+    }
   }
   if (!range_.head) return 0.0f;
   for (int64_t i = 0; i < N; ++i)
@@ -177,8 +260,8 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
   norm_forward(s, cfg_, a.final_norm, a.residual.back(), final_w_);
   tp_.enter_forward(a.head_in, a.final_norm.out);
   column_parallel_forward(s, a.logits, a.head_in, head_, Tensor{});
-  state_.unit_params_done(head_unit());
-  if (shares_embedding()) state_.unit_params_done(0);
+  release_params(head_unit());
+  if (shares_embedding()) release_params(0);
   vocab_parallel_cross_entropy(s, tp_, local_, a.losses, a.logits, a.row_max, a.sums, a.targets, a.options.grad,
                                a.options.dloss_scale);
   double sum = 0.0;
@@ -193,7 +276,7 @@ Tensor Stage::backward_pass(int slot, Tensor dout, bool defer) {
   MT_CHECK(!defer || options_.split_backward, "backward_input() needs a stage built with split_backward");
   // A split backward hands the gradients back in backward_weights(), after their last write.
   const auto grads_done = [&](int unit) {
-    if (!defer) state_.unit_grads_done(unit);
+    if (!defer) release_grads(unit);
   };
   const Stream& s = stream_;
   Tensor dres = scratch_.dres_a, dnext = scratch_.dres_b;
@@ -201,6 +284,8 @@ Tensor Stage::backward_pass(int slot, Tensor dout, bool defer) {
   BlockScratch& sc = scratch_.block;
   const bool sp = tp_.sequence_parallel();
   state_.begin_pass(backward_order_);
+  if (experts_ != nullptr) experts_->begin_pass(expert_backward_order_);
+  const MoeRuntime moe = moe_runtime(a.options);
   if (range_.head) {
     acquire_params(head_unit());
     acquire_grads(head_unit());
@@ -213,8 +298,8 @@ Tensor Stage::backward_pass(int slot, Tensor dout, bool defer) {
     column_parallel_backward(s, tp_, sc.dnorm, sp ? sc.dfull : sc.dnorm, defer && !tied ? Tensor{} : dhead_,
                              Tensor{}, a.logits, a.head_in, head_);
     norm_backward(s, cfg_, dres, final_g_, sc.dnorm, Tensor{}, a.final_norm, a.residual.back(), final_w_);
-    state_.unit_params_done(head_unit());
-    if (tied) state_.unit_params_done(0);
+    release_params(head_unit());
+    if (tied) release_params(0);
     grads_done(head_unit());
   } else {
     MT_CHECK(dout.numel() == dres.numel(), "stage output gradient of {} floats, expected {}", dout.numel(),
@@ -227,8 +312,9 @@ Tensor Stage::backward_pass(int slot, Tensor dout, bool defer) {
     recompute(l, a);
     acquire_grads(block_unit(l));
     block_backward(s, cfg_, tp_, dnext, g_[li], dres, a.blocks[li], sc, a.residual[li], w_[li],
-                   dropout_site(a.options, range_.first_layer + l), defer ? a.deferred[li] : BlockWeightGradInputs{});
-    state_.unit_params_done(block_unit(l));
+                   dropout_site(a.options, range_.first_layer + l), defer ? a.deferred[li] : BlockWeightGradInputs{},
+                   &moe);
+    release_params(block_unit(l));
     grads_done(block_unit(l));
     std::swap(dres, dnext);
   }
@@ -247,15 +333,15 @@ void Stage::backward_weights(int slot) {
   if (range_.head) {
     acquire_grads(head_unit());
     if (!shares_embedding()) linear_weight_backward(s, dhead_, Tensor{}, a.logits, a.head_in);  // [Note: tied head]
-    state_.unit_grads_done(head_unit());
+    release_grads(head_unit());
   }
   for (int l = range_.layers - 1; l >= 0; --l) {
     const auto li = static_cast<size_t>(l);
     acquire_grads(block_unit(l));
     block_weight_backward(s, tp_, g_[li], a.blocks[li], scratch_.block, a.deferred[li]);
-    state_.unit_grads_done(block_unit(l));
+    release_grads(block_unit(l));
   }
-  if (range_.embedding) state_.unit_grads_done(0);
+  if (range_.embedding) release_grads(0);
 }
 
 }  // namespace megatrain

@@ -16,6 +16,7 @@
 // ForwardOptions::dloss_scale (1 / tokens in the global batch), which makes the accumulated gradient
 // that of the mean loss over the global batch.
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -55,13 +56,30 @@ struct MicroBatch {
   ForwardOptions options;
 };
 
+// The routing of one MoE block over a training step, summed over its micro-batches (for logging).
+struct MoeLayerStats {
+  int layer = 0;                 // the block's index in the model
+  std::vector<int64_t> tokens;   // per expert: kept assignments
+  int64_t dropped = 0, assignments = 0;
+  double aux = 0.0, z = 0.0;     // sums of the micro-batches' losses
+  int64_t micro_batches = 0;
+};
+
+// The expert parameters of a stage's MoE blocks ([Note: expert tensors] in model/params.h): their
+// state provides the units of moe_expert_units(layout, range); `ep` is the expert-parallel group
+// (nullopt: ep = 1).
+struct StageExperts {
+  UnitState* state = nullptr;
+  std::optional<Comm> ep;
+};
+
 class Stage {
  public:
-  // `layout` is gpt_param_layout(cfg, tp's coordinates, sequence parallel, range), the one the
-  // caller sized `state` by; both must outlive the stage, and `state` provides the units of
-  // gpt_param_units(layout, range).
+  // `layout` is gpt_param_layout(cfg, tp's coordinates, sequence parallel, range, ep's coordinates),
+  // the one the caller sized `state` by; both must outlive the stage, and `state` provides the
+  // units of gpt_param_units(layout, range). A model with MoE blocks needs `experts`.
   Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const ParamLayout& layout, StageRange range,
-        const StageOptions& options, UnitState& state, TensorParallel tp);
+        const StageOptions& options, UnitState& state, TensorParallel tp, StageExperts experts = {});
 
   const ModelConfig& config() const { return cfg_; }
   const StageRange& range() const { return range_; }
@@ -87,6 +105,11 @@ class Stage {
   // by backward_weights, so ZeRO must not reduce them per backward (stages 0 and 1).
   Tensor backward_input(int slot, Tensor dout = {}) { return backward_pass(slot, dout, true); }
   void backward_weights(int slot);
+
+  // Per MoE block of the stage (model order): its routing over the training forwards since the
+  // last reset (evaluation forwards are not counted).
+  const std::vector<MoeLayerStats>& moe_stats() const { return moe_stats_; }
+  void reset_moe_stats();
 
   // Logits (B·T, Vl) of the slot's last forward: this rank's vocabulary rows; columns past the
   // vocabulary are padding. Only after LossGrad::none (in_place overwrites them with their gradient).
@@ -129,8 +152,14 @@ class Stage {
     NormWeights& final_norm;
   };
   void bind_unit(int unit, float* p, UnitViews v) const;
-  void acquire_params(int unit) { bind_unit(unit, state_.unit_params(unit), {w_, wte_, wpe_, head_, final_w_}); }
-  void acquire_grads(int unit) { bind_unit(unit, state_.unit_grads(unit), {g_, dwte_, dwpe_, dhead_, final_g_}); }
+  // Binds a unit's parameters (or gradients); a block unit of an MoE block brings its expert unit.
+  void acquire_params(int unit);
+  void acquire_grads(int unit);
+  void release_params(int unit);
+  void release_grads(int unit);
+  // Block l's expert unit (−1: a dense block), and how the MoE blocks run for options `o`.
+  int expert_unit(int l) const { return moe_unit_[static_cast<size_t>(l)]; }
+  MoeRuntime moe_runtime(const ForwardOptions& o);
   int block_unit(int l) const { return (range_.embedding ? 1 : 0) + l; }  // l: index within the stage
   int head_unit() const { return block_unit(range_.layers); }
   // The head reads the embedding of this stage's own unit 0 (tied, first and last stage in one).
@@ -156,6 +185,14 @@ class Stage {
   Tensor wte_, wpe_, head_, dwte_, dwpe_, dhead_;
   NormWeights final_w_, final_g_;
   Stream stream_;
+  // MoE blocks: their expert state and units, the token exchange, its scratch, the step's stats.
+  UnitState* experts_ = nullptr;
+  std::vector<FlatRange> expert_units_;
+  std::vector<int> moe_unit_;                       // per block of the stage
+  std::vector<int> expert_forward_order_, expert_backward_order_;
+  std::optional<ExpertDispatch> dispatch_;
+  MoeScratch moe_scratch_;
+  std::vector<MoeLayerStats> moe_stats_;
 };
 
 }  // namespace megatrain

@@ -211,15 +211,21 @@ bool Checkpointer::save(const CheckpointTensors& t, const TrainState& state, IfB
     report();
     return true;
   }
-  // Only the partition is written, so only the partition is copied.
-  const auto n = static_cast<size_t>(t.part_end - t.part_begin);
-  const auto copy_partition = [&](std::vector<float>& host, const FlatSlice& s) {
-    host.resize(n);
-    if (n > 0) std::memcpy(host.data(), s.data + (t.part_begin - s.begin), sizeof(float) * n);
-    return FlatSlice{host.data(), t.part_begin, t.part_end};
+  // Only the partitions are written, so only the partitions are copied ([Note: expert piece]).
+  const auto copy_piece = [](std::array<std::vector<float>, 3>& host, const CheckpointPiece& p) {
+    const auto n = static_cast<size_t>(p.part_end - p.part_begin);
+    const auto copy_partition = [&](std::vector<float>& to, const FlatSlice& s) {
+      to.resize(n);
+      if (n > 0) std::memcpy(to.data(), s.data + (p.part_begin - s.begin), sizeof(float) * n);
+      return FlatSlice{to.data(), p.part_begin, p.part_end};
+    };
+    return CheckpointPiece{copy_partition(host[0], p.params), copy_partition(host[1], p.exp_avg),
+                           copy_partition(host[2], p.exp_avg_sq), p.part_begin, p.part_end};
   };
-  const CheckpointTensors copy{t.layout, copy_partition(host_params_, t.params), copy_partition(host_m_, t.exp_avg),
-                               copy_partition(host_v_, t.exp_avg_sq), t.part_begin, t.part_end, t.stored};
+  const CheckpointPiece dense =
+      copy_piece(host_dense_, {t.params, t.exp_avg, t.exp_avg_sq, t.part_begin, t.part_end});
+  CheckpointTensors copy{t.layout, dense.params, dense.exp_avg, dense.exp_avg_sq, t.part_begin, t.part_end, t.stored};
+  if (t.experts) copy.experts = copy_piece(host_experts_, *t.experts);
   const Stall copied{stall.waiting_s, seconds_since(t0) - stall.waiting_s};
   writing_ = true;
   worker_ = std::thread([this, copy, meta, copied] { write_keeping_failure(copy, meta, copied); });

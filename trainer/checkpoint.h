@@ -10,6 +10,7 @@
 // reported by every rank as CKPT_SAVE_FAILED at the same step boundary and leaves the committed
 // checkpoints and `latest` as they were; checkpoint.on_save_fail decides whether training goes on.
 #pragma once
+#include <array>
 #include <atomic>
 #include <optional>
 #include <thread>
@@ -82,7 +83,8 @@ class Checkpointer {
   const Comm& world_;
   Comm io_;  // a communicator of its own, so the writer thread never interleaves with training's
   std::string config_toml_, layout_json_;
-  std::vector<float> host_params_, host_m_, host_v_;  // the partition, for async saves
+  // The partitions (params, exp_avg, exp_avg_sq), for async saves: dense, and expert ([Note: expert piece]).
+  std::array<std::vector<float>, 3> host_dense_, host_experts_;
   std::thread worker_;
   std::atomic<bool> writing_{false};
   std::exception_ptr worker_error_;  // anything but an I/O failure: rethrown by join()

@@ -6,12 +6,14 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "kernels/check.h"
+#include "model/stage.h"
 
 namespace megatrain {
 
@@ -83,6 +85,26 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
+std::vector<MoeLayerMetrics> moe_metrics(const std::vector<MoeLayerStats>& stats, int64_t steps) {
+  std::vector<MoeLayerMetrics> out;
+  for (const MoeLayerStats& s : stats) {
+    MoeLayerMetrics m{s.layer};
+    const auto [lo, hi] = std::minmax_element(s.tokens.begin(), s.tokens.end());
+    double sum = 0.0;
+    for (int64_t t : s.tokens) sum += static_cast<double>(t);
+    const auto per_step = [&](double v) { return v / static_cast<double>(std::max<int64_t>(steps, 1)); };
+    m.tokens_min = per_step(static_cast<double>(*lo));
+    m.tokens_max = per_step(static_cast<double>(*hi));
+    m.tokens_mean = per_step(sum / static_cast<double>(s.tokens.size()));
+    m.dropped_fraction = s.assignments > 0 ? static_cast<double>(s.dropped) / static_cast<double>(s.assignments) : 0.0;
+    const auto mean = [&](double v) { return s.micro_batches > 0 ? v / static_cast<double>(s.micro_batches) : 0.0; };
+    m.aux_loss = mean(s.aux);
+    m.z_loss = mean(s.z);
+    out.push_back(m);
+  }
+  return out;
+}
+
 void MetricsLog::step(const StepMetrics& m) {
   if (!enabled_) return;
   const std::string mfu = m.mfu ? fmt::format("{:.1f}%", *m.mfu * 100.0) : "n/a";
@@ -94,6 +116,10 @@ void MetricsLog::step(const StepMetrics& m) {
              "({:.1f} exposed){} | MFU {} | ETA {}\n",
              m.step, m.steps, m.loss, m.lr, m.grad_norm, scale, m.tokens_per_s, m.step_time_ms, m.comm_ms,
              m.exposed_comm_ms, pp, mfu, format_duration(m.eta_s));
+  for (const MoeLayerMetrics& e : m.moe)
+    fmt::print("  moe layer {:>3} | tokens/expert min {:.1f} mean {:.1f} max {:.1f} | dropped {:.2f}% | aux {:.4f} | "
+               "z {:.4f}\n",
+               e.layer, e.tokens_min, e.tokens_mean, e.tokens_max, e.dropped_fraction * 100.0, e.aux_loss, e.z_loss);
   std::fflush(stdout);
   if (!file_.is_open()) return;
   nlohmann::json j = {{"step", m.step},          {"loss", m.loss},
@@ -112,6 +138,15 @@ void MetricsLog::step(const StepMetrics& m) {
   j["precision"] = m.precision;
   j["loss_scale"] = m.loss_scale ? nlohmann::json(*m.loss_scale) : nlohmann::json(nullptr);
   j["skipped_steps"] = m.skipped_steps;
+  if (!m.moe.empty()) {
+    j["moe"] = nlohmann::json::array();
+    for (const MoeLayerMetrics& e : m.moe)
+      j["moe"].push_back({{"layer", e.layer},
+                          {"tokens_per_expert", {{"min", e.tokens_min}, {"mean", e.tokens_mean}, {"max", e.tokens_max}}},
+                          {"dropped_fraction", e.dropped_fraction},
+                          {"aux_loss", e.aux_loss},
+                          {"z_loss", e.z_loss}});
+  }
   file_ << j.dump() << '\n';
   file_.flush();
 }

@@ -23,6 +23,17 @@ struct MemoryMetrics {
 
 int64_t peak_rss_bytes();
 
+// One MoE block's routing over the logged steps: kept tokens per expert per step (min, mean and
+// max over the experts), the fraction of assignments capacity dropped, and the mean load-balancing
+// and z losses of its micro-batches (model/moe_router.h).
+struct MoeLayerMetrics {
+  int layer = 0;
+  double tokens_min = 0, tokens_mean = 0, tokens_max = 0, dropped_fraction = 0, aux_loss = 0, z_loss = 0;
+};
+struct MoeLayerStats;
+// From the stats summed over `steps` steps (model/stage.h).
+std::vector<MoeLayerMetrics> moe_metrics(const std::vector<MoeLayerStats>& stats, int64_t steps);
+
 struct StepMetrics {
   int64_t step = 0, steps = 0;
   double loss = 0, lr = 0, grad_norm = 0;
@@ -44,6 +55,7 @@ struct StepMetrics {
   std::string precision = "fp32";  // train.precision
   std::optional<double> loss_scale;  // fp16: the scale the step's loss was multiplied by
   int64_t skipped_steps = 0;          // fp16: steps skipped for overflowing gradients, since step 0
+  std::vector<MoeLayerMetrics> moe;   // per MoE block, model order
 };
 
 class MetricsLog {

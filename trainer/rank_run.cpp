@@ -38,7 +38,36 @@ std::vector<int> chunk_unit_bounds(const ParamLayout& layout, const std::vector<
   return out;
 }
 
+FlatRange shifted(FlatRange r, int64_t by) { return {r.begin + by, r.end + by}; }
+
+// Units rebased to start at flat element `by` (their state's element 0).
+std::vector<FlatRange> rebased(std::vector<FlatRange> units, int64_t by) {
+  for (FlatRange& u : units) u = shifted(u, -by);
+  return units;
+}
+
+// Where each chunk's expert units start in the rank's expert unit list, then the total.
+std::vector<int> expert_unit_bounds(const ParamLayout& layout, const std::vector<StageRange>& ranges) {
+  std::vector<int> out{0};
+  for (const StageRange& r : ranges) out.push_back(out.back() + static_cast<int>(moe_expert_units(layout, {r}).size()));
+  return out;
+}
+
+// The first units of chunks after the first that start a new group of buckets (inside the list).
+std::vector<int> bucket_breaks(const std::vector<int>& bounds) {
+  std::vector<int> out;
+  for (size_t k = 1; k + 1 < bounds.size(); ++k)
+    if (bounds[k] > 0 && bounds[k] < bounds.back() && (out.empty() || out.back() != bounds[k])) out.push_back(bounds[k]);
+  return out;
+}
+
 }  // namespace
+
+RankRun::Experts::Experts(const ParamLayout& layout, const std::vector<StageRange>& ranges, const Comm& edp,
+                          const ZeroOptions& z, const AdamWOptions& a)
+    : begin(dense_end(layout)), chunk_units(expert_unit_bounds(layout, ranges)),
+      zero(rebased(moe_expert_units(layout, ranges), begin), edp, z, bucket_breaks(chunk_units)),
+      optimizer(layout, a, shifted(zero.optimizer_range(), begin), zero.optimizer_padded()) {}
 
 StageRange virtual_stage_range(const Config& c, int vs) {
   const std::vector<int>& given = c.parallel.pipeline_layers;
@@ -54,7 +83,8 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
       world(world_comm), dp_rank(dp_comm.rank()), dp(dp_comm.size()), data(c, dp_rank, dp), ranges(chunk_ranges(c, pp_comm.rank())),
       steps(pipeline_schedule(c.parallel.pipeline_schedule, pp_comm.rank(),
                               PipeShape{pp_comm.size(), data.train().micro_batches_per_step(), c.parallel.virtual_stages})),
-      layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel, ranges)),
+      layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel, ranges,
+                              EpCoord{groups.ep().rank(), groups.ep().size()})),
       chunk_units(chunk_unit_bounds(layout, ranges)),
       stored_layout(gpt_param_layout(c.model)),
       // Gradient buckets break where each chunk after the first starts.
@@ -66,7 +96,12 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
       inputs_(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
       targets_(inputs_.size()) {
   init_params_range(layout, zero.held_params(), zero.held_params_range(), c.model, c.train.seed);
-  zero.params_written();
+  if (!moe_expert_units(layout, ranges).empty()) {
+    experts = std::make_unique<Experts>(layout, ranges, groups.edp(), zero_options(c), adamw_options(c));
+    init_params_range(layout, experts->zero.held_params(), shifted(experts->zero.held_params_range(), experts->begin),
+                      c.model, c.train.seed);
+  }
+  params_written();
   const TpOptions tp_options{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm};
   const int64_t rows = int64_t{c.train.micro_batch_size} * c.train.seq_len;
   std::vector<int> slots;
@@ -76,8 +111,14 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
     slots.push_back(peak_held(steps, static_cast<int>(k)));
     const StageOptions options{slots.back(), split_backward_, c.train.recompute, c.train.recompute_layers,
                                c.train.precision};
+    StageExperts stage_experts;
+    if (experts) {
+      ch.expert_units = std::make_unique<UnitSlice>(experts->zero, experts->chunk_units[k]);
+      stage_experts = {ch.expert_units.get(), groups.ep()};
+    }
     ch.stage = std::make_unique<Stage>(c.model, c.train.micro_batch_size, c.train.seq_len, layout, ranges[k], options,
-                                       *ch.units, TensorParallel(tp_comm, tp_options, rows, c.model.d_model));
+                                       *ch.units, TensorParallel(tp_comm, tp_options, rows, c.model.d_model),
+                                       stage_experts);
     chunks_.push_back(std::move(ch));
   }
   for (int n : slots) peak_held_all_ += n;
@@ -117,9 +158,22 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
   return stage.output(slot);
 }
 
+bool RankRun::chunk_has_experts(int chunk) const {
+  const auto k = static_cast<size_t>(chunk);
+  return experts && experts->chunk_units[k] < experts->chunk_units[k + 1];
+}
+
 void RankRun::gradients_begin(int chunk) {
   const auto k = static_cast<size_t>(chunk);
-  zero.micro_batch_begin(--chunks_[k].backwards_left == 0, chunk_units[k], chunk_units[k + 1]);
+  const bool last = --chunks_[k].backwards_left == 0;
+  zero.micro_batch_begin(last, chunk_units[k], chunk_units[k + 1]);
+  if (chunk_has_experts(chunk))
+    experts->zero.micro_batch_begin(last, experts->chunk_units[k], experts->chunk_units[k + 1]);
+}
+
+void RankRun::gradients_end(int chunk) {
+  zero.micro_batch_end();
+  if (chunk_has_experts(chunk)) experts->zero.micro_batch_end();
 }
 
 Tensor RankRun::backward(int chunk, int slot, Tensor dout) {
@@ -127,14 +181,14 @@ Tensor RankRun::backward(int chunk, int slot, Tensor dout) {
   if (split_backward_) return stage.backward_input(slot, dout);  // ZeRO's hooks bracket weight()
   gradients_begin(chunk);
   const Tensor din = stage.backward(slot, dout);
-  zero.micro_batch_end();
+  gradients_end(chunk);
   return din;
 }
 
 void RankRun::weight(int chunk, int slot) {
   gradients_begin(chunk);
   chunks_[static_cast<size_t>(chunk)].stage->backward_weights(slot);
-  zero.micro_batch_end();
+  gradients_end(chunk);
 }
 
 double RankRun::mean_over_replicas(double sum, int micro) const {
@@ -145,13 +199,75 @@ double RankRun::mean_over_replicas(double sum, int micro) const {
 
 CheckpointTensors RankRun::checkpoint_tensors() {
   const FlatRange held = zero.held_params_range(), opt = optimizer.range(), part = zero.partition();
-  return {&layout,
-          {zero.held_params(), held.begin, held.end},
-          {optimizer.exp_avg(), opt.begin, opt.end},
-          {optimizer.exp_avg_sq(), opt.begin, opt.end},
-          part.begin,
-          part.end,
-          &stored_layout};
+  CheckpointTensors t{&layout,
+                      {zero.held_params(), held.begin, held.end},
+                      {optimizer.exp_avg(), opt.begin, opt.end},
+                      {optimizer.exp_avg_sq(), opt.begin, opt.end},
+                      part.begin,
+                      part.end,
+                      &stored_layout};
+  if (experts) {
+    const int64_t b = experts->begin;
+    const FlatRange eh = shifted(experts->zero.held_params_range(), b), eo = experts->optimizer.range();
+    const FlatRange ep = shifted(experts->zero.partition(), b);
+    t.experts = CheckpointPiece{{experts->zero.held_params(), eh.begin, eh.end},
+                                {experts->optimizer.exp_avg(), eo.begin, eo.end},
+                                {experts->optimizer.exp_avg_sq(), eo.begin, eo.end},
+                                ep.begin,
+                                ep.end};
+  }
+  return t;
+}
+
+void RankRun::optimizer_step(float lr, double norm, float unscale) {
+  optimizer.step(zero.optimizer_params(), zero.optimizer_grads(), lr, norm, unscale);
+  zero.step_end();
+  if (!experts) return;
+  experts->optimizer.step(experts->zero.optimizer_params(), experts->zero.optimizer_grads(), lr, norm, unscale);
+  experts->zero.step_end();
+}
+
+void RankRun::params_written() {
+  zero.params_written();
+  if (experts) experts->zero.params_written();
+}
+
+void RankRun::set_step_count(int64_t t) {
+  optimizer.set_step_count(t);
+  if (experts) experts->optimizer.set_step_count(t);
+}
+
+std::vector<MoeLayerStats> RankRun::moe_stats() {
+  std::vector<MoeLayerStats> all;
+  for (int l = 0; l < cfg.model.n_layers; ++l)
+    if (cfg.model.moe.is_moe_layer(l))
+      all.push_back({l, std::vector<int64_t>(static_cast<size_t>(cfg.model.moe.n_experts))});
+  if (all.empty()) return all;
+  // Every value of every layer in one sum over the world; tp ranks route the same rows, so only
+  // tp rank 0 of each stage adds its own.
+  const size_t E = static_cast<size_t>(cfg.model.moe.n_experts), per = E + 5;
+  std::vector<double> sums(all.size() * per, 0.0);
+  for (Chunk& ch : chunks_) {
+    for (const MoeLayerStats& m : ch.stage->moe_stats()) {
+      size_t i = 0;
+      while (all[i].layer != m.layer) ++i;
+      double* v = sums.data() + i * per;
+      if (tp_comm.rank() == 0) {
+        for (size_t e = 0; e < E; ++e) v[e] = static_cast<double>(m.tokens[e]);
+        v[E] = static_cast<double>(m.dropped), v[E + 1] = static_cast<double>(m.assignments);
+        v[E + 2] = m.aux, v[E + 3] = m.z, v[E + 4] = static_cast<double>(m.micro_batches);
+      }
+    }
+    ch.stage->reset_moe_stats();
+  }
+  world.all_reduce(sums.data(), static_cast<int64_t>(sums.size())).wait();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const double* v = sums.data() + i * per;
+    for (size_t e = 0; e < E; ++e) all[i].tokens[e] = static_cast<int64_t>(v[e]);
+    all[i].dropped = static_cast<int64_t>(v[E]), all[i].assignments = static_cast<int64_t>(v[E + 1]);
+    all[i].aux = v[E + 2], all[i].z = v[E + 3], all[i].micro_batches = static_cast<int64_t>(v[E + 4]);
+  }
+  return all;
 }
 
 size_t RankRun::activation_bytes() const {
@@ -169,6 +285,12 @@ MemoryMetrics RankRun::memory() const {
   m.optimizer = optimizer.state_bytes();
   m.activations = static_cast<int64_t>(activation_bytes());
   m.comm_buffers = z.comm_buffers;
+  if (experts) {
+    const ZeroMemory e = experts->zero.memory();
+    m.params += e.params, m.master_params += e.master_params, m.grads += e.grads;
+    m.optimizer += experts->optimizer.state_bytes();
+    m.comm_buffers += e.comm_buffers;
+  }
   m.gemm_scratch = matmul_scratch_bytes(Stream::cpu());
   m.peak_rss = peak_rss_bytes();
   return m;
@@ -180,6 +302,7 @@ double RankRun::train_step(int64_t batch, double loss_scale) {
   loss_sum_ = 0.0;
   for (Chunk& ch : chunks_) ch.backwards_left = data.train().micro_batches_per_step();
   zero.step_begin();
+  if (experts) experts->zero.step_begin();
   pipeline_->run(steps, *this);
   // The gradients of values held twice: a tied embedding's two copies (first and last stage)
   // summed over the embedding group before their bucket's data-parallel reduction (parallel/zero.h
@@ -193,6 +316,12 @@ double RankRun::train_step(int64_t batch, double loss_scale) {
 double RankRun::grad_norm() {
   const FlatRange range = zero.optimizer_range();
   double squares = zero.sum_over_partitions(tp_shared_.sum_squares(zero.optimizer_grads(), range));
+  if (experts) {  // each ep rank holds other experts: their squares are summed over ep too
+    const FlatRange er = shifted(experts->zero.optimizer_range(), experts->begin);
+    double e = experts->zero.sum_over_partitions(tp_shared_.sum_squares(experts->zero.optimizer_grads(), er));
+    if (groups.ep().size() > 1) groups.ep().all_reduce(&e, 1).wait();
+    squares += e;
+  }
   if (tp_comm.size() > 1) tp_comm.all_reduce(&squares, 1).wait();
   if (pp_comm.size() > 1) pp_comm.all_reduce(&squares, 1).wait();  // each stage holds its own tensors
   return std::sqrt(squares);
@@ -204,10 +333,18 @@ RankRun::Overflow RankRun::first_overflow(bool loss_nonfinite) {
   int reduced_bad = 0;
 #pragma omp parallel for reduction(| : reduced_bad) schedule(static)
   for (int64_t i = 0; i < n; ++i) reduced_bad |= std::isfinite(g[i]) ? 0 : 1;
+  bool local_bad = zero.local_nonfinite();
+  if (experts) {
+    const float* eg = experts->zero.optimizer_grads();
+    const int64_t en = experts->zero.optimizer_range().size();
+#pragma omp parallel for reduction(| : reduced_bad) schedule(static)
+    for (int64_t i = 0; i < en; ++i) reduced_bad |= std::isfinite(eg[i]) ? 0 : 1;
+    local_bad = local_bad || experts->zero.local_nonfinite();
+  }
   // One all-reduce (max) of a key that ranks the causes: own loss, own gradients, reduced gradients,
   // each from the lowest rank.
   const int64_t w = world.size(), r = world.rank();
-  const int64_t cause = loss_nonfinite ? 3 : zero.local_nonfinite() ? 2 : reduced_bad ? 1 : 0;
+  const int64_t cause = loss_nonfinite ? 3 : local_bad ? 2 : reduced_bad ? 1 : 0;
   int64_t key = cause == 0 ? 0 : cause * w + (w - 1 - r);
   world.all_reduce(&key, 1, ReduceOp::max).wait();
   if (key == 0) return {};

@@ -43,6 +43,15 @@ class RankRun final : public PipelineWork {
   Overflow first_overflow(bool loss_nonfinite = false);
   // Global L2 norm of the step's gradient: every global parameter counted once (model/tp_shared.h).
   double grad_norm();
+  // The optimizer's update of every parameter this rank updates (dense and expert), then ZeRO's
+  // step_end: lr, the global norm of the unscaled gradient (for clipping), 1 / the loss scale.
+  void optimizer_step(float lr, double norm, float unscale);
+  // After the parameters were written (initialisation, a checkpoint loaded): hand them to ZeRO.
+  void params_written();
+  void set_step_count(int64_t t);  // the optimizer's update count, when resuming
+  // Per MoE block of the model: its routing this step, summed over every replica's micro-batches
+  // (the same on every rank; collective over the world). Empty for a dense model.
+  std::vector<MoeLayerStats> moe_stats();
   // Mean loss over the first eval_steps global batches of the validation set (same each time).
   double evaluate();
 
@@ -74,10 +83,22 @@ class RankRun final : public PipelineWork {
   ParamLayout stored_layout;       // the global tensors checkpoints hold
   ZeroState zero;
   AdamW optimizer;
+  // The expert tensors of MoE blocks ([Note: expert tensors] in model/params.h): flat range
+  // [begin, layout.total()), with a ZeRO state of their own over the expert-data-parallel group
+  // (parallel/groups.h) and their own optimizer. Absent for a dense model.
+  struct Experts {
+    Experts(const ParamLayout& layout, const std::vector<StageRange>& ranges, const Comm& edp, const ZeroOptions& z,
+            const AdamWOptions& a);
+    int64_t begin;               // dense_end(layout): their state's flat element 0
+    std::vector<int> chunk_units;  // chunk k's expert units: [chunk_units[k], chunk_units[k + 1])
+    ZeroState zero;
+    AdamW optimizer;
+  };
+  std::unique_ptr<Experts> experts;
 
  private:
   struct Chunk {
-    std::unique_ptr<UnitSlice> units;
+    std::unique_ptr<UnitSlice> units, expert_units;
     std::unique_ptr<Stage> stage;
     int backwards_left = 0;            // in the running step
   };
@@ -85,6 +106,8 @@ class RankRun final : public PipelineWork {
   // ZeRO's hook before the step that writes the chunk's final gradients of a micro-batch (its
   // backward, or its weight step when backwards are split); micro_batch_end() closes it.
   void gradients_begin(int chunk);
+  void gradients_end(int chunk);
+  bool chunk_has_experts(int chunk) const;
 
   bool split_backward_;             // the schedule has weight steps (zero-bubble)
   std::vector<Chunk> chunks_;

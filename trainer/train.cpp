@@ -65,8 +65,9 @@ double peak_tflops_per_rank(const Config& cfg, const Comm& world) {
 
 // MEGATRAIN_FAULT bitflip: bit 22 of the first value this rank holds of the named parameter.
 void flip_a_bit(const Fault& f, RankRun& run, int64_t step) {
-  MT_INPUT_CHECK(run.layout.contains(f.detail), "MEGATRAIN_FAULT bitflip: tensor \"{}\" is not a parameter of rank "
-                 "{} (e.g. \"{}\")", f.detail, run.world.rank(), run.layout.spec(0).name);
+  MT_INPUT_CHECK(run.layout.contains(f.detail) && !run.layout.spec(run.layout.index_of(f.detail)).expert,
+                 "MEGATRAIN_FAULT bitflip: tensor \"{}\" is not a dense parameter of rank {} (e.g. \"{}\")", f.detail,
+                 run.world.rank(), run.layout.spec(0).name);
   log_injection(f, run.world.rank(), step, "tensor=" + f.detail);
   const FlatRange held = run.zero.held_params_range();
   const int64_t at = run.layout.offset(run.layout.index_of(f.detail));
@@ -88,7 +89,7 @@ struct Position {
 // position (checked against the global batch size and the batches the loader reserves).
 Position adopt(const CheckpointMeta& meta, const Config& cfg, RankRun& run, std::optional<DynamicLossScaler>& scaler,
                bool rank0) {
-  run.zero.params_written();
+  run.params_written();
   const int64_t G = cfg.train.global_batch_size, step = meta.state.step, consumed = meta.state.consumed_samples;
   MT_INPUT_CHECK(consumed % G == 0 && consumed / G >= step,
                  "{}: the checkpoint consumed {} samples in {} steps, which train.global_batch_size = {} cannot "
@@ -105,7 +106,7 @@ Position adopt(const CheckpointMeta& meta, const Config& cfg, RankRun& run, std:
   if (meta.state.seed != cfg.train.seed && rank0)
     spdlog::warn("checkpoint was trained with seed {}, continuing with train.seed = {}: data order and dropout change",
                  meta.state.seed, cfg.train.seed);
-  run.optimizer.set_step_count(step - at.skipped);
+  run.set_step_count(step - at.skipped);
   if (scaler && meta.state.loss_scale > 0.0)
     scaler->restore({meta.state.loss_scale, meta.state.loss_scale_growth_tracker,
                      meta.state.loss_scale_hysteresis_tracker});
@@ -246,9 +247,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     double norm = std::numeric_limits<double>::quiet_NaN();
     if (overflow < 0 && !skip_spike) {
       norm = run.grad_norm() / scale;
-      run.optimizer.step(run.zero.optimizer_params(), run.zero.optimizer_grads(), static_cast<float>(rate), norm,
-                         static_cast<float>(1.0 / scale));
-      run.zero.step_end();
+      run.optimizer_step(static_cast<float>(rate), norm, static_cast<float>(1.0 / scale));
       if (const Fault* f = faults.find(FaultKind::bitflip, rank, step + 1)) flip_a_bit(*f, run, step + 1);
     } else {
       ++skipped;
@@ -315,6 +314,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       m.precision = precision_name(cfg.train.precision);
       if (scaler) m.loss_scale = scale;
       m.skipped_steps = skipped;
+      m.moe = moe_metrics(run.moe_stats(), logged.steps);
       if (peak_tflops > 0.0) m.mfu = flops_per_step / avg / world.size() / (peak_tflops * 1e12);
       m.eta_s = std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(step + 1 - start_step) *
                 static_cast<double>(cfg.train.steps - step - 1);

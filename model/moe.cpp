@@ -1,0 +1,212 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace megatrain {
+namespace {
+
+// Rows [first, first + n) of a 2-D tensor.
+Tensor rows_of(Tensor t, int64_t first, int64_t n) { return Tensor(t.f32() + first * t.shape[1], Shape{n, t.shape[1]}); }
+
+// Expert x's matrix of a 3-D expert tensor.
+Tensor expert_of(Tensor t, int x) {
+  const int64_t per = t.shape[1] * t.shape[2];
+  return Tensor(t.f32() + x * per, Shape{t.shape[1], t.shape[2]});
+}
+
+int64_t fc_width(const ModelConfig& cfg, int64_t units) {
+  return cfg.activation == ActivationKind::swiglu ? 2 * units : units;
+}
+
+int64_t local_units(const ModelConfig& cfg, const TensorParallel& tp) { return cfg.expert_ffn_dim() / tp.size(); }
+
+// Each local expert's MLP on its grouped rows: out = Act(in · FC_xᵀ) · Proj_xᵀ, saving fc and act.
+void experts_forward(const Stream& s, const ModelConfig& cfg, const ExpertDispatch& d, const DispatchCounts& c,
+                     Tensor out, MoeActivations& a, const MoeWeights& w) {
+  for (int x = 0; x < d.local_experts(); ++x) {
+    const int64_t at = d.expert_offset(c, x), n = d.expert_rows(c, x);
+    if (n > 0) matmul_forward(s, rows_of(a.fc, at, n), rows_of(a.grouped_in, at, n), expert_of(w.fc, x), Tensor{});
+  }
+  const Tensor fc = rows_of(a.fc, 0, c.received), act = rows_of(a.act, 0, c.received);
+  if (c.received > 0) {
+    if (cfg.activation == ActivationKind::gelu)
+      gelu_forward(s, act, fc);
+    else
+      swiglu_forward(s, act, fc);
+  }
+  for (int x = 0; x < d.local_experts(); ++x) {
+    const int64_t at = d.expert_offset(c, x), n = d.expert_rows(c, x);
+    if (n > 0) matmul_forward(s, rows_of(out, at, n), rows_of(a.act, at, n), expert_of(w.proj, x), Tensor{});
+  }
+}
+
+// The reverse: `grads` holds the output gradients of the grouped rows and receives their input
+// gradients (partial over tp); the experts' weight gradients `+=`.
+void experts_backward(const Stream& s, const ModelConfig& cfg, const ExpertDispatch& d, const DispatchCounts& c,
+                      Tensor grads, MoeScratch& ms, const MoeActivations& a, const MoeWeights& grad,
+                      const MoeWeights& w) {
+  for (int x = 0; x < d.local_experts(); ++x) {
+    const int64_t at = d.expert_offset(c, x), n = d.expert_rows(c, x);
+    if (n > 0)
+      matmul_backward(s, rows_of(ms.dact, at, n), expert_of(grad.proj, x), Tensor{}, rows_of(grads, at, n),
+                      rows_of(a.act, at, n), expert_of(w.proj, x));
+  }
+  if (c.received > 0) {
+    const Tensor dfc = rows_of(ms.dfc, 0, c.received), dact = rows_of(ms.dact, 0, c.received);
+    if (cfg.activation == ActivationKind::gelu)
+      gelu_backward(s, dfc, dact, rows_of(a.fc, 0, c.received));
+    else
+      swiglu_backward(s, dfc, dact, rows_of(a.fc, 0, c.received));
+  }
+  for (int x = 0; x < d.local_experts(); ++x) {
+    const int64_t at = d.expert_offset(c, x), n = d.expert_rows(c, x);
+    if (n > 0)
+      matmul_backward(s, rows_of(grads, at, n), expert_of(grad.fc, x), Tensor{}, rows_of(ms.dfc, at, n),
+                      rows_of(a.grouped_in, at, n), expert_of(w.fc, x));
+  }
+}
+
+}  // namespace
+
+int64_t moe_max_received(const ModelConfig& cfg, int ep, int64_t n_tokens) {
+  const int local = cfg.moe.n_experts / ep;
+  const int64_t dropless = ep * n_tokens * std::min(cfg.moe.top_k, local);
+  if (cfg.moe.capacity_factor <= 0.0f) return dropless;
+  return std::min(dropless, int64_t{ep} * local * expert_capacity(router_spec(cfg.moe), n_tokens));
+}
+
+MoeActivations moe_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int ep, int64_t rows) {
+  const int64_t E = cfg.moe.n_experts, k = cfg.moe.top_k, C = cfg.d_model, R = moe_max_received(cfg, ep, rows);
+  const int64_t F = local_units(cfg, tp);
+  MoeActivations a;
+  a.norm = norm_activations(arena, cfg, tp.local_rows());
+  a.logits = arena.tensor(Shape{rows, E});
+  a.scores = arena.tensor(Shape{rows, E});
+  a.expert = Tensor(arena.alloc_i32(rows * k), Shape{rows, k});
+  a.kept = Tensor(arena.alloc_i32(rows * k), Shape{rows, k});
+  a.gates = arena.tensor(Shape{rows, k});
+  a.row = Tensor(arena.alloc_i32(rows * k), Shape{rows, k});
+  a.grouped_in = arena.tensor(Shape{R, C});
+  a.fc = arena.tensor(Shape{R, fc_width(cfg, F)});
+  a.act = arena.tensor(Shape{R, F});
+  a.out_send = arena.tensor(Shape{rows * k, C});
+  a.counts.all.reserve(static_cast<size_t>(E * ep));
+  a.stats.tokens.resize(static_cast<size_t>(E));
+  return a;
+}
+
+MoeScratch moe_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int ep, int64_t rows) {
+  const int64_t E = cfg.moe.n_experts, k = cfg.moe.top_k, C = cfg.d_model, R = moe_max_received(cfg, ep, rows);
+  const int64_t F = local_units(cfg, tp);
+  MoeScratch m;
+  m.send = arena.tensor(Shape{rows * k, C});
+  m.by_source = arena.tensor(Shape{R, C});
+  m.grouped = arena.tensor(Shape{R, C});
+  m.dfc = arena.tensor(Shape{R, fc_width(cfg, F)});
+  m.dact = arena.tensor(Shape{R, F});
+  m.dgates = arena.tensor(Shape{rows, k});
+  m.dlogits = arena.tensor(Shape{rows, E});
+  m.send_counts.resize(static_cast<size_t>(E));
+  return m;
+}
+
+void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, const MoeRuntime& moe,
+                          Tensor out, MoeActivations& a, BlockScratch& sc, Tensor x_mid, const MoeWeights& w,
+                          const DropoutSite& drop) {
+  const ExpertDispatch& d = *moe.dispatch;
+  MoeScratch& ms = *moe.scratch;
+  const int64_t N = a.logits.shape[0], C = cfg.d_model, k = moe.spec.top_k;
+  norm_forward(s, cfg, a.norm, x_mid, w.norm);
+  const Tensor x = enter_region(tp, a.norm, sc.gathered);
+  matmul_forward(s, a.logits, x, w.router, Tensor{});
+  a.stats.router = router_forward(moe.spec, N, a.logits.f32(), nullptr, a.scores.f32(), a.expert.i32(),
+                                  a.gates.f32(), a.kept.i32(), a.stats.tokens.data());
+  // Permute: a kept assignment's row in expert order (= destination-major), tokens in order.
+  std::vector<int64_t>& next = ms.send_counts;
+  int64_t at = 0;
+  for (size_t e = 0; e < next.size(); ++e) {
+    const int64_t n = a.stats.tokens[e];
+    next[e] = at;
+    at += n;
+  }
+  const int32_t *expert = a.expert.i32(), *kept = a.kept.i32();
+  int32_t* row = a.row.i32();
+  for (int64_t i = 0; i < N * k; ++i) {
+    row[i] = kept[i] ? static_cast<int32_t>(next[static_cast<size_t>(expert[i])]++) : -1;
+    if (row[i] >= 0)
+      std::memcpy(ms.send.f32() + row[i] * C, x.f32() + (i / k) * C, sizeof(float) * static_cast<size_t>(C));
+  }
+  d.plan(a.counts, a.stats.tokens.data());
+  d.dispatch_start(a.counts, ms.by_source, ms.send).wait();
+  d.dispatch_finish(a.counts, a.grouped_in, ms.by_source);
+  experts_forward(s, cfg, d, a.counts, ms.grouped, a, w);
+  d.combine_regroup(a.counts, ms.by_source, ms.grouped);
+  d.combine_start(a.counts, a.out_send, ms.by_source).wait();
+  // Un-permute, weighted by the gates, in (token, choice) order: this rank's partial output.
+  const Tensor partial = full_rows(tp, sc.proj, sc.partial);
+  std::fill_n(partial.f32(), N * C, 0.0f);
+  const float* gates = a.gates.f32();
+  for (int64_t i = 0; i < N * k; ++i) {
+    if (row[i] < 0) continue;
+    float* y = partial.f32() + (i / k) * C;
+    const float *o = a.out_send.f32() + row[i] * C, g = gates[i];
+    for (int64_t c = 0; c < C; ++c) y[c] += g * o[c];
+  }
+  tp.leave_forward(sc.proj, partial);
+  apply_dropout(s, sc.proj, drop, kSiteMlp);
+  add_forward(s, out, x_mid, sc.proj);
+}
+
+void moe_sublayer_backward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, const MoeRuntime& moe,
+                           Tensor dmid, const MoeWeights& grad, Tensor dout, const MoeActivations& a,
+                           BlockScratch& sc, Tensor x_mid, const MoeWeights& w, const DropoutSite& drop) {
+  const ExpertDispatch& d = *moe.dispatch;
+  MoeScratch& ms = *moe.scratch;
+  const int64_t N = a.logits.shape[0], C = cfg.d_model, k = moe.spec.top_k;
+  const Tensor dproj = through_dropout(s, dout, sc.proj, drop, kSiteMlp);
+  const Tensor dy = full_rows(tp, dproj, sc.partial);
+  tp.leave_backward(dy, dproj);
+  // The gates' gradient (summed over tp: each rank holds a partial expert output) and the expert
+  // outputs' gradient in send order.
+  const int32_t* row = a.row.i32();
+  const float* gates = a.gates.f32();
+  float* dgates = ms.dgates.f32();
+  for (int64_t i = 0; i < N * k; ++i) {
+    dgates[i] = 0.0f;
+    if (row[i] < 0) continue;
+    const float *g = dy.f32() + (i / k) * C, *o = a.out_send.f32() + row[i] * C;
+    float* to = ms.send.f32() + row[i] * C;
+    double dot = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      dot += static_cast<double>(g[c]) * o[c];
+      to[c] = gates[i] * g[c];
+    }
+    dgates[i] = static_cast<float>(dot);
+  }
+  if (tp.size() > 1) tp.comm().all_reduce(dgates, N * k).wait();
+  // Router: dlogits, its weight gradient (the same on every tp rank), and its input gradient —
+  // counted once, by tp rank 0, before the sum over tp.
+  router_backward(moe.spec, N, a.logits.f32(), a.scores.f32(), a.expert.i32(), a.kept.i32(), dgates,
+                  moe.aux_coef * moe.loss_grad, moe.z_coef * moe.loss_grad, ms.dlogits.f32());
+  const Tensor x = enter_region(tp, a.norm, sc.gathered);
+  const Tensor dfull = full_rows(tp, sc.dnorm, sc.dfull);
+  matmul_backward(s, tp.rank() == 0 ? dfull : Tensor{}, grad.router, Tensor{}, ms.dlogits, x, w.router);
+  if (tp.rank() != 0) std::fill_n(dfull.f32(), N * C, 0.0f);
+  // Experts: dispatch the gradients, run the experts backward, combine the input gradients.
+  d.dispatch_start(a.counts, ms.by_source, ms.send).wait();
+  d.dispatch_finish(a.counts, ms.grouped, ms.by_source);
+  experts_backward(s, cfg, d, a.counts, ms.grouped, ms, a, grad, w);
+  d.combine_regroup(a.counts, ms.by_source, ms.grouped);
+  d.combine_start(a.counts, ms.send, ms.by_source).wait();
+  for (int64_t i = 0; i < N * k; ++i) {
+    if (row[i] < 0) continue;
+    float* to = dfull.f32() + (i / k) * C;
+    const float* from = ms.send.f32() + row[i] * C;
+    for (int64_t c = 0; c < C; ++c) to[c] += from[c];
+  }
+  tp.enter_backward(sc.dnorm, dfull).wait();
+  norm_backward(s, cfg, dmid, grad.norm, sc.dnorm, dout, a.norm, x_mid, w.norm);
+}
+
+}  // namespace megatrain
