@@ -9,13 +9,17 @@
 //   choice  the k experts of the highest s_t,e + bias_e (bias: DeepSeek-V3 aux-free balancing,
 //           selection only; nullptr = 0), in descending order, ties to the lower expert index.
 //   gates   g_t,j = s_t,e_j / Σ_j' s_t,e_j' for k > 1 (Mixtral, DeepSeek-V3), s_t,e_1 for k = 1
-//           (Switch); 0 for a dropped assignment (no renormalisation after dropping).
-//   capacity C = ceil(capacity_factor · N · k / E) per expert (capacity_factor = 0: dropless). An
+//           (Switch); 0 for a dropped assignment (no renormalisation after dropping), and 0 where
+//           the chosen scores all underflowed to 0 (instead of 0/0).
+//   capacity C = ceil(capacity_factor · N · k / E) per expert (capacity_factor = 0: dropless), the
+//           factor read as the decimal it stands for (1.1f · 10 / 11 gives 1, not 2). An
 //           expert chosen by more than C tokens keeps C of them: drop = probs keeps those of the
 //           highest s_t,e (ties to the lower token), drop = position the first C in token order.
 //   aux     E / (N · k) · Σ_e c_e · P_e, c_e = tokens choosing e (before dropping),
 //           P_e = (1/N) Σ_t p_t,e with p = s for softmax and p_t = s_t / Σ_e s_t,e for sigmoid
-//           (Switch Transformer / GShard load balancing; c is a constant, P carries the gradient).
+//           (Switch Transformer / GShard load balancing; c is a constant, P carries the gradient;
+//           1 when choices and probabilities spread evenly over the experts, E at k = 1 when all
+//           sit on one expert).
 //   z       (1/N) Σ_t (logsumexp z_t)²   (ST-MoE router z-loss).
 #pragma once
 #include <cstdint>
@@ -35,14 +39,15 @@ RouterSpec router_spec(const MoeConfig& moe);
 // C for N tokens; N (every token fits) when dropless.
 int64_t expert_capacity(const RouterSpec& spec, int64_t n_tokens);
 
-// What a forward measured: the two loss values and the kept assignments per expert.
+// What a forward measured: the two loss values and how many assignments capacity dropped.
 struct RouterStats {
   double aux = 0.0, z = 0.0;
   int64_t dropped = 0;  // assignments dropped by capacity (of N · k)
 };
 
 // logits (N, E) → scores (N, E), expert (N, k), gates (N, k), kept (N, k: 1 kept, 0 dropped),
-// tokens_per_expert (E: kept assignments). bias: (E) or nullptr. Returns the stats.
+// tokens_per_expert (E: kept assignments). bias: (E) or nullptr. Returns the stats. Gates, choice,
+// dropping and aux read the scores as stored (float), so router_backward is their exact derivative.
 RouterStats router_forward(const RouterSpec& spec, int64_t n_tokens, const float* logits, const float* bias,
                            float* scores, int32_t* expert, float* gates, int32_t* kept,
                            int64_t* tokens_per_expert);
