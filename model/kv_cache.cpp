@@ -13,6 +13,15 @@ Tensor first_rows(const Tensor& t, int64_t m) {
   return r;
 }
 
+
+NormActivations first_rows(const NormActivations& a, int64_t m) {
+  NormActivations r;
+  r.out = first_rows(a.out, m);
+  if (a.mean.data) r.mean = first_rows(a.mean, m);
+  r.rstd = first_rows(a.rstd, m);
+  return r;
+}
+
 // An MoE sublayer's activations for m tokens: its per-token tensors cut to m rows (the received
 // rows keep their room: m tokens never need more).
 MoeActivations first_rows(const MoeActivations& a, int64_t m) {
@@ -20,14 +29,6 @@ MoeActivations first_rows(const MoeActivations& a, int64_t m) {
   r.norm = first_rows(a.norm, m);
   for (Tensor* t : {&r.logits, &r.scores, &r.expert, &r.kept, &r.gates, &r.row}) *t = first_rows(*t, m);
   r.out_send = first_rows(a.out_send, m * a.gates.shape[1]);
-  return r;
-}
-
-NormActivations first_rows(const NormActivations& a, int64_t m) {
-  NormActivations r;
-  r.out = first_rows(a.out, m);
-  if (a.mean.data) r.mean = first_rows(a.mean, m);
-  r.rstd = first_rows(a.rstd, m);
   return r;
 }
 

@@ -32,6 +32,21 @@ inline ModelConfig llama_like() {
   return c;
 }
 
+// MoE on top of either family: 4 experts, top 2, block 0 MoE and block 1 dense (moe.every = 2); large initial weights so that routing choices are
+// well separated (finite differences must not move a token to another expert).
+inline ModelConfig moe_like(ModelConfig c, RouterKind router, float capacity_factor) {
+  c.init_std = 0.2f;
+  c.moe.n_experts = 4;
+  c.moe.top_k = 2;
+  c.moe.every = 2;
+  c.moe.d_ff_expert = 24;
+  c.moe.router = router;
+  c.moe.capacity_factor = capacity_factor;
+  c.moe.aux_loss_coef = 0.1f;
+  c.moe.z_loss_coef = 0.01f;
+  return c;
+}
+
 inline std::vector<int32_t> tokens(int n, int vocab, uint32_t stream) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   const RngKey k{9, static_cast<uint32_t>(RngPurpose::test), stream, 0};
