@@ -1,6 +1,6 @@
-// Rank layout tp → cp → ep → dp → pp (tp fastest) and the communicators built from it; the layout
-// and each group's membership are documented in groups.h. Invariant: rank_of(rank_coords(r)) == r
-// and group_index is equal exactly for ranks of the same group.
+// Rank layout tp → cp → dp → pp (tp fastest), dp split as ep → edp, and the communicators built
+// from it; the layout and each group's membership are documented in groups.h. Invariant:
+// rank_of(rank_coords(r)) == r and group_index is equal exactly for ranks of the same group.
 #include "parallel/groups.h"
 
 #include <fmt/format.h>
@@ -10,24 +10,12 @@
 namespace megatrain {
 namespace {
 
-// The coordinate a per-axis GroupKind varies (not valid for GroupKind::model).
-int& axis_coord(RankCoords& c, GroupKind kind) {
-  switch (kind) {
-    case GroupKind::tp: return c.tp;
-    case GroupKind::cp: return c.cp;
-    case GroupKind::ep: return c.ep;
-    case GroupKind::dp: return c.dp;
-    case GroupKind::pp: return c.pp;
-    case GroupKind::model: break;
-  }
-  throw Error("axis_coord: GroupKind::model is not a single axis");
-}
-
 int axis_size(const ParallelDims& d, GroupKind kind) {
   switch (kind) {
     case GroupKind::tp: return d.tp;
     case GroupKind::cp: return d.cp;
     case GroupKind::ep: return d.ep;
+    case GroupKind::edp: return d.dp / d.ep;
     case GroupKind::dp: return d.dp;
     case GroupKind::pp: return d.pp;
     case GroupKind::model: break;
@@ -35,9 +23,24 @@ int axis_size(const ParallelDims& d, GroupKind kind) {
   throw Error("axis_size: GroupKind::model is not a single axis");
 }
 
+// Moves `c` to coordinate i on the axis of a per-axis GroupKind, keeping dp = ep + EP·edp.
+void set_axis(RankCoords& c, const ParallelDims& d, GroupKind kind, int i) {
+  switch (kind) {
+    case GroupKind::tp: c.tp = i; return;
+    case GroupKind::cp: c.cp = i; return;
+    case GroupKind::ep: c.ep = i, c.dp = c.ep + d.ep * c.edp; return;
+    case GroupKind::edp: c.edp = i, c.dp = c.ep + d.ep * c.edp; return;
+    case GroupKind::dp: c.dp = i, c.ep = i % d.ep, c.edp = i / d.ep; return;
+    case GroupKind::pp: c.pp = i; return;
+    case GroupKind::model: break;
+  }
+  throw Error("set_axis: GroupKind::model is not a single axis");
+}
+
 void check_dims(const ParallelDims& d) {
-  MT_CHECK(d.tp >= 1 && d.cp >= 1 && d.ep >= 1 && d.dp >= 1 && d.pp >= 1,
-           "parallel sizes must be >= 1, got tp={} cp={} ep={} dp={} pp={}", d.tp, d.cp, d.ep, d.dp, d.pp);
+  MT_CHECK(d.tp >= 1 && d.cp >= 1 && d.ep >= 1 && d.dp >= 1 && d.pp >= 1 && d.dp % d.ep == 0,
+           "parallel sizes must be >= 1 with ep dividing dp, got tp={} cp={} ep={} dp={} pp={}", d.tp, d.cp, d.ep,
+           d.dp, d.pp);
 }
 
 }  // namespace
@@ -47,6 +50,7 @@ std::string_view group_kind_name(GroupKind kind) {
     case GroupKind::tp: return "tp";
     case GroupKind::cp: return "cp";
     case GroupKind::ep: return "ep";
+    case GroupKind::edp: return "edp";
     case GroupKind::dp: return "dp";
     case GroupKind::pp: return "pp";
     case GroupKind::model: return "model";
@@ -62,26 +66,25 @@ RankCoords rank_coords(const ParallelDims& d, int rank) {
   rank /= d.tp;
   c.cp = rank % d.cp;
   rank /= d.cp;
-  c.ep = rank % d.ep;
-  rank /= d.ep;
-  c.dp = rank % d.dp;
+  set_axis(c, d, GroupKind::dp, rank % d.dp);
   c.pp = rank / d.dp;
   return c;
 }
 
 int rank_of(const ParallelDims& d, const RankCoords& c) {
   check_dims(d);
-  MT_CHECK(c.tp >= 0 && c.tp < d.tp && c.cp >= 0 && c.cp < d.cp && c.ep >= 0 && c.ep < d.ep && c.dp >= 0 &&
-               c.dp < d.dp && c.pp >= 0 && c.pp < d.pp,
-           "coordinates tp={} cp={} ep={} dp={} pp={} outside dims tp={} cp={} ep={} dp={} pp={}", c.tp, c.cp,
-           c.ep, c.dp, c.pp, d.tp, d.cp, d.ep, d.dp, d.pp);
-  return c.tp + d.tp * (c.cp + d.cp * (c.ep + d.ep * (c.dp + d.dp * c.pp)));
+  MT_CHECK(c.tp >= 0 && c.tp < d.tp && c.cp >= 0 && c.cp < d.cp && c.dp >= 0 && c.dp < d.dp && c.pp >= 0 &&
+               c.pp < d.pp && c.ep == c.dp % d.ep && c.edp == c.dp / d.ep,
+           "coordinates tp={} cp={} ep={} edp={} dp={} pp={} outside dims tp={} cp={} ep={} dp={} pp={} (or ep, edp "
+           "not dp % ep, dp / ep)",
+           c.tp, c.cp, c.ep, c.edp, c.dp, c.pp, d.tp, d.cp, d.ep, d.dp, d.pp);
+  return c.tp + d.tp * (c.cp + d.cp * (c.dp + d.dp * c.pp));
 }
 
 int group_index(const ParallelDims& d, int rank, GroupKind kind) {
   RankCoords c = rank_coords(d, rank);
   if (kind == GroupKind::model) return c.dp;
-  axis_coord(c, kind) = 0;  // the group's first rank names it
+  set_axis(c, d, kind, 0);  // the group's first rank names it
   return rank_of(d, c);
 }
 
@@ -98,7 +101,7 @@ std::vector<int> group_ranks(const ParallelDims& d, int rank, GroupKind kind) {
   const int n = axis_size(d, kind);
   ranks.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {  // rank_of increases with every coordinate, so ranks ascend
-    axis_coord(c, kind) = i;
+    set_axis(c, d, kind, i);
     ranks.push_back(rank_of(d, c));
   }
   return ranks;
@@ -111,19 +114,24 @@ ParallelDims resolve_dims(int world, int tp, int cp, int ep, int pp, int dp) {
   MT_INPUT_CHECK(world >= 1, "parallel layout {}: the world size must be >= 1", given);
   MT_INPUT_CHECK(tp >= 1 && cp >= 1 && ep >= 1 && pp >= 1 && dp >= 0,
                  "parallel layout {}: tp, cp, ep and pp must be >= 1 and dp >= 1 (or 0 to derive it)", given);
-  const long long model = static_cast<long long>(tp) * cp * ep * pp;
+  const long long model = static_cast<long long>(tp) * cp * pp;
   if (dp == 0) {
     MT_INPUT_CHECK(world % model == 0,
-                   "parallel layout {}: world size {} is not divisible by tp*cp*ep*pp = {}; launch a multiple "
+                   "parallel layout {}: world size {} is not divisible by tp*cp*pp = {}; launch a multiple "
                    "of {} ranks or change the sizes",
                    given, world, model, model);
     dp = static_cast<int>(world / model);
   } else {
     MT_INPUT_CHECK(model * dp == world,
-                   "parallel layout {}: tp*cp*ep*pp*dp = {} but the world has {} ranks; set parallel.dp = 0 to "
+                   "parallel layout {}: tp*cp*pp*dp = {} but the world has {} ranks; set parallel.dp = 0 to "
                    "derive it or launch {} ranks",
                    given, model * dp, world, model * dp);
   }
+  MT_INPUT_CHECK(dp % ep == 0,
+                 "parallel layout {}: parallel.ep = {} does not divide the data-parallel size parallel.dp = {} "
+                 "(experts are split over ep ranks inside each data-parallel group); pick ep from the divisors of "
+                 "dp, or make dp a multiple of ep (the world a multiple of tp*cp*pp*ep = {} ranks)",
+                 given, ep, dp, model * ep);
   return ParallelDims{.tp = tp, .cp = cp, .ep = ep, .dp = dp, .pp = pp};
 }
 

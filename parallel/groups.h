@@ -1,17 +1,23 @@
 // Process groups as values: the rank layout (a pure function, testable without MPI) and
 // ProcessGroups, the communicators built from it once and passed by reference — no singletons.
 //
-// Layout (Megatron-Core RankGenerator order tp → cp → ep → dp → pp, tp varying fastest):
+// Layout (Megatron-Core RankGenerator order tp → cp → dp → pp, tp varying fastest):
 //
-//   rank = tp + TP·(cp + CP·(ep + EP·(dp + DP·pp)))        world = TP·CP·EP·DP·PP
+//   rank = tp + TP·(cp + CP·(dp + DP·pp))        world = TP·CP·DP·PP
 //
 // so tensor-parallel peers are adjacent ranks (one node, fastest links) and pipeline stages are
 // the slowest-varying coordinate. Invariant: rank_coords and rank_of are inverse bijections
 // between [0, world) and the coordinate box, and every GroupKind partitions [0, world).
 //
-// Expert parallelism: in this project ep is its own axis (world includes the factor EP). With the
-// default ep = 1 this is exactly Megatron's dense layout world = tp·cp·dp·pp. Megatron-Core folds
-// ep inside dp for the dense part of an MoE model; the MoE issue may revisit that.
+// Expert parallelism lies inside data parallelism (Megatron-Core's expert-model-parallel-size):
+// EP divides DP and the data-parallel coordinate splits as dp = ep + EP·edp, ep fastest, so the
+// same ranks read as tp → cp → ep → edp → pp. The EP ranks of an ep group are consecutive members
+// of one dp group and hold different experts (an MoE layer exchanges tokens among them); the
+// DP/EP ranks of an edp group hold the same experts and reduce their gradients. Dense parameters
+// are replicated over, and reduced across, the whole dp group. Until the MoE work ep was an axis
+// of its own (world = TP·CP·EP·DP·PP); it was folded in because Megatron users expect
+// dp = world / (tp·cp·pp) whatever ep is, and dense parameters are replicated over every
+// data-parallel rank anyway, so a separate axis only renamed part of dp.
 #pragma once
 #include <array>
 #include <string_view>
@@ -21,34 +27,39 @@
 
 namespace megatrain {
 
+// ep is not a factor of the world: it divides dp (see above).
 struct ParallelDims {
   int tp = 1, cp = 1, ep = 1, dp = 1, pp = 1;
-  int world() const { return tp * cp * ep * dp * pp; }
+  int world() const { return tp * cp * dp * pp; }
   bool operator==(const ParallelDims&) const = default;
 };
 
-// A rank's position on each axis; coordinate x lies in [0, dims.x).
+// A rank's position on each axis; coordinate x lies in [0, dims.x), and edp in [0, dims.dp / dims.ep).
+// ep and edp restate dp: ep = dp % dims.ep, edp = dp / dims.ep.
 struct RankCoords {
-  int tp = 0, cp = 0, ep = 0, dp = 0, pp = 0;
+  int tp = 0, cp = 0, ep = 0, edp = 0, dp = 0, pp = 0;
   bool operator==(const RankCoords&) const = default;
 };
 
 // Which ranks a group holds, for a rank r with coordinates c:
-//   tp, cp, ep, dp, pp — the ranks whose coordinates equal c on every axis except that one
-//                        (size dims.tp, … dims.pp); e.g. the dp group is r's data-parallel
-//                        replicas, the pp group its pipeline stages, in stage order;
+//   tp, cp, ep, edp, dp, pp — the ranks whose coordinates equal c on every axis except that one,
+//                        dp standing for the pair (ep, edp); sizes dims.tp, dims.cp, dims.ep,
+//                        dims.dp / dims.ep, dims.dp, dims.pp. E.g. the dp group is r's
+//                        data-parallel replicas (dense gradients), the edp group the replicas of
+//                        r's experts (expert gradients), the pp group its stages, in stage order;
 //   model              — every rank with the same dp coordinate as r (size world / dp): the ranks
-//                        that together hold one full replica of the model (tp·cp·ep·pp of them).
+//                        that together hold one full replica of the dense model (tp·cp·pp of them).
 // Every group lists its ranks in increasing order, which is also their rank inside the group's
 // communicator.
-enum class GroupKind { tp, cp, ep, dp, pp, model };
-inline constexpr std::array<GroupKind, 6> kGroupKinds = {GroupKind::tp, GroupKind::cp, GroupKind::ep,
-                                                         GroupKind::dp, GroupKind::pp, GroupKind::model};
+enum class GroupKind { tp, cp, ep, edp, dp, pp, model };
+inline constexpr std::array<GroupKind, 7> kGroupKinds = {GroupKind::tp,  GroupKind::cp, GroupKind::ep,
+                                                         GroupKind::edp, GroupKind::dp, GroupKind::pp,
+                                                         GroupKind::model};
 std::string_view group_kind_name(GroupKind kind);
 
 // Coordinates of `rank` (requires 0 <= rank < dims.world()).
 RankCoords rank_coords(const ParallelDims& dims, int rank);
-// The rank at coordinates `c` (requires every coordinate in range).
+// The rank at coordinates `c` (requires every coordinate in range, ep and edp agreeing with dp).
 int rank_of(const ParallelDims& dims, const RankCoords& c);
 // The ranks of `rank`'s group of the given kind, ascending.
 std::vector<int> group_ranks(const ParallelDims& dims, int rank, GroupKind kind);
@@ -56,9 +67,9 @@ std::vector<int> group_ranks(const ParallelDims& dims, int rank, GroupKind kind)
 // in [0, world). Used as the MPI_Comm_split color.
 int group_index(const ParallelDims& dims, int rank, GroupKind kind);
 
-// Checks a user's parallel sizes against the world size; dp = 0 means world / (tp·cp·ep·pp).
-// Throws InputError naming the sizes when one is < 1 (dp < 0), the world is not divisible, or the
-// product differs from the world size.
+// Checks a user's parallel sizes against the world size; dp = 0 means world / (tp·cp·pp).
+// Throws InputError naming the sizes when one is < 1 (dp < 0), the world is not divisible, the
+// product differs from the world size, or ep does not divide dp.
 ParallelDims resolve_dims(int world, int tp, int cp, int ep, int pp, int dp);
 
 // One communicator per GroupKind for this rank, made by splitting `world` (collective: every rank
@@ -73,6 +84,7 @@ class ProcessGroups {
   const Comm& tp() const { return get(GroupKind::tp); }
   const Comm& cp() const { return get(GroupKind::cp); }
   const Comm& ep() const { return get(GroupKind::ep); }
+  const Comm& edp() const { return get(GroupKind::edp); }
   const Comm& dp() const { return get(GroupKind::dp); }
   const Comm& pp() const { return get(GroupKind::pp); }
   const Comm& model() const { return get(GroupKind::model); }

@@ -20,7 +20,7 @@ enum class DecayKind { cosine, linear, constant };
 
 struct ParallelConfig {
   int tp = 1, pp = 1, cp = 1, ep = 1;
-  int dp = 0;  // 0 = world / (tp·cp·ep·pp) (parallel/groups.h resolve_dims)
+  int dp = 0;  // 0 = world / (tp·cp·pp) (parallel/groups.h resolve_dims); a multiple of ep
   int zero_stage = 0;               // 0 | 1 | 2 | 3 (parallel/zero.h)
   double bucket_size_mb = 25.0;     // gradient bucket size for the data-parallel reduction
   bool overlap_grad_reduce = true;  // start each bucket's reduction during backward
@@ -134,7 +134,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config load_config_text(const std::string& toml_text, const std::string& source_name);
 
 // Cross-field rules, checked before any allocation: the model's (validate_model_config);
-// seq_len ≤ max_seq_len; world == tp·cp·ep·dp·pp (dp resolved from world when 0); tp against heads,
+// seq_len ≤ max_seq_len; world == tp·cp·dp·pp (dp resolved from world when 0); tp against heads,
 // key/value heads, MLP width and sequence-parallel rows; global_batch_size divisible by
 // micro_batch_size·dp; min_lr ≤ lr; warmup_steps ≤ decay steps; the pipeline's stages, schedule
 // and its micro-batch count (with ZeRO and recompute where a schedule refuses them); cp/ep other

@@ -24,7 +24,7 @@ void validate_config_fields(const Config& c) {
   r.at_least("parallel.virtual_stages", p.virtual_stages, 1);
   r.at_least("parallel.cp", p.cp, 1);
   r.at_least("parallel.ep", p.ep, 1);
-  r.at_least("parallel.dp", p.dp, 0, "(0 = world size / (tp·cp·ep·pp))");
+  r.at_least("parallel.dp", p.dp, 0, "(0 = world size / (tp·cp·pp))");
   r.check(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", p.zero_stage, "0, 1, 2 or 3", "");
   r.positive("parallel.bucket_size_mb", p.bucket_size_mb);
   r.check(p.grad_reduce_dtype != Precision::fp16, "parallel.grad_reduce_dtype", "\"fp16\"", "\"fp32\" or \"bf16\"",
@@ -132,7 +132,7 @@ void resolve_config(Config& c, int world_size) {
     MT_INPUT_CHECK(value == 1, "{}: {} = {} is not supported yet; set {} = 1", f, key, value, key);
   MT_INPUT_CHECK(world_size >= 1, "{}: world size {} must be at least 1 (--world-size or the launcher's rank count)", f,
                  world_size);
-  // The one world-size rule (parallel/groups.h): world = tp·cp·ep·dp·pp, ep its own axis.
+  // The one world-size rule (parallel/groups.h): world = tp·cp·dp·pp, and ep divides dp.
   try {
     p.dp = resolve_dims(world_size, p.tp, p.cp, p.ep, p.pp, p.dp).dp;
   } catch (const InputError& e) {

@@ -8,7 +8,7 @@ namespace {
 
 ParallelDims parallel_dims(const Config& c) {
   const ParallelConfig& p = c.parallel;
-  return ParallelDims{p.tp, p.cp, p.ep, p.dp, p.pp};
+  return ParallelDims{.tp = p.tp, .cp = p.cp, .ep = p.ep, .dp = p.dp, .pp = p.pp};
 }
 
 ZeroOptions zero_options(const Config& c) {

@@ -38,13 +38,19 @@ void check_groups(const ParallelDims& dims) {
   EXPECT_EQ(&groups.tp(), &groups.get(GroupKind::tp));
   EXPECT_EQ(&groups.pp(), &groups.get(GroupKind::pp));
   EXPECT_EQ(groups.dp().size(), dims.dp);
+  EXPECT_EQ(groups.ep().size(), dims.ep);
+  EXPECT_EQ(groups.edp().size(), dims.dp / dims.ep);
   EXPECT_EQ(groups.model().size(), dims.world() / dims.dp);
 }
 
 TEST(ProcessGroupsMpi, Tp2Dp2) { check_groups(ParallelDims{.tp = 2, .dp = 2}); }
 TEST(ProcessGroupsMpi, Pp2Dp2) { check_groups(ParallelDims{.dp = 2, .pp = 2}); }
 TEST(ProcessGroupsMpi, Tp2Pp2) { check_groups(ParallelDims{.tp = 2, .pp = 2}); }
-TEST(ProcessGroupsMpi, Cp2Ep2) { check_groups(ParallelDims{.cp = 2, .ep = 2}); }
+// Expert parallelism inside dp, on 4 ranks: ep groups {0, 2}, {1, 3} beside cp groups {0, 1}, {2, 3};
+// ep {0, 1}, {2, 3} with edp {0, 2}, {1, 3}; one ep group of all four.
+TEST(ProcessGroupsMpi, Cp2Ep2Dp2) { check_groups(ParallelDims{.cp = 2, .ep = 2, .dp = 2}); }
+TEST(ProcessGroupsMpi, Ep2Dp4) { check_groups(ParallelDims{.ep = 2, .dp = 4}); }
+TEST(ProcessGroupsMpi, Ep4Dp4) { check_groups(ParallelDims{.ep = 4, .dp = 4}); }
 
 TEST(ProcessGroupsMpi, SplitCommsOutliveTheirCopies) {
   const Comm world = Comm::world();
