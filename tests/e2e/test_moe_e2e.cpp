@@ -50,7 +50,9 @@ TEST_F(MoeE2E, EveryLayoutTrainsLikeOneProcess) {
     single.push_back(run({1, 1, 1, 1, 0}, kVariants[v], fmt::format("single_v{}", v)));
     ASSERT_EQ(single.back().size(), 12u);  // 10 steps + 2 validations
     for (const json& j : single.back())
-      if (j.contains("loss")) ASSERT_TRUE(j.contains("moe") && j["moe"].size() == 2u) << j.dump();
+      if (j.contains("loss")) {
+        ASSERT_TRUE(j.contains("moe") && j["moe"].size() == 2u) << j.dump();
+      }
   }
   const std::vector<Layout> layouts = {
       {1, 2, 1, 1, 0}, {1, 1, 2, 1, 0}, {1, 2, 2, 1, 0}, {2, 1, 1, 2, 0}, {2, 2, 1, 2, 1}, {2, 1, 2, 2, 0},
