@@ -132,7 +132,7 @@ void GptDecoder::block(int layer, int m, const TensorParallel& rows) {
   attention_out(s, rows, x_mid, sc, attn.att, x, w.attn, DropoutSite{});
   if (w.moe) {
     MoeActivations moe = first_rows(sc_.moe, m);
-    const MoeRuntime runtime{router_spec(cfg_.moe), &*dispatch_, 0.0f, 0.0f, 0.0f, &sc_.moe_scratch};
+    const MoeRuntime runtime{router_spec(cfg_.moe), &*dispatch_, 0.0f, 0.0f, 0.0f, &sc_.moe_scratch, nullptr};
     moe_sublayer_forward(s, cfg_, rows, runtime, x, moe, sc, x_mid, w.experts, DropoutSite{});
     return;
   }

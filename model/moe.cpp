@@ -1,7 +1,9 @@
 #include "model/moe.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <optional>
 
 namespace megatrain {
 namespace {
@@ -18,6 +20,22 @@ Tensor expert_of(Tensor t, int x) {
 int64_t fc_width(const ModelConfig& cfg, int64_t units) {
   return cfg.activation == ActivationKind::swiglu ? 2 * units : units;
 }
+
+// Adds the wall time from construction to the end of its scope to *ms (nothing when null): the
+// token movement of a layer (permute, exchanges, regrouping, un-permute), for the logs.
+class DispatchTimer {
+ public:
+  explicit DispatchTimer(double* ms) : ms_(ms), t0_(std::chrono::steady_clock::now()) {}
+  ~DispatchTimer() {
+    if (ms_) *ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  DispatchTimer(const DispatchTimer&) = delete;
+  DispatchTimer& operator=(const DispatchTimer&) = delete;
+
+ private:
+  double* ms_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 int64_t local_units(const ModelConfig& cfg, const TensorParallel& tp) { return cfg.expert_ffn_dim() / tp.size(); }
 
@@ -122,6 +140,7 @@ void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorP
   matmul_forward(s, a.logits, x, w.router, Tensor{});
   a.stats.router = router_forward(moe.spec, N, a.logits.f32(), nullptr, a.scores.f32(), a.expert.i32(),
                                   a.gates.f32(), a.kept.i32(), a.stats.tokens.data());
+  std::optional<DispatchTimer> timer(moe.dispatch_ms);
   // Permute: a kept assignment's row in expert order (= destination-major), tokens in order.
   std::vector<int64_t>& next = ms.send_counts;
   int64_t at = 0;
@@ -140,7 +159,9 @@ void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorP
   d.plan(a.counts, a.stats.tokens.data());
   d.dispatch_start(a.counts, ms.by_source, ms.send).wait();
   d.dispatch_finish(a.counts, a.grouped_in, ms.by_source);
+  timer.reset();
   experts_forward(s, cfg, d, a.counts, ms.grouped, a, w);
+  timer.emplace(moe.dispatch_ms);
   d.combine_regroup(a.counts, ms.by_source, ms.grouped);
   d.combine_start(a.counts, a.out_send, ms.by_source).wait();
   // Un-permute, weighted by the gates, in (token, choice) order: this rank's partial output.
@@ -153,6 +174,7 @@ void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorP
     const float *o = a.out_send.f32() + row[i] * C, g = gates[i];
     for (int64_t c = 0; c < C; ++c) y[c] += g * o[c];
   }
+  timer.reset();
   tp.leave_forward(sc.proj, partial);
   apply_dropout(s, sc.proj, drop, kSiteMlp);
   add_forward(s, out, x_mid, sc.proj);
@@ -194,9 +216,12 @@ void moe_sublayer_backward(const Stream& s, const ModelConfig& cfg, const Tensor
   matmul_backward(s, tp.rank() == 0 ? dfull : Tensor{}, grad.router, Tensor{}, ms.dlogits, x, w.router);
   if (tp.rank() != 0) std::fill_n(dfull.f32(), N * C, 0.0f);
   // Experts: dispatch the gradients, run the experts backward, combine the input gradients.
+  std::optional<DispatchTimer> timer(moe.dispatch_ms);
   d.dispatch_start(a.counts, ms.by_source, ms.send).wait();
   d.dispatch_finish(a.counts, ms.grouped, ms.by_source);
+  timer.reset();
   experts_backward(s, cfg, d, a.counts, ms.grouped, ms, a, grad, w);
+  timer.emplace(moe.dispatch_ms);
   d.combine_regroup(a.counts, ms.by_source, ms.grouped);
   d.combine_start(a.counts, ms.send, ms.by_source).wait();
   for (int64_t i = 0; i < N * k; ++i) {
@@ -205,6 +230,7 @@ void moe_sublayer_backward(const Stream& s, const ModelConfig& cfg, const Tensor
     const float* from = ms.send.f32() + row[i] * C;
     for (int64_t c = 0; c < C; ++c) to[c] += from[c];
   }
+  timer.reset();
   tp.enter_backward(sc.dnorm, dfull).wait();
   norm_backward(s, cfg, dmid, grad.norm, sc.dnorm, dout, a.norm, x_mid, w.norm);
 }

@@ -70,6 +70,7 @@ struct MoeRuntime {
   const ExpertDispatch* dispatch = nullptr;
   float aux_coef = 0.0f, z_coef = 0.0f, loss_grad = 0.0f;
   MoeScratch* scratch = nullptr;
+  double* dispatch_ms = nullptr;  // when set, the time spent moving tokens is added to it
 };
 
 // Rows a rank may receive for its experts (see the top of this file), for N tokens per rank.

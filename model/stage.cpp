@@ -112,11 +112,13 @@ MoeRuntime Stage::moe_runtime(const ForwardOptions& o) {
   r.z_coef = cfg_.moe.z_loss_coef;
   r.loss_grad = o.dloss_scale * static_cast<float>(B_ * T_);  // ∂L/∂(mean token loss of the micro-batch)
   r.scratch = &moe_scratch_;
+  r.dispatch_ms = &dispatch_ms_;
   return r;
 }
 
 void Stage::reset_moe_stats() {
   for (MoeLayerStats& m : moe_stats_) m = {m.layer, std::vector<int64_t>(m.tokens.size())};
+  dispatch_ms_ = 0.0;
 }
 
 void Stage::bind_unit(int unit, float* p, UnitViews v) const {

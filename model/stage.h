@@ -109,6 +109,8 @@ class Stage {
   // Per MoE block of the stage (model order): its routing over the training forwards since the
   // last reset (evaluation forwards are not counted).
   const std::vector<MoeLayerStats>& moe_stats() const { return moe_stats_; }
+  // Milliseconds the MoE blocks spent moving tokens (model/moe.h) since the last reset.
+  double moe_dispatch_ms() const { return dispatch_ms_; }
   void reset_moe_stats();
 
   // Logits (B·T, Vl) of the slot's last forward: this rank's vocabulary rows; columns past the
@@ -193,6 +195,7 @@ class Stage {
   std::optional<ExpertDispatch> dispatch_;
   MoeScratch moe_scratch_;
   std::vector<MoeLayerStats> moe_stats_;
+  double dispatch_ms_ = 0.0;
 };
 
 }  // namespace megatrain
