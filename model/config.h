@@ -1,7 +1,8 @@
 // ModelConfig: the architecture of a decoder-only transformer (GPT-2 and Llama families), and its
 // rules. Parsed by trainer/config.cpp or interop/hf_config.cpp; both check it with
 // validate_model_config. Invariant after validation: d_model % n_heads == 0,
-// n_heads % n_kv_heads == 0, an even head dimension with RoPE, padded_vocab(tp) % (128·tp) == 0.
+// n_heads % n_kv_heads == 0, an even head dimension with RoPE, padded_vocab(tp) % (128·tp) == 0,
+// and with experts 1 ≤ top_k ≤ n_experts and moe.layers strictly increasing inside [0, n_layers).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -72,9 +73,9 @@ struct ModelConfig {
     int f = 2 * (4 * d_model) / 3;
     return (f + 63) / 64 * 64;
   }
+  int expert_ffn_dim() const { return moe.d_ff_expert > 0 ? moe.d_ff_expert : ffn_dim(); }
   // Vocabulary rounded up to a multiple of 128·tp (Megatron's rule: every tensor-parallel rank holds
   // an equal, 128-aligned share); the extra rows are zero and their logits excluded from the loss.
-  int expert_ffn_dim() const { return moe.d_ff_expert > 0 ? moe.d_ff_expert : ffn_dim(); }
   int padded_vocab(int tp) const { return (vocab_size + 128 * tp - 1) / (128 * tp) * (128 * tp); }
 };
 

@@ -23,8 +23,8 @@ void check_same_model(const std::string& path, const std::string& saved, const C
   const ModelChanges changes = model_changes(saved, current);
   if (!changes.refused.empty())
     throw InputError(fmt::format(
-        "CKPT_INCOMPATIBLE checkpoint {}: its [model] differs from the config's and cannot be reconciled:\n  {}\n"
-        "fix: use the checkpoint's [model] settings, or start fresh (checkpoint.load = \"\"); README "
+        "CKPT_INCOMPATIBLE checkpoint {}: its [model] or [moe] differs from the config's and cannot be reconciled:"
+        "\n  {}\nfix: use the checkpoint's [model] and [moe] settings, or start fresh (checkpoint.load = \"\"); README "
         "\"What a checkpoint fixes\" lists the settings that may change",
         path, fmt::join(changes.refused, "\n  ")));
   if (!verbose) return;

@@ -33,8 +33,8 @@ using config_fields::quote;
 using config_fields::spellings;
 
 constexpr std::string_view kReference = "(see README, \"Config reference\")";
-constexpr std::array<std::string_view, 9> kSections = {"model",      "parallel", "train",      "optimizer", "data",
-                                                       "checkpoint", "log",      "loss_scale", "health"};
+constexpr std::array<std::string_view, 10> kSections = {"model", "moe",        "parallel", "train",      "optimizer",
+                                                        "data",  "checkpoint", "log",      "loss_scale", "health"};
 
 struct Key {
   std::string_view section, name;
@@ -172,6 +172,16 @@ struct Reader {
       read(v, e, key);
       out.push_back(v);
     }
+  }
+  // moe.layers: an integer k (every k-th block is an MoE block) or a non-empty array of block indices.
+  void read(MoeConfig& out, const toml::node& n, const std::string& key) const {
+    constexpr std::string_view kWant =
+        "an integer k (blocks 0, k, 2k, … are MoE blocks) or a non-empty array of block indices, e.g. [1, 3]";
+    if (n.is_integer()) return read(out.every, n, key);
+    if (!n.is_array() || n.as_array()->empty()) fail(key, kWant, n);
+    for (const toml::node& e : *n.as_array())
+      if (!e.is_integer()) fail(key, kWant, n);
+    read(out.layers, n, key);
   }
   void read(PeakTflops& out, const toml::node& n, const std::string& key) const {
     if (n.is_string() && n.as_string()->get() == "auto") {

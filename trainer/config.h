@@ -19,7 +19,8 @@ namespace megatrain {
 enum class DecayKind { cosine, linear, constant };
 
 struct ParallelConfig {
-  int tp = 1, pp = 1, cp = 1, ep = 1;
+  int tp = 1, pp = 1, cp = 1;
+  int ep = 1;  // expert-parallel ranks inside each data-parallel group (Megatron's expert-model-parallel-size)
   int dp = 0;  // 0 = world / (tp·cp·pp) (parallel/groups.h resolve_dims); a multiple of ep
   int zero_stage = 0;               // 0 | 1 | 2 | 3 (parallel/zero.h)
   double bucket_size_mb = 25.0;     // gradient bucket size for the data-parallel reduction
@@ -134,12 +135,13 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config load_config_text(const std::string& toml_text, const std::string& source_name);
 
 // Cross-field rules, checked before any allocation: the model's (validate_model_config);
-// seq_len ≤ max_seq_len; world == tp·cp·dp·pp (dp resolved from world when 0); tp against heads,
-// key/value heads, MLP width and sequence-parallel rows; global_batch_size divisible by
-// micro_batch_size·dp; min_lr ≤ lr; warmup_steps ≤ decay steps; the pipeline's stages, schedule
-// and its micro-batch count (with ZeRO and recompute where a schedule refuses them); cp/ep other
-// than 1 → "not supported yet". Fills the derived values (dp, global_batch_size, decay_steps) in
-// place. Throws InputError. Idempotent.
+// seq_len ≤ max_seq_len; world == tp·cp·dp·pp (dp resolved from world when 0); ep > 1 only with
+// experts, dividing moe.n_experts and dp; tp against heads, key/value heads, MLP and expert MLP
+// widths and sequence-parallel rows; global_batch_size divisible by micro_batch_size·dp;
+// min_lr ≤ lr; warmup_steps ≤ decay steps; the pipeline's stages, schedule and its micro-batch
+// count (with ZeRO and recompute where a schedule refuses them); cp other than 1 and the [moe]
+// options not built yet → "not supported yet". Fills the derived values (dp, global_batch_size,
+// decay_steps) in place. Throws InputError. Idempotent.
 void resolve_config(Config& cfg, int world_size);
 
 // The config as TOML text, every key, sections and keys in declaration order (printed once at

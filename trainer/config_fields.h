@@ -29,12 +29,18 @@ constexpr Spelling<Recompute> kRecomputeSpellings[] = {
     {Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}};
 constexpr Spelling<DecayKind> kDecaySpellings[] = {
     {DecayKind::cosine, "cosine"}, {DecayKind::linear, "linear"}, {DecayKind::constant, "constant"}};
+constexpr Spelling<RouterKind> kRouterSpellings[] = {{RouterKind::softmax, "softmax"},
+                                                     {RouterKind::sigmoid, "sigmoid"}};
+constexpr Spelling<DropPolicy> kDropPolicySpellings[] = {{DropPolicy::probs, "probs"},
+                                                         {DropPolicy::position, "position"}};
 inline std::span<const Spelling<NormKind>> spellings(NormKind) { return kNormSpellings; }
 inline std::span<const Spelling<PositionKind>> spellings(PositionKind) { return kPositionSpellings; }
 inline std::span<const Spelling<ActivationKind>> spellings(ActivationKind) { return kActivationSpellings; }
 inline std::span<const Spelling<DecayKind>> spellings(DecayKind) { return kDecaySpellings; }
 inline std::span<const Spelling<Recompute>> spellings(Recompute) { return kRecomputeSpellings; }
 inline std::span<const Spelling<Precision>> spellings(Precision) { return kPrecisionSpellings; }
+inline std::span<const Spelling<RouterKind>> spellings(RouterKind) { return kRouterSpellings; }
+inline std::span<const Spelling<DropPolicy>> spellings(DropPolicy) { return kDropPolicySpellings; }
 
 // [Note: the field table] Every config key, in printing order. C is Config or const Config; V is
 // called as v(section, key, field&). Adding a key here makes it parsed, checked and printed.
@@ -47,6 +53,14 @@ void for_each_field(C& c, V&& v) {
   v("model", "activation", m.activation), v("model", "bias", m.bias);
   v("model", "tie_embeddings", m.tie_embeddings), v("model", "dropout", m.dropout);
   v("model", "init_std", m.init_std), v("model", "norm_eps", m.norm_eps), v("model", "rope_theta", m.rope_theta);
+  // moe.layers is one key for two fields, so its field is the whole MoeConfig: an integer k sets
+  // MoeConfig::every, an array of block indices MoeConfig::layers.
+  auto& e = m.moe;
+  v("moe", "n_experts", e.n_experts), v("moe", "top_k", e.top_k), v("moe", "layers", e);
+  v("moe", "d_ff_expert", e.d_ff_expert), v("moe", "router", e.router), v("moe", "aux_loss_coef", e.aux_loss_coef);
+  v("moe", "z_loss_coef", e.z_loss_coef), v("moe", "aux_free_bias", e.aux_free_bias);
+  v("moe", "capacity_factor", e.capacity_factor), v("moe", "drop_policy", e.drop_policy);
+  v("moe", "n_shared_experts", e.n_shared_experts), v("moe", "residual", e.residual);
   auto& p = c.parallel;
   v("parallel", "tp", p.tp), v("parallel", "pp", p.pp), v("parallel", "cp", p.cp), v("parallel", "ep", p.ep);
   v("parallel", "dp", p.dp), v("parallel", "zero_stage", p.zero_stage);

@@ -23,6 +23,10 @@ std::string to_toml_value(bool v) { return v ? "true" : "false"; }
 std::string to_toml_value(const std::string& v) { return quote(v); }
 std::string to_toml_value(const std::vector<int>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
 std::string to_toml_value(const PeakTflops& v) { return v.automatic ? quote("auto") : float_text(v.value); }
+// moe.layers: the list of MoE blocks when given, else the integer `every`.
+std::string to_toml_value(const MoeConfig& v) {
+  return v.layers.empty() ? to_toml_value(v.every) : to_toml_value(v.layers);
+}
 // data.train / data.valid: "" when empty, the bare prefix for one entry of weight 1, else the pairs.
 std::string to_toml_value(const std::vector<WeightedPrefix>& v) {
   if (v.empty()) return quote("");

@@ -272,14 +272,16 @@ TEST_F(ConfigTest, TomlHasEveryKeyInSectionOrder) {
   Config c;
   std::string text = config_to_toml(c);
   size_t last = 0;
-  for (const char* s : {"[model]", "[parallel]", "[train]", "[optimizer]", "[data]", "[checkpoint]", "[log]"}) {
+  for (const char* s :
+       {"[model]", "[moe]", "[parallel]", "[train]", "[optimizer]", "[data]", "[checkpoint]", "[log]"}) {
     size_t at = text.find(s);
     ASSERT_NE(at, std::string::npos) << s;
     EXPECT_GT(at, last == 0 ? 0 : last) << s;
     last = at;
   }
-  for (const char* k : {"n_layers =", "rope_theta =", "ep =", "eval_steps =", "decay_norms_and_biases =", "shuffle =",
-                        "split =", "cache_dir =", "async =", "peak_tflops ="})
+  for (const char* k : {"n_layers =", "rope_theta =", "n_experts =", "residual =", "ep =", "eval_steps =",
+                        "decay_norms_and_biases =", "shuffle =", "split =", "cache_dir =", "async =",
+                        "peak_tflops ="})
     EXPECT_CONTAINS(text, k);
 }
 
@@ -339,7 +341,7 @@ TEST_F(ConfigTest, HeadsMustDivide) {
 
 TEST_F(ConfigTest, CrossFieldRules) {
   load_error("[train]\nseq_len = 512\n[model]\nmax_seq_len = 256\n", "train.seq_len");
-  EXPECT_CONTAINS(load_error("[parallel]\nep = 2\n", "parallel.ep"), "not supported yet");
+  EXPECT_CONTAINS(load_error("[parallel]\ncp = 2\n", "parallel.cp", {}, 2), "not supported yet; set parallel.cp = 1");
   load_error("[parallel]\ndp = 2\n", "parallel.dp", {}, 4);
   load_error("[train]\nmicro_batch_size = 4\nglobal_batch_size = 10\n", "train.global_batch_size", {}, 1);
   load_error("[optimizer]\nlr = 1e-4\nmin_lr = 1e-3\n", "optimizer.min_lr");

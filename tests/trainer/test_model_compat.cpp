@@ -1,5 +1,6 @@
-// What a checkpoint fixes (trainer/model_compat.h): architecture refused when it differs, training-only
-// settings noted, function-changing settings warned; resolved defaults compare equal.
+// What a checkpoint fixes (trainer/model_compat.h): architecture ([model] and [moe]) refused when it
+// differs, training-only settings noted, function-changing settings warned; resolved defaults compare
+// equal.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -56,6 +57,62 @@ TEST(ModelCompat, ResolvedDefaultsEqualTheirExplicitValues) {
   EXPECT_TRUE(c.refused.empty()) << c.refused[0];
   EXPECT_TRUE(c.warned.empty());
   EXPECT_TRUE(c.noted.empty());
+}
+
+const std::vector<std::string> kMoe = {"moe.n_experts=4", "moe.layers=2"};
+
+std::vector<std::string> moe_and(const std::vector<std::string>& sets) {
+  std::vector<std::string> out = kMoe;
+  out.insert(out.end(), sets.begin(), sets.end());
+  return out;
+}
+
+TEST(ModelCompat, MoeArchitectureIsRefusedKeyByKey) {
+  const std::string saved = config_to_toml(config_of(kMoe));
+  for (const std::string set : {"moe.n_experts=8", "moe.top_k=1", "moe.layers=[1]", "moe.d_ff_expert=64",
+                                "moe.router=sigmoid", "moe.n_shared_experts=1", "moe.residual=true"}) {
+    const ModelChanges c = model_changes(saved, config_of(moe_and({set})));
+    ASSERT_EQ(c.refused.size(), 1u) << set;
+    EXPECT_CONTAINS(c.refused[0], set.substr(0, set.find('=')) + ": checkpoint has '");
+  }
+}
+
+TEST(ModelCompat, MoeCoefficientsAreNotedAndCapacityWarned) {
+  const std::string saved = config_to_toml(config_of(kMoe));
+  const ModelChanges c = model_changes(
+      saved, config_of(moe_and({"moe.aux_loss_coef=0.01", "moe.z_loss_coef=0.001", "moe.aux_free_bias=0.001",
+                                "moe.capacity_factor=1.25", "moe.drop_policy=position"})));
+  EXPECT_TRUE(c.refused.empty()) << c.refused[0];
+  ASSERT_EQ(c.noted.size(), 3u);
+  EXPECT_EQ(c.noted[0], "moe.aux_loss_coef: checkpoint has 'aux_loss_coef = 0.0', config has 'aux_loss_coef = 0.01'");
+  ASSERT_EQ(c.warned.size(), 2u);
+  EXPECT_CONTAINS(c.warned[0], "moe.capacity_factor");
+  EXPECT_CONTAINS(c.warned[1], "moe.drop_policy");
+}
+
+TEST(ModelCompat, MoeBlocksAndExpertWidthCompareAsResolved) {
+  const std::string saved = config_to_toml(config_of(kMoe));  // 4 blocks: 0 and 2 are MoE; d_ff_expert = 0
+  const ModelChanges c = model_changes(saved, config_of({"moe.n_experts=4", "moe.layers=[0, 2]",
+                                                         "moe.d_ff_expert=512"}));
+  EXPECT_TRUE(c.refused.empty()) << c.refused[0];
+  EXPECT_TRUE(c.warned.empty());
+  EXPECT_TRUE(c.noted.empty());
+}
+
+// A checkpoint written before [moe] existed is a dense model; a dense model ignores [moe].
+TEST(ModelCompat, CheckpointWithoutMoeIsDense) {
+  const std::string full = config_to_toml(config_of({}));
+  const size_t from = full.find("[moe]"), to = full.find("[parallel]");
+  ASSERT_LT(from, to);
+  const std::string saved = full.substr(0, from) + full.substr(to);
+  const ModelChanges c = model_changes(saved, config_of(kMoe));
+  ASSERT_EQ(c.refused.size(), 2u);
+  EXPECT_EQ(c.refused[0], "moe.n_experts: checkpoint has 'n_experts = 0', config has 'n_experts = 4'");
+  EXPECT_CONTAINS(c.refused[1], "moe.layers:");
+  const ModelChanges dense = model_changes(saved, config_of({"moe.top_k=4", "moe.capacity_factor=2.0"}));
+  EXPECT_TRUE(dense.refused.empty());
+  EXPECT_TRUE(dense.warned.empty());
+  EXPECT_TRUE(dense.noted.empty());
 }
 
 }  // namespace
