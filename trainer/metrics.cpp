@@ -116,6 +116,9 @@ void MetricsLog::step(const StepMetrics& m) {
              "({:.1f} exposed){} | MFU {} | ETA {}\n",
              m.step, m.steps, m.loss, m.lr, m.grad_norm, scale, m.tokens_per_s, m.step_time_ms, m.comm_ms,
              m.exposed_comm_ms, pp, mfu, format_duration(m.eta_s));
+  if (!m.moe.empty())
+    fmt::print("  moe dispatch {:.1f} ms | ep comm {:.1f} ms ({:.1f} exposed)\n", m.moe_dispatch_ms, m.ep_comm_ms,
+               m.ep_exposed_ms);
   for (const MoeLayerMetrics& e : m.moe)
     fmt::print("  moe layer {:>3} | tokens/expert min {:.1f} mean {:.1f} max {:.1f} | dropped {:.2f}% | aux {:.4f} | "
                "z {:.4f}\n",
@@ -128,6 +131,8 @@ void MetricsLog::step(const StepMetrics& m) {
                       {"comm_ms", m.comm_ms},    {"exposed_comm_ms", m.exposed_comm_ms},
                       {"comm_bytes", m.comm_bytes}, {"compute_ms", m.compute_ms},
                       {"tp_comm_ms", m.tp_comm_ms}, {"tp_exposed_ms", m.tp_exposed_ms},
+                      {"ep_comm_ms", m.ep_comm_ms}, {"ep_exposed_ms", m.ep_exposed_ms},
+                      {"moe_dispatch_ms", m.moe_dispatch_ms},
                       {"pp_comm_ms", m.pp_comm_ms}, {"pp_idle_ms", m.pp_idle_ms}};
   const MemoryMetrics& b = m.memory;
   j["memory_bytes"] = {{"params", b.params},           {"master_params", b.master_params}, {"grads", b.grads},
@@ -140,7 +145,10 @@ void MetricsLog::step(const StepMetrics& m) {
   j["skipped_steps"] = m.skipped_steps;
   if (!m.moe.empty()) {
     j["moe"] = nlohmann::json::array();
-    for (const MoeLayerMetrics& e : m.moe)
+    if (!m.moe.empty())
+    fmt::print("  moe dispatch {:.1f} ms | ep comm {:.1f} ms ({:.1f} exposed)\n", m.moe_dispatch_ms, m.ep_comm_ms,
+               m.ep_exposed_ms);
+  for (const MoeLayerMetrics& e : m.moe)
       j["moe"].push_back({{"layer", e.layer},
                           {"tokens_per_expert", {{"min", e.tokens_min}, {"mean", e.tokens_mean}, {"max", e.tokens_max}}},
                           {"dropped_fraction", e.dropped_fraction},

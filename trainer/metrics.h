@@ -46,9 +46,13 @@ struct StepMetrics {
   // Tensor-parallel communication the same way (tp_comm_ms in flight, tp_exposed_ms blocked).
   // Pipeline: pp_comm_ms with sends or receives in flight on this rank, and per stage the time it
   // sat blocked on its neighbours (the bubble and the transfers it waited for), stage order.
-  // compute_ms = step_time_ms − exposed_comm_ms − tp_exposed_ms − this rank's pp idle time.
+  // compute_ms = step_time_ms − exposed_comm_ms − tp_exposed_ms − ep_exposed_ms − this rank's pp idle time.
   double comm_ms = 0, exposed_comm_ms = 0, comm_bytes = 0, compute_ms = 0;
   double tp_comm_ms = 0, tp_exposed_ms = 0;
+  // Expert parallelism: the ep group's communication (the token all-to-alls and their counts) in
+  // flight and blocked, and the time MoE blocks spent moving tokens (permute, exchange, regroup,
+  // un-permute; exposed all-to-all included), per step.
+  double ep_comm_ms = 0, ep_exposed_ms = 0, moe_dispatch_ms = 0;
   double pp_comm_ms = 0;
   std::vector<double> pp_idle_ms;
   MemoryMetrics memory;

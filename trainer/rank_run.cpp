@@ -237,6 +237,12 @@ void RankRun::set_step_count(int64_t t) {
   if (experts) experts->optimizer.set_step_count(t);
 }
 
+double RankRun::moe_dispatch_ms() const {
+  double ms = 0.0;
+  for (const Chunk& ch : chunks_) ms += ch.stage->moe_dispatch_ms();
+  return ms;
+}
+
 std::vector<MoeLayerStats> RankRun::moe_stats() {
   std::vector<MoeLayerStats> all;
   for (int l = 0; l < cfg.model.n_layers; ++l)

@@ -52,6 +52,8 @@ class RankRun final : public PipelineWork {
   // Per MoE block of the model: its routing this step, summed over every replica's micro-batches
   // (the same on every rank; collective over the world). Empty for a dense model.
   std::vector<MoeLayerStats> moe_stats();
+  // This rank's milliseconds moving tokens in MoE blocks since the last moe_stats() (model/moe.h).
+  double moe_dispatch_ms() const;
   // Mean loss over the first eval_steps global batches of the validation set (same each time).
   double evaluate();
 

@@ -42,13 +42,14 @@ using Clock = std::chrono::steady_clock;
 struct Logged {
   double time = 0.0;
   int64_t steps = 0;
-  CommStats dp, tp, pp;
-  void add(double dt, const CommStats& d, const CommStats& t, const CommStats& p) {
+  CommStats dp, tp, pp, ep;
+  void add(double dt, const CommStats& d, const CommStats& t, const CommStats& p, const CommStats& e) {
     time += dt;
     ++steps;
     dp += d;
     tp += t;
     pp += p;
+    ep += e;
   }
 };
 
@@ -215,6 +216,8 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     run.dp_comm.reset_stats();
     run.tp_comm.reset_stats();
     run.pp_comm.reset_stats();
+    run.groups.ep().reset_stats();
+    run.groups.edp().reset_stats();
     world.reset_stats();
     const double scale = scaler ? scaler->scale() : 1.0;
     // MEGATRAIN_FAULT nan: this rank's loss, or (a NaN loss scale) its gradients before any reduction.
@@ -271,8 +274,12 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     }
     replicas.after_step(step + 1);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    const CommStats dp = run.dp_comm.stats(), tp = run.tp_comm.stats(), pp = run.pp_comm.stats();
-    const double waited_ms = dp.exposed_ms + tp.exposed_ms + pp.exposed_ms + world.stats().exposed_ms;
+    // The expert-data-parallel reduction of expert gradients counts as data-parallel communication.
+    CommStats dp = run.dp_comm.stats();
+    dp += run.groups.edp().stats();
+    const CommStats tp = run.tp_comm.stats(), pp = run.pp_comm.stats(), ep = run.groups.ep().stats();
+    const double waited_ms =
+        dp.exposed_ms + tp.exposed_ms + pp.exposed_ms + ep.exposed_ms + world.stats().exposed_ms;
     progress.set_loss(loss);
     watchdog.step_done(dt, world);
     stragglers.step_done(step + 1, dt * 1e3 - waited_ms, waited_ms);
@@ -281,7 +288,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     timeline.step(step + 1, t_begin, t_begin + dt, dt * 1e3 - waited_ms, waited_ms);
     result.losses.push_back(loss);
     result.grad_norms.push_back(norm);
-    logged.add(dt, dp, tp, pp);
+    logged.add(dt, dp, tp, pp, ep);
     if (step == start_step) {
       log.memory(step + 1, run.memory());
       StartupTimes::instance().mark("first step");
@@ -309,7 +316,11 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       m.pp_idle_ms.assign(static_cast<size_t>(run.pp_comm.size()), 0.0);
       m.pp_idle_ms[static_cast<size_t>(run.pp_comm.rank())] = logged.pp.exposed_ms / n;
       if (run.pp_comm.size() > 1) run.pp_comm.all_reduce(m.pp_idle_ms.data(), run.pp_comm.size()).wait();
-      m.compute_ms = m.step_time_ms - m.exposed_comm_ms - m.tp_exposed_ms - logged.pp.exposed_ms / n;
+      m.ep_comm_ms = logged.ep.busy_ms / n;
+      m.ep_exposed_ms = logged.ep.exposed_ms / n;
+      m.moe_dispatch_ms = run.moe_dispatch_ms() / n;
+      m.compute_ms =
+          m.step_time_ms - m.exposed_comm_ms - m.tp_exposed_ms - m.ep_exposed_ms - logged.pp.exposed_ms / n;
       m.memory = run.memory();
       m.precision = precision_name(cfg.train.precision);
       if (scaler) m.loss_scale = scale;
