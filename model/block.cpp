@@ -10,6 +10,10 @@ BlockParamIndex block_param_index(const ParamLayout& layout, int layer) {
                     maybe(".mlp_norm.weight"),  maybe(".mlp_norm.bias"),    maybe(".mlp.fc.weight"),
                     maybe(".mlp.fc.bias"),      maybe(".mlp.proj.weight"),  maybe(".mlp.proj.bias")};
   x.router = maybe(".moe.router.weight");
+  x.router_bias = maybe(".moe.router.bias");
+  x.shared_fc = maybe(".moe.shared.fc.weight");
+  x.shared_proj = maybe(".moe.shared.proj.weight");
+  x.coef = maybe(".moe.coef.weight");
   x.expert_fc = maybe(".moe.experts.fc.weight");
   x.expert_proj = maybe(".moe.experts.proj.weight");
   const bool moe = x.router != BlockParamIndex::kAbsent;
@@ -29,6 +33,8 @@ BlockWeights block_weights(const ParamLayout& layout, const BlockParamIndex& x, 
   if (w.moe) {
     w.experts.norm = {v(x.mlp_norm_w), v(x.mlp_norm_b)};
     w.experts.router = v(x.router);
+    w.experts.router_bias = v(x.router_bias);
+    w.experts.dense = {v(x.shared_fc), v(x.shared_proj), v(x.coef)};
   } else {
     w.mlp = {{v(x.mlp_norm_w), v(x.mlp_norm_b)}, v(x.fc_w), v(x.fc_b), v(x.fc2_w), v(x.fc2_b)};
   }

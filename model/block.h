@@ -25,7 +25,9 @@ struct BlockWeights {
 struct BlockParamIndex {
   static constexpr size_t kAbsent = static_cast<size_t>(-1);
   size_t attn_norm_w, attn_norm_b, qkv_w, qkv_b, proj_w, proj_b, mlp_norm_w, mlp_norm_b, fc_w, fc_b, fc2_w, fc2_b;
-  size_t router = kAbsent, expert_fc = kAbsent, expert_proj = kAbsent;  // MoE blocks
+  // MoE blocks
+  size_t router = kAbsent, router_bias = kAbsent, expert_fc = kAbsent, expert_proj = kAbsent;
+  size_t shared_fc = kAbsent, shared_proj = kAbsent, coef = kAbsent;
 };
 BlockParamIndex block_param_index(const ParamLayout& layout, int layer);
 // Views of a block's dense tensors in a buffer holding the flat range from `data_begin` on

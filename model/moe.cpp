@@ -87,6 +87,16 @@ void experts_backward(const Stream& s, const ModelConfig& cfg, const ExpertDispa
 
 }  // namespace
 
+void moe_update_bias(float* bias, const int64_t* load, int n_experts, float rate) {
+  double mean = 0.0;
+  for (int e = 0; e < n_experts; ++e) mean += static_cast<double>(load[e]);
+  mean /= n_experts;
+  for (int e = 0; e < n_experts; ++e) {
+    const auto l = static_cast<double>(load[e]);
+    bias[e] += l < mean ? rate : l > mean ? -rate : 0.0f;
+  }
+}
+
 int64_t moe_max_received(const ModelConfig& cfg, int ep, int64_t n_tokens) {
   const int local = cfg.moe.n_experts / ep;
   const int64_t dropless = ep * n_tokens * std::min(cfg.moe.top_k, local);
@@ -111,6 +121,7 @@ MoeActivations moe_activations(Arena& arena, const ModelConfig& cfg, const Tenso
   a.out_send = arena.tensor(Shape{rows * k, C});
   a.counts.all.reserve(static_cast<size_t>(E * ep));
   a.stats.tokens.resize(static_cast<size_t>(E));
+  if (dense_branch_units(cfg.moe, cfg.expert_ffn_dim()) > 0) a.dense = dense_branch_activations(arena, cfg, tp, rows);
   return a;
 }
 
@@ -126,6 +137,11 @@ MoeScratch moe_scratch(Arena& arena, const ModelConfig& cfg, const TensorParalle
   m.dgates = arena.tensor(Shape{rows, k});
   m.dlogits = arena.tensor(Shape{rows, E});
   m.send_counts.resize(static_cast<size_t>(E));
+  m.dx = arena.tensor(Shape{rows, C});
+  if (dense_branch_units(cfg.moe, cfg.expert_ffn_dim()) > 0) {
+    m.dense = dense_branch_scratch(arena, cfg, tp, rows);
+    m.dy_experts = arena.tensor(Shape{rows, C});
+  }
   return m;
 }
 
@@ -138,7 +154,8 @@ void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorP
   norm_forward(s, cfg, a.norm, x_mid, w.norm);
   const Tensor x = enter_region(tp, a.norm, sc.gathered);
   matmul_forward(s, a.logits, x, w.router, Tensor{});
-  a.stats.router = router_forward(moe.spec, N, a.logits.f32(), nullptr, a.scores.f32(), a.expert.i32(),
+  a.stats.router = router_forward(moe.spec, N, a.logits.f32(), w.router_bias.data ? w.router_bias.f32() : nullptr,
+                                  a.scores.f32(), a.expert.i32(),
                                   a.gates.f32(), a.kept.i32(), a.stats.tokens.data());
   std::optional<DispatchTimer> timer(moe.dispatch_ms);
   // Permute: a kept assignment's row in expert order (= destination-major), tokens in order.
@@ -175,6 +192,7 @@ void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorP
     for (int64_t c = 0; c < C; ++c) y[c] += g * o[c];
   }
   timer.reset();
+  if (w.dense.fc.data != nullptr) dense_branch_forward(s, cfg, partial, a.dense, x, w.dense);
   tp.leave_forward(sc.proj, partial);
   apply_dropout(s, sc.proj, drop, kSiteMlp);
   add_forward(s, out, x_mid, sc.proj);
@@ -189,6 +207,15 @@ void moe_sublayer_backward(const Stream& s, const ModelConfig& cfg, const Tensor
   const Tensor dproj = through_dropout(s, dout, sc.proj, drop, kSiteMlp);
   const Tensor dy = full_rows(tp, dproj, sc.partial);
   tp.leave_backward(dy, dproj);
+  const Tensor x = enter_region(tp, a.norm, sc.gathered);
+  const Tensor dfull = full_rows(tp, sc.dnorm, sc.dfull);
+  std::fill_n(dfull.f32(), N * C, 0.0f);
+  // A dense branch beside the experts takes its share of dy and leaves the experts theirs.
+  Tensor dy_experts = dy;
+  if (w.dense.fc.data != nullptr) {
+    dense_branch_backward(s, cfg, tp, dfull, ms.dy_experts, grad.dense, dy, a.dense, ms.dense, x, w.dense);
+    dy_experts = ms.dy_experts;
+  }
   // The gates' gradient (summed over tp: each rank holds a partial expert output) and the expert
   // outputs' gradient in send order.
   const int32_t* row = a.row.i32();
@@ -197,7 +224,7 @@ void moe_sublayer_backward(const Stream& s, const ModelConfig& cfg, const Tensor
   for (int64_t i = 0; i < N * k; ++i) {
     dgates[i] = 0.0f;
     if (row[i] < 0) continue;
-    const float *g = dy.f32() + (i / k) * C, *o = a.out_send.f32() + row[i] * C;
+    const float *g = dy_experts.f32() + (i / k) * C, *o = a.out_send.f32() + row[i] * C;
     float* to = ms.send.f32() + row[i] * C;
     double dot = 0.0;
     for (int64_t c = 0; c < C; ++c) {
@@ -211,10 +238,8 @@ void moe_sublayer_backward(const Stream& s, const ModelConfig& cfg, const Tensor
   // counted once, by tp rank 0, before the sum over tp.
   router_backward(moe.spec, N, a.logits.f32(), a.scores.f32(), a.expert.i32(), a.kept.i32(), dgates,
                   moe.aux_coef * moe.loss_grad, moe.z_coef * moe.loss_grad, ms.dlogits.f32());
-  const Tensor x = enter_region(tp, a.norm, sc.gathered);
-  const Tensor dfull = full_rows(tp, sc.dnorm, sc.dfull);
-  matmul_backward(s, tp.rank() == 0 ? dfull : Tensor{}, grad.router, Tensor{}, ms.dlogits, x, w.router);
-  if (tp.rank() != 0) std::fill_n(dfull.f32(), N * C, 0.0f);
+  matmul_backward(s, tp.rank() == 0 ? ms.dx : Tensor{}, grad.router, Tensor{}, ms.dlogits, x, w.router);
+  if (tp.rank() == 0) add_forward(s, dfull, dfull, ms.dx);
   // Experts: dispatch the gradients, run the experts backward, combine the input gradients.
   std::optional<DispatchTimer> timer(moe.dispatch_ms);
   d.dispatch_start(a.counts, ms.by_source, ms.send).wait();

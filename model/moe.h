@@ -4,7 +4,8 @@
 // permute by expert → dispatch over the expert-parallel ranks (parallel/expert_dispatch.h) → each
 // local expert's MLP on its rows (grouped GEMMs; the model's activation, no biases) → combine back
 // → un-permute and weight by the gates. Backward runs the same path in reverse, and the router
-// gets the gates' gradient plus those of the load-balancing and z losses.
+// gets the gates' gradient plus those of the load-balancing and z losses. A dense MLP may run beside
+// the experts: shared experts or residual MoE (model/moe_dense_branch.h).
 //
 // Tensor parallelism: the sublayer lives in the tp region like the MLP. Every tp rank routes the
 // same full rows (the router weight is replicated, its gradient the same on every rank) and holds
@@ -18,6 +19,7 @@
 #pragma once
 #include <vector>
 
+#include "model/moe_dense_branch.h"
 #include "model/moe_router.h"
 #include "model/sublayer.h"
 #include "parallel/expert_dispatch.h"
@@ -26,9 +28,11 @@ namespace megatrain {
 
 struct MoeWeights {
   NormWeights norm;
-  Tensor router;  // (E, C)
+  Tensor router;       // (E, C)
+  Tensor router_bias;  // (E) with moe.aux_free_bias > 0 (selection only; set by moe_update_bias), else empty
   Tensor fc;      // (El, Fl or 2·Fl, C): this rank's experts, its tp slice of their units
   Tensor proj;    // (El, C, Fl)
+  DenseBranchWeights dense;  // shared experts or residual MoE (model/moe_dense_branch.h); else empty
 };
 
 // What one forward measured (for logging; the stage sums it over a step).
@@ -49,6 +53,7 @@ struct MoeActivations {
   Tensor out_send;         // (N·k, C): expert outputs back in send order (partial over tp)
   DispatchCounts counts;
   MoeForwardStats stats;
+  DenseBranchActivations dense;
 };
 
 // Buffers reused by every MoE block of a micro-batch step (not saved).
@@ -59,7 +64,10 @@ struct MoeScratch {
   Tensor dfc, dact;   // (Rmax, Fl or 2·Fl), (Rmax, Fl)
   Tensor dgates;      // (N, k)
   Tensor dlogits;     // (N, E)
+  Tensor dx;          // (N, C): the router's input gradient before it is added
   std::vector<int64_t> send_counts;  // E
+  DenseBranchScratch dense;
+  Tensor dy_experts;  // (N, C): the experts' share of the output gradient, with a dense branch
 };
 
 // How the MoE blocks of a stage run: the router, the token exchange, the losses' weights, and the
@@ -72,6 +80,11 @@ struct MoeRuntime {
   MoeScratch* scratch = nullptr;
   double* dispatch_ms = nullptr;  // when set, the time spent moving tokens is added to it
 };
+
+// DeepSeek-V3's auxiliary-loss-free balancing, after an update: every expert's selection bias moves
+// by `rate` towards balance, b_e += rate · sign(mean load − load_e), the loads being the step's
+// kept assignments per expert over the whole batch (every rank computes the same values).
+void moe_update_bias(float* bias, const int64_t* load, int n_experts, float rate);
 
 // Rows a rank may receive for its experts (see the top of this file), for N tokens per rank.
 int64_t moe_max_received(const ModelConfig& cfg, int ep, int64_t n_tokens);

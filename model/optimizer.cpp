@@ -20,6 +20,7 @@ bool AdamW::decays(const ParamSpec& s) const {
     case ParamGroup::embedding: return opt_.decay_embeddings;
     case ParamGroup::norm:
     case ParamGroup::bias: return opt_.decay_norms_and_biases;
+    case ParamGroup::state: break;
   }
   return false;
 }
@@ -44,6 +45,7 @@ void AdamW::step(float* params, const float* grads, float lr, double norm, float
   const Stream s = Stream::cpu();
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamSpec& spec = layout_.spec(i);
+    if (spec.group == ParamGroup::state) continue;
     st.weight_decay = decays(spec) ? opt_.weight_decay : 0.0f;
     const int64_t off = layout_.offset(i);
     const FlatRange mine = flat_intersect(range_, FlatRange{off, off + layout_.local_shape(i).numel()});

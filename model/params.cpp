@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/rng.h"
+#include "model/moe_dense_branch.h"
 
 namespace megatrain {
 namespace {
@@ -222,6 +223,19 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
                                                 : std::vector<RowPart>{{Fe, tp.size}};
   auto moe = [&](const std::string& prefix) {
     p.push_back({prefix + ".router.weight", Shape{E, C}, TpSplit::replicated, {}, ParamGroup::matrix, InitKind::normal});
+    if (cfg.moe.aux_free_bias > 0.0f)
+      p.push_back({prefix + ".router.bias", Shape{E}, TpSplit::replicated, {}, ParamGroup::state, InitKind::zeros});
+    // The dense branch beside the experts (model/moe_dense_branch.h): tp-split like the MLP, no biases.
+    const int64_t Fd = dense_branch_units(cfg.moe, static_cast<int>(Fe));
+    if (Fd > 0) {
+      std::vector<RowPart> parts(expert_parts.size(), RowPart{Fd, tp.size});
+      p.push_back({prefix + ".shared.fc.weight", Shape{Fd * static_cast<int64_t>(parts.size()), C}, TpSplit::rows, parts,
+                   ParamGroup::matrix, InitKind::normal});
+      p.push_back({prefix + ".shared.proj.weight", Shape{C, Fd}, TpSplit::cols, {}, ParamGroup::matrix,
+                   InitKind::normal_residual});
+    }
+    if (cfg.moe.residual)
+      p.push_back({prefix + ".coef.weight", Shape{2, C}, TpSplit::replicated, {}, ParamGroup::matrix, InitKind::normal});
     ParamSpec fc{prefix + ".experts.fc.weight", Shape{E, Fe * static_cast<int64_t>(expert_parts.size()), C},
                  TpSplit::rows, expert_parts, ParamGroup::matrix, InitKind::normal};
     fc.expert = true;

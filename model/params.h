@@ -22,7 +22,9 @@
 
 namespace megatrain {
 
-enum class ParamGroup { embedding, norm, bias, matrix };
+// `state`: a value training sets by a rule of its own, not by gradients (the aux-free router
+// bias of model/moe.h): the optimizer leaves it alone.
+enum class ParamGroup { embedding, norm, bias, matrix, state };
 enum class InitKind { normal, normal_residual, ones, zeros };
 enum class TpSplit { replicated, rows, cols };
 

@@ -1,5 +1,6 @@
 #include "model/stage.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "model/embedding.h"
@@ -30,7 +31,8 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
     if (!moe) continue;
     expert_forward_order_.push_back(k - 1);
     expert_backward_order_.insert(expert_backward_order_.begin(), k - 1);
-    moe_stats_.push_back({range_.first_layer + l, std::vector<int64_t>(static_cast<size_t>(cfg.moe.n_experts))});
+    const std::vector<int64_t> zeros(static_cast<size_t>(cfg.moe.n_experts));
+    moe_stats_.push_back({range_.first_layer + l, zeros, zeros});
   }
   MT_CHECK(expert_forward_order_.size() == expert_units_.size(), "{} MoE blocks but {} expert units",
            expert_forward_order_.size(), expert_units_.size());
@@ -117,8 +119,12 @@ MoeRuntime Stage::moe_runtime(const ForwardOptions& o) {
 }
 
 void Stage::reset_moe_stats() {
-  for (MoeLayerStats& m : moe_stats_) m = {m.layer, std::vector<int64_t>(m.tokens.size())};
+  for (MoeLayerStats& m : moe_stats_) m = {m.layer, std::vector<int64_t>(m.tokens.size()), m.step_tokens};
   dispatch_ms_ = 0.0;
+}
+
+void Stage::reset_step_tokens() {
+  for (MoeLayerStats& m : moe_stats_) std::fill(m.step_tokens.begin(), m.step_tokens.end(), 0);
 }
 
 void Stage::bind_unit(int unit, float* p, UnitViews v) const {
@@ -244,7 +250,10 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
     if (expert_unit(l) >= 0 && a.options.grad != LossGrad::none) {
       MoeLayerStats& m = moe_stats_[static_cast<size_t>(expert_unit(l))];
       const MoeForwardStats& f = a.blocks[li].moe.stats;
-      for (size_t e = 0; e < m.tokens.size(); ++e) m.tokens[e] += f.tokens[e];
+      for (size_t e = 0; e < m.tokens.size(); ++e) {
+        m.tokens[e] += f.tokens[e];
+        m.step_tokens[e] += f.tokens[e];
+      }
       m.dropped += f.router.dropped;
       m.assignments += N * cfg_.moe.top_k;
       m.aux += f.router.aux;

@@ -60,6 +60,7 @@ struct MicroBatch {
 struct MoeLayerStats {
   int layer = 0;                 // the block's index in the model
   std::vector<int64_t> tokens;   // per expert: kept assignments
+  std::vector<int64_t> step_tokens;  // the same over the running step only (reset_step_tokens)
   int64_t dropped = 0, assignments = 0;
   double aux = 0.0, z = 0.0;     // sums of the micro-batches' losses
   int64_t micro_batches = 0;
@@ -112,6 +113,7 @@ class Stage {
   // Milliseconds the MoE blocks spent moving tokens (model/moe.h) since the last reset.
   double moe_dispatch_ms() const { return dispatch_ms_; }
   void reset_moe_stats();
+  void reset_step_tokens();
 
   // Logits (B·T, Vl) of the slot's last forward: this rank's vocabulary rows; columns past the
   // vocabulary are padding. Only after LossGrad::none (in_place overwrites them with their gradient).

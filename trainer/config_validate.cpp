@@ -18,15 +18,6 @@ namespace {
 
 // [moe] settings that model/config.h describes but the MoE layer does not build yet: refused here,
 // in one place, so that each is deleted with the commit that builds it.
-void refuse_unbuilt_moe_options(const MoeConfig& e, const std::string& f) {
-  MT_INPUT_CHECK(!e.residual, "{}: moe.residual = true is not supported yet (no dense branch beside the experts); "
-                 "remove it from [moe]", f);
-  MT_INPUT_CHECK(e.aux_free_bias == 0.0f, "{}: moe.aux_free_bias = {} is not supported yet (no router bias "
-                 "updates); remove it from [moe] and balance with moe.aux_loss_coef", f, e.aux_free_bias);
-  MT_INPUT_CHECK(e.n_shared_experts == 0, "{}: moe.n_shared_experts = {} is not supported yet (no always-on "
-                 "experts); remove it from [moe]", f, e.n_shared_experts);
-}
-
 // Expert parallelism splits the experts of every MoE block over the ep ranks of a data-parallel
 // group; that dp divides by ep is resolve_dims' rule.
 void check_expert_parallel(const Config& c) {
@@ -152,7 +143,10 @@ void resolve_config(Config& c, int world_size) {
                  "{}: train.seq_len = {} exceeds model.max_seq_len = {}; lower train.seq_len or raise "
                  "model.max_seq_len",
                  f, c.train.seq_len, m.max_seq_len);
-  refuse_unbuilt_moe_options(m.moe, f);
+  MT_INPUT_CHECK(!(m.moe.residual && m.moe.n_shared_experts > 0),
+                 "{}: moe.residual = true and moe.n_shared_experts = {} are two kinds of dense branch beside the "
+                 "experts; keep one (residual MoE mixes its MLP by a learned coefficient, shared experts are added)",
+                 f, m.moe.n_shared_experts);
 
   // 2. Layout.
   ParallelConfig& p = c.parallel;

@@ -219,8 +219,27 @@ CheckpointTensors RankRun::checkpoint_tensors() {
   return t;
 }
 
+void RankRun::update_router_biases() {
+  const MoeConfig& moe = cfg.model.moe;
+  if (moe.aux_free_bias <= 0.0f) return;
+  const FlatRange mine = zero.optimizer_range();
+  std::vector<float> bias(static_cast<size_t>(moe.n_experts));
+  for (Chunk& ch : chunks_)
+    for (const MoeLayerStats& m : ch.stage->moe_stats()) {
+      std::vector<int64_t> load = m.step_tokens;  // tp ranks route the same rows: summed over dp only
+      if (dp > 1) dp_comm.all_reduce(load.data(), moe.n_experts).wait();
+      const size_t i = layout.index_of("layers." + std::to_string(m.layer) + ".moe.router.bias");
+      const FlatRange t{layout.offset(i), layout.offset(i) + moe.n_experts};
+      std::fill(bias.begin(), bias.end(), 0.0f);
+      moe_update_bias(bias.data(), load.data(), moe.n_experts, moe.aux_free_bias);  // the step of each bias
+      for (int64_t g = std::max(t.begin, mine.begin); g < std::min(t.end, mine.end); ++g)
+        zero.optimizer_params()[g - mine.begin] += bias[static_cast<size_t>(g - t.begin)];
+    }
+}
+
 void RankRun::optimizer_step(float lr, double norm, float unscale) {
   optimizer.step(zero.optimizer_params(), zero.optimizer_grads(), lr, norm, unscale);
+  update_router_biases();  // before step_end, which hands the updated values to every rank
   zero.step_end();
   if (!experts) return;
   experts->optimizer.step(experts->zero.optimizer_params(), experts->zero.optimizer_grads(), lr, norm, unscale);
@@ -247,7 +266,7 @@ std::vector<MoeLayerStats> RankRun::moe_stats() {
   std::vector<MoeLayerStats> all;
   for (int l = 0; l < cfg.model.n_layers; ++l)
     if (cfg.model.moe.is_moe_layer(l))
-      all.push_back({l, std::vector<int64_t>(static_cast<size_t>(cfg.model.moe.n_experts))});
+      all.push_back({l, std::vector<int64_t>(static_cast<size_t>(cfg.model.moe.n_experts)), {}});
   if (all.empty()) return all;
   // Every value of every layer in one sum over the world; tp ranks route the same rows, so only
   // tp rank 0 of each stage adds its own.
@@ -306,7 +325,10 @@ double RankRun::train_step(int64_t batch, double loss_scale) {
   batch_ = batch;
   loss_scale_ = loss_scale;
   loss_sum_ = 0.0;
-  for (Chunk& ch : chunks_) ch.backwards_left = data.train().micro_batches_per_step();
+  for (Chunk& ch : chunks_) {
+    ch.backwards_left = data.train().micro_batches_per_step();
+    ch.stage->reset_step_tokens();
+  }
   zero.step_begin();
   if (experts) experts->zero.step_begin();
   pipeline_->run(steps, *this);

@@ -109,6 +109,8 @@ class RankRun final : public PipelineWork {
   // backward, or its weight step when backwards are split); micro_batch_end() closes it.
   void gradients_begin(int chunk);
   void gradients_end(int chunk);
+  // moe.aux_free_bias: each MoE block's router bias moved towards balance by the step's loads.
+  void update_router_biases();
   bool chunk_has_experts(int chunk) const;
 
   bool split_backward_;             // the schedule has weight steps (zero-bubble)

@@ -49,6 +49,7 @@ TEST_P(GradCheck, EveryTensorMatchesDirectionalFiniteDifferences) {
   std::vector<float> grads(model.grads(), model.grads() + model.layout().total());
   const auto& layout = model.layout();
   for (size_t p = 0; p < layout.size(); ++p) {
+    if (layout.spec(p).group == ParamGroup::state) continue;  // set by a rule, not by gradients
     const int64_t n = layout.spec(p).shape.numel(), off = layout.offset(p);
     std::vector<float> dir(static_cast<size_t>(n));
     const RngKey k{3, static_cast<uint32_t>(RngPurpose::test), static_cast<uint32_t>(p), 0};
@@ -74,8 +75,8 @@ TEST_P(GradCheck, EveryTensorMatchesDirectionalFiniteDifferences) {
 }
 
 std::string family_name(const ::testing::TestParamInfo<ModelConfig>& info) {
-  static const char* names[] = {"gpt2", "llama", "moe_gpt2_softmax", "moe_llama_sigmoid", "moe_gpt2_capacity",
-                                "moe_llama_capacity"};
+  static const char* names[] = {"gpt2",           "llama",         "moe_gpt2_softmax", "moe_llama_sigmoid",
+                                "moe_gpt2_capacity", "moe_llama_capacity", "moe_gpt2_shared", "moe_llama_residual"};
   return names[info.index];
 }
 
@@ -84,7 +85,8 @@ INSTANTIATE_TEST_SUITE_P(Families, GradCheck,
                                            test::moe_like(gpt2_like(), RouterKind::softmax, 0.0f),
                                            test::moe_like(llama_like(), RouterKind::sigmoid, 0.0f),
                                            test::moe_like(gpt2_like(), RouterKind::sigmoid, 1.0f),
-                                           test::moe_like(llama_like(), RouterKind::softmax, 1.0f)),
+                                           test::moe_like(llama_like(), RouterKind::softmax, 1.0f),
+                                           test::moe_branch_like(gpt2_like(), 2), test::moe_branch_like(llama_like(), 0)),
                          family_name);
 
 TEST(Gpt, PaddedVocabRowsStayZeroAndLayoutIsAligned) {

@@ -47,6 +47,15 @@ inline ModelConfig moe_like(ModelConfig c, RouterKind router, float capacity_fac
   return c;
 }
 
+// moe_like with a dense branch beside the experts: `shared` shared experts, or residual MoE (0).
+inline ModelConfig moe_branch_like(ModelConfig c, int shared) {
+  c = moe_like(c, RouterKind::softmax, 0.0f);
+  c.moe.n_shared_experts = shared;
+  c.moe.residual = shared == 0;
+  c.moe.aux_free_bias = 1e-3f;
+  return c;
+}
+
 inline std::vector<int32_t> tokens(int n, int vocab, uint32_t stream) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   const RngKey k{9, static_cast<uint32_t>(RngPurpose::test), stream, 0};

@@ -121,14 +121,14 @@ TEST_F(ConfigTest, MoeCrossFieldRules) {
   EXPECT_NO_THROW(resolve_config(dense, 1));
 }
 
-// Options model/config.h describes that the MoE layer does not build yet.
-TEST_F(ConfigTest, MoeRefusesUnbuiltOptions) {
-  EXPECT_CONTAINS(load_error(kMoe + "residual = true\n", "moe.residual"),
-                  "moe.residual = true is not supported yet (no dense branch beside the experts); remove it");
-  EXPECT_CONTAINS(load_error(kMoe + "aux_free_bias = 0.001\n", "moe.aux_free_bias"),
-                  "moe.aux_free_bias = 0.001 is not supported yet (no router bias updates); remove it");
-  EXPECT_CONTAINS(load_error(kMoe + "n_shared_experts = 1\n", "moe.n_shared_experts"),
-                  "moe.n_shared_experts = 1 is not supported yet (no always-on experts); remove it");
+// Residual MoE and shared experts are both a dense branch beside the experts: one at a time.
+TEST_F(ConfigTest, MoeTakesOneDenseBranch) {
+  EXPECT_CONTAINS(load_error(kMoe + "residual = true\nn_shared_experts = 1\n", "moe.residual"),
+                  "two kinds of dense branch beside the experts; keep one");
+  for (const char* ok : {"residual = true\n", "n_shared_experts = 2\n", "aux_free_bias = 0.001\n"}) {
+    Config c = load_config(write(kMoe + ok), {});
+    EXPECT_NO_THROW(resolve_config(c, 1)) << ok;
+  }
 }
 
 TEST_F(ConfigTest, TensorParallelSizeMustSplitEachExpert) {
