@@ -1,10 +1,12 @@
-// config.json ↔ ModelConfig for the two Hugging Face families (hf_interop.h). Export writes the keys
-// transformers' GPT2Config / LlamaConfig read; import reads them back, defaults what transformers
-// would default, and refuses every option that changes the model's arithmetic in a way megatrain's
-// layers do not (another activation, RoPE scaling, biases in Llama, scaled GPT-2 attention, …).
-// Invariant: hf_model_config(hf_config_json(m)) == m in every field HF has a word for (floats are
-// written as the shortest decimal that reads back as the same float32); d_ff and n_kv_heads come
-// back as 0 when they equal their defaults, and a Llama's dropout comes back as 0.
+// config.json ↔ ModelConfig for the Hugging Face families (hf_interop.h). Export writes the keys
+// transformers' GPT2Config / LlamaConfig / MixtralConfig read; import reads them back, defaults what
+// transformers would default, and refuses every option that changes the model's arithmetic in a
+// way megatrain's layers do not (another activation, RoPE scaling, biases in Llama, scaled GPT-2
+// attention, a Mixtral sliding window that binds, …). Invariant: hf_model_config(hf_config_json(m))
+// == m in every field HF has a word for (floats are written as the shortest decimal that reads back
+// as the same float32); d_ff, n_kv_heads and moe.d_ff_expert come back as 0 when they equal their
+// defaults, a Llama's or Mixtral's dropout as 0, and a Mixtral's d_ff (no block uses it) as 0 and
+// its MoE training settings (z loss, capacity: Mixtral is dropless) as the defaults.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -99,7 +101,16 @@ ModelConfig gpt2_model(const Fields& f) {
   return m;
 }
 
-ModelConfig llama_model(const Fields& f) {
+// What LlamaConfig and MixtralConfig default differently.
+struct LlamaDefaults {
+  int kv_heads = 0;  // num_key_value_heads when absent; 0: num_attention_heads
+  int max_seq_len = 2048;
+  float norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+};
+
+// Llama's layers (Mixtral's too, which the caller then makes MoE).
+ModelConfig llama_model(const Fields& f, const LlamaDefaults& d) {
   ModelConfig m;
   m.norm = NormKind::rmsnorm;
   m.position = PositionKind::rope;
@@ -109,21 +120,21 @@ ModelConfig llama_model(const Fields& f) {
   m.n_layers = f.integer("num_hidden_layers");
   m.n_heads = f.integer("num_attention_heads");
   m.vocab_size = f.integer("vocab_size");
-  m.n_kv_heads = f.integer("num_key_value_heads", m.n_heads);
+  m.n_kv_heads = f.integer("num_key_value_heads", d.kv_heads > 0 ? d.kv_heads : m.n_heads);
   if (m.n_kv_heads == m.n_heads) m.n_kv_heads = 0;
   m.d_ff = 0;
   const int default_ff = m.ffn_dim();  // the Llama rule for d_model, kept as 0 when the file uses it
   m.d_ff = f.integer("intermediate_size");
   if (m.d_ff == default_ff) m.d_ff = 0;
-  m.max_seq_len = f.integer("max_position_embeddings", 2048);
-  m.norm_eps = f.number("rms_norm_eps", 1e-6f);
+  m.max_seq_len = f.integer("max_position_embeddings", d.max_seq_len);
+  m.norm_eps = f.number("rms_norm_eps", d.norm_eps);
   m.init_std = f.number("initializer_range", 0.02f);
   m.dropout = 0.0f;
   m.tie_embeddings = f.boolean("tie_word_embeddings", false);
   // transformers 5 keeps RoPE settings in rope_parameters; 4 in rope_theta and rope_scaling.
   const json* params = f.get("rope_parameters");
   const json* scaling = f.get("rope_scaling");
-  m.rope_theta = f.number("rope_theta", 10000.0f);
+  m.rope_theta = f.number("rope_theta", d.rope_theta);
   if (params && params->is_object() && params->contains("rope_theta") && (*params)["rope_theta"].is_number())
     m.rope_theta = static_cast<float>((*params)["rope_theta"].get<double>());
   for (const auto& [key, value] : {std::pair{"rope_scaling", scaling}, std::pair{"rope_parameters", params}}) {
@@ -142,6 +153,32 @@ ModelConfig llama_model(const Fields& f) {
   if (m.n_heads > 0 && f.get("head_dim"))
     f.require("head_dim", f.integer("head_dim"), m.d_model / m.n_heads,
               "head_dim must be hidden_size / num_attention_heads");
+  return m;
+}
+
+// MixtralConfig's defaults differ from LlamaConfig's in GQA, context, eps and RoPE base.
+ModelConfig mixtral_model(const Fields& f) {
+  ModelConfig m = llama_model(f, LlamaDefaults{8, 4096 * 32, 1e-5f, 1e6f});
+  // intermediate_size is the experts' width: every block is MoE, so the dense d_ff is unused.
+  m.moe.d_ff_expert = m.d_ff;
+  m.d_ff = 0;
+  m.moe.n_experts = f.integer("num_local_experts");
+  m.moe.top_k = f.integer("num_experts_per_tok", 2);
+  // (top_k ≤ n_experts is validate_model_config's rule.)
+  MT_DATA_CHECK(m.moe.top_k >= 2,
+                "{}: num_experts_per_tok = {} is not supported: at 1 Mixtral's renormalised gate is 1, megatrain's "
+                "the router probability",
+                f.source, m.moe.top_k);
+  m.moe.router = RouterKind::softmax;
+  m.moe.aux_loss_coef = f.number("router_aux_loss_coef", 0.001f);
+  // A window at least as long as the context masks nothing (transformers masks keys at distance
+  // ≥ sliding_window); a shorter one is attention megatrain does not compute.
+  const int window = f.integer("sliding_window", m.max_seq_len);
+  MT_DATA_CHECK(window >= m.max_seq_len,
+                "{}: sliding_window = {} is not supported: megatrain attends over the whole context "
+                "(max_position_embeddings = {}); use null",
+                f.source, window, m.max_seq_len);
+  // router_jitter_noise, like attention_dropout, perturbs training only and is not read.
   return m;
 }
 
@@ -171,10 +208,11 @@ json hf_config_json(const ModelConfig& m, HfFamily family, Precision dtype) {
     j["tie_word_embeddings"] = true;
     return j;
   }
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  const bool mixtral = family == HfFamily::mixtral;
+  j["architectures"] = {hf_architecture(family)};
+  j["model_type"] = mixtral ? "mixtral" : "llama";
   j["hidden_size"] = m.d_model;
-  j["intermediate_size"] = m.ffn_dim();
+  j["intermediate_size"] = mixtral ? m.expert_ffn_dim() : m.ffn_dim();
   j["num_hidden_layers"] = m.n_layers;
   j["num_attention_heads"] = m.n_heads;
   j["num_key_value_heads"] = m.kv_heads();
@@ -182,13 +220,22 @@ json hf_config_json(const ModelConfig& m, HfFamily family, Precision dtype) {
   j["max_position_embeddings"] = m.max_seq_len;
   j["rms_norm_eps"] = json_float(m.norm_eps);
   j["rope_theta"] = json_float(m.rope_theta);
-  j["rope_scaling"] = nullptr;
   j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
   j["attention_dropout"] = 0.0;
-  j["pretraining_tp"] = 1;
   j["tie_word_embeddings"] = m.tie_embeddings;
+  if (!mixtral) {
+    j["rope_scaling"] = nullptr;
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+    return j;
+  }
+  j["num_local_experts"] = m.moe.n_experts;
+  j["num_experts_per_tok"] = m.moe.top_k;
+  j["router_aux_loss_coef"] = json_float(m.moe.aux_loss_coef);
+  j["router_jitter_noise"] = 0.0;
+  j["output_router_logits"] = false;
+  j["sliding_window"] = nullptr;  // full causal attention
   return j;
 }
 
@@ -202,10 +249,13 @@ ModelConfig hf_model_config(const json& config, const std::string& source) {
   if (type == "gpt2")
     m = gpt2_model(f);
   else if (type == "llama")
-    m = llama_model(f);
+    m = llama_model(f, LlamaDefaults{});
+  else if (type == "mixtral")
+    m = mixtral_model(f);
   else
     throw DataError(fmt::format("{}: model_type \"{}\" is not supported; megatrain imports \"gpt2\" "
-                                 "(GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)",
+                                 "(GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) and \"mixtral\" "
+                                 "(MixtralForCausalLM)",
                                  source, type));
   validate_model_config(m, source);  // before any tensor is sized from m
   return m;

@@ -1,9 +1,10 @@
 // Hugging Face interop: the family rules, the tensor table, and the walks over it in both directions
 // (config.json is read and written in hf_config.cpp). [Note: HF tensor table] Every HF tensor is a
 // block of whole rows of one of our parameters, possibly transposed: GPT-2's Conv1D stores (in,
-// out), Llama's q/k/v and gate/up are row ranges of our fused qkv and fc weights, the embedding and
-// an untied head drop the padded vocabulary rows. Our RoPE is HF's rotate-half on HF's head layout,
-// so q and k need no permutation.
+// out), Llama's q/k/v and gate/up are row ranges of our fused qkv and fc weights, Mixtral's expert
+// i's w1 (gate) / w3 (up) and w2 are row ranges of the (E·2Fe, C) and (E·C, Fe) views of our
+// expert tensors, the embedding and an untied head drop the padded vocabulary rows. Our RoPE is
+// HF's rotate-half on HF's head layout, so q and k need no permutation.
 #include "interop/hf_interop.h"
 
 #include <fmt/format.h>
@@ -20,28 +21,52 @@ namespace megatrain {
 namespace fs = std::filesystem;
 namespace {
 
+// Each constraint of a family that `m` fails, as the setting it would need.
 std::vector<std::string> gpt2_failures(const ModelConfig& m) {
   std::vector<std::string> f;
-  if (m.norm != NormKind::layernorm) f.emplace_back("norm = \"layernorm\"");
-  if (m.position != PositionKind::learned) f.emplace_back("position = \"learned\"");
-  if (m.activation != ActivationKind::gelu) f.emplace_back("activation = \"gelu\"");
-  if (!m.bias) f.emplace_back("bias = true");
-  if (!m.tie_embeddings) f.emplace_back("tie_embeddings = true");
-  if (m.kv_heads() != m.n_heads) f.emplace_back("n_kv_heads = n_heads (no grouped-query attention)");
+  if (m.norm != NormKind::layernorm) f.emplace_back("model.norm = \"layernorm\"");
+  if (m.position != PositionKind::learned) f.emplace_back("model.position = \"learned\"");
+  if (m.activation != ActivationKind::gelu) f.emplace_back("model.activation = \"gelu\"");
+  if (!m.bias) f.emplace_back("model.bias = true");
+  if (!m.tie_embeddings) f.emplace_back("model.tie_embeddings = true");
+  if (m.kv_heads() != m.n_heads) f.emplace_back("model.n_kv_heads = n_heads (no grouped-query attention)");
   return f;
 }
 
 std::vector<std::string> llama_failures(const ModelConfig& m) {
   std::vector<std::string> f;
-  if (m.norm != NormKind::rmsnorm) f.emplace_back("norm = \"rmsnorm\"");
-  if (m.position != PositionKind::rope) f.emplace_back("position = \"rope\"");
-  if (m.activation != ActivationKind::swiglu) f.emplace_back("activation = \"swiglu\"");
-  if (m.bias) f.emplace_back("bias = false");
+  if (m.norm != NormKind::rmsnorm) f.emplace_back("model.norm = \"rmsnorm\"");
+  if (m.position != PositionKind::rope) f.emplace_back("model.position = \"rope\"");
+  if (m.activation != ActivationKind::swiglu) f.emplace_back("model.activation = \"swiglu\"");
+  if (m.bias) f.emplace_back("model.bias = false");
   return f;
 }
 
-// Elements in one row of parameter SPEC (1 for a vector).
-int64_t row_width(const ParamSpec& spec) { return spec.shape.ndim == 1 ? 1 : spec.shape[1]; }
+// Mixtral is Llama with every MLP replaced by transformers' MixtralSparseMoeBlock, which routes by
+// softmax over all experts, takes the top k and renormalises their k gates, and has nothing beside
+// the routed experts. That is megatrain's softmax router for k ≥ 2 only: at k = 1 megatrain's gate
+// is the expert's probability (Switch), Mixtral's renormalised gate is 1.
+std::vector<std::string> mixtral_failures(const ModelConfig& m) {
+  std::vector<std::string> f = llama_failures(m);
+  std::vector<int> dense;
+  for (int l = 0; l < m.n_layers; ++l)
+    if (!m.moe.is_moe_layer(l)) dense.push_back(l);
+  if (!dense.empty())
+    f.push_back(fmt::format("moe.layers = 1 or a list of every block (Mixtral has no dense blocks; dense here: "
+                            "blocks {})",
+                            fmt::join(dense, ", ")));
+  if (m.moe.router != RouterKind::softmax) f.emplace_back("moe.router = \"softmax\"");
+  if (m.moe.top_k < 2)
+    f.emplace_back("moe.top_k >= 2 (Mixtral renormalises the chosen gates, so its top-1 gate is always 1)");
+  if (m.moe.n_shared_experts != 0) f.emplace_back("moe.n_shared_experts = 0");
+  if (m.moe.residual) f.emplace_back("moe.residual = false");
+  if (m.moe.aux_free_bias != 0.0f) f.emplace_back("moe.aux_free_bias = 0 (Mixtral routes on the router scores alone)");
+  return f;
+}
+
+// Elements in one row of parameter SPEC viewed as (numel / last dim, last dim): 1 for a vector, the
+// last dimension otherwise, so the rows of an expert tensor run through all its experts.
+int64_t row_width(const ParamSpec& spec) { return spec.shape.ndim == 1 ? 1 : spec.shape[spec.shape.ndim - 1]; }
 
 // Where entry T's block starts in PARAMS; checks the table against the layout (a bug if it fails).
 template <class F>
@@ -49,7 +74,7 @@ F* block_of(F* params, const ParamLayout& layout, const HfTensorMap& t) {
   const size_t i = layout.index_of(t.ours);
   const ParamSpec& spec = layout.spec(i);
   const int64_t width = row_width(spec);
-  MT_CHECK(width == std::max<int64_t>(t.cols, 1) && t.row0 + t.rows <= spec.shape[0],
+  MT_CHECK(width == std::max<int64_t>(t.cols, 1) && t.row0 >= 0 && t.row0 + t.rows <= spec.shape.numel() / width,
            "HF tensor {} does not fit parameter {} {}", t.hf_name, t.ours, spec.shape.str());
   return params + layout.offset(i) + t.row0 * width;
 }
@@ -76,14 +101,30 @@ nlohmann::json read_json(const fs::path& path) {
 
 }  // namespace
 
+const char* hf_architecture(HfFamily family) {
+  switch (family) {
+    case HfFamily::gpt2: return "GPT2LMHeadModel";
+    case HfFamily::llama: return "LlamaForCausalLM";
+    case HfFamily::mixtral: return "MixtralForCausalLM";
+  }
+  throw Error("unknown HfFamily");
+}
+
 HfFamily hf_family(const ModelConfig& m, const std::string& source) {
+  if (m.moe.enabled()) {
+    const auto mixtral = mixtral_failures(m);
+    if (mixtral.empty()) return HfFamily::mixtral;
+    throw DataError(fmt::format("{}: this MoE model has no Hugging Face equivalent: as Mixtral (MixtralForCausalLM) "
+                                "it would need {}",
+                                source, fmt::join(mixtral, ", ")));
+  }
   const auto gpt2 = gpt2_failures(m), llama = llama_failures(m);
   if (gpt2.empty()) return HfFamily::gpt2;
   if (llama.empty()) return HfFamily::llama;
   throw DataError(fmt::format(
-      "{}: this model has no Hugging Face equivalent: as GPT-2 (GPT2LMHeadModel) it would need model.{}; as Llama "
-      "(LlamaForCausalLM) it would need model.{}",
-      source, fmt::join(gpt2, ", model."), fmt::join(llama, ", model.")));
+      "{}: this model has no Hugging Face equivalent: as GPT-2 (GPT2LMHeadModel) it would need {}; as Llama "
+      "(LlamaForCausalLM) it would need {}",
+      source, fmt::join(gpt2, ", "), fmt::join(llama, ", ")));
 }
 
 std::vector<int64_t> HfTensorMap::hf_shape() const {
@@ -93,7 +134,7 @@ std::vector<int64_t> HfTensorMap::hf_shape() const {
 
 std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& m, HfFamily family) {
   const int64_t C = m.d_model, D = m.head_dim(), H = m.n_heads, Hkv = m.kv_heads(), F = m.ffn_dim();
-  const int64_t V = m.vocab_size;
+  const int64_t V = m.vocab_size, E = m.moe.n_experts, Fe = m.expert_ffn_dim();
   std::vector<HfTensorMap> t;
   auto add = [&](std::string hf, std::string ours, int64_t row0, int64_t rows, int64_t cols, bool transpose) {
     t.push_back({std::move(hf), std::move(ours), row0, rows, cols, transpose});
@@ -131,9 +172,22 @@ std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& m, HfFamily family) {
     add(h + "self_attn.v_proj.weight", L + "attn.qkv.weight", (H + Hkv) * D, Hkv * D, C, false);
     add(h + "self_attn.o_proj.weight", L + "attn.proj.weight", 0, C, H * D, false);
     add(h + "post_attention_layernorm.weight", L + "mlp_norm.weight", 0, C, 0, false);
-    add(h + "mlp.gate_proj.weight", L + "mlp.fc.weight", 0, F, C, false);  // fc = [gate | up]
-    add(h + "mlp.up_proj.weight", L + "mlp.fc.weight", F, F, C, false);
-    add(h + "mlp.down_proj.weight", L + "mlp.proj.weight", 0, C, F, false);
+    if (family == HfFamily::llama) {
+      add(h + "mlp.gate_proj.weight", L + "mlp.fc.weight", 0, F, C, false);  // fc = [gate | up]
+      add(h + "mlp.up_proj.weight", L + "mlp.fc.weight", F, F, C, false);
+      add(h + "mlp.down_proj.weight", L + "mlp.proj.weight", 0, C, F, false);
+      continue;
+    }
+    // Expert i's fc is rows [i·2Fe, (i+1)·2Fe) of the (E·2Fe, C) view, [gate | up] as the dense fc;
+    // its proj rows [i·C, (i+1)·C) of the (E·C, Fe) view. MixtralBlockSparseTop2MLP computes
+    // w2(silu(w1·x) ⊙ w3·x): w1 is the gate, w3 the up projection.
+    add(h + "block_sparse_moe.gate.weight", L + "moe.router.weight", 0, E, C, false);
+    for (int64_t i = 0; i < E; ++i) {
+      const std::string x = fmt::format("{}block_sparse_moe.experts.{}.", h, i);
+      add(x + "w1.weight", L + "moe.experts.fc.weight", i * 2 * Fe, Fe, C, false);
+      add(x + "w2.weight", L + "moe.experts.proj.weight", i * C, C, Fe, false);
+      add(x + "w3.weight", L + "moe.experts.fc.weight", i * 2 * Fe + Fe, Fe, C, false);
+    }
   }
   add("model.norm.weight", "final_norm.weight", 0, C, 0, false);
   if (!m.tie_embeddings) add("lm_head.weight", "lm_head.weight", 0, V, C, false);
@@ -254,8 +308,8 @@ HfImport hf_import(const std::string& dir) {
   for (const HfTensorMap& t : hf_tensor_map(r.model, family)) {
     const std::string name = strip ? t.hf_name.substr(prefix.size()) : t.hf_name;
     const TensorInfo* info = w.find(name);
-    MT_DATA_CHECK(info, "{}: tensor '{}' is missing; {} describes a {} model that needs it", w.source(), name,
-                   config_path.string(), family == HfFamily::gpt2 ? "GPT-2" : "Llama");
+    MT_DATA_CHECK(info, "{}: tensor '{}' is missing; {} describes a {} that needs it", w.source(), name,
+                   config_path.string(), hf_architecture(family));
     MT_DATA_CHECK(info->shape == t.hf_shape(), "{}: tensor '{}' has shape {}, but {} implies {}", w.file_of(name),
                    name, shape_text(info->shape), config_path.string(), shape_text(t.hf_shape()));
     float* block = block_of(r.params.data(), r.layout, t);
@@ -274,11 +328,11 @@ HfImport hf_import(const std::string& dir) {
   for (const std::string& name : w.names())
     if (!used.count(name) && !ignorable(name, r.model)) extra.push_back(name);
   MT_DATA_CHECK(extra.empty(),
-                 "{}: unexpected tensors {}{}: {} describes a {} model without them; megatrain cannot import a model "
+                 "{}: unexpected tensors {}{}: {} describes a {} without them; megatrain cannot import a model "
                  "with extra parts",
                  w.source(), fmt::join(extra.begin(), extra.begin() + std::min<size_t>(extra.size(), 5), ", "),
                  extra.size() > 5 ? fmt::format(" and {} more", extra.size() - 5) : "", config_path.string(),
-                 family == HfFamily::gpt2 ? "GPT-2" : "Llama");
+                 hf_architecture(family));
   return r;
 }
 

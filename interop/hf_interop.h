@@ -1,8 +1,12 @@
 // Interop with Hugging Face transformers: a megatrain model ↔ a model folder holding config.json and
-// model.safetensors. Two families map: GPT-2 (layernorm, learned positions, gelu, bias, tied
-// embeddings, no GQA) ↔ GPT2LMHeadModel, and Llama (rmsnorm, rope, swiglu, no bias) ↔
-// LlamaForCausalLM. One table (hf_tensor_map) says where every Hugging Face tensor lives in our
-// flat parameter buffer, and both directions walk it, so export and import cannot disagree.
+// model.safetensors. Three families map: GPT-2 (layernorm, learned positions, gelu, bias, tied
+// embeddings, no GQA) ↔ GPT2LMHeadModel, Llama (rmsnorm, rope, swiglu, no bias) ↔
+// LlamaForCausalLM, and Mixtral (Llama with every block MoE: softmax router, top-k ≥ 2, no shared
+// or residual experts, no aux-free bias) ↔ MixtralForCausalLM. Mixtral in transformers is dropless,
+// so an exported MoE model routes dropless whatever capacity_factor it trained with; capacity, drop
+// policy and the aux / z loss weights are training settings that do not change the weights. One
+// table (hf_tensor_map) says where every Hugging Face tensor lives in our flat parameter buffer,
+// and both directions walk it, so export and import cannot disagree.
 // Invariant: export then import gives back every parameter bit for bit (the padded vocabulary rows,
 // which are not exported, come back as zeros); every problem with a model folder is an DataError
 // naming the file and the key or tensor.
@@ -19,14 +23,20 @@
 
 namespace megatrain {
 
-enum class HfFamily { gpt2, llama };
+enum class HfFamily { gpt2, llama, mixtral };
+
+// The transformers class of a family: "GPT2LMHeadModel", "LlamaForCausalLM", "MixtralForCausalLM".
+const char* hf_architecture(HfFamily family);
 
 // The family `m` exports as. Anything else is an DataError naming `source` and listing, for each
-// family, the constraints `m` fails.
+// family that could hold it (GPT-2 and Llama for a dense model, Mixtral for an MoE one), the
+// constraints `m` fails.
 HfFamily hf_family(const ModelConfig& m, const std::string& source);
 
 // One Hugging Face tensor and where it lives in our buffer: rows [row0, row0 + rows) of our
-// parameter `ours` (all its columns), transposed when HF stores it (in, out) (GPT-2's Conv1D).
+// parameter `ours` (all its columns), transposed when HF stores it (in, out) (GPT-2's Conv1D). Rows
+// count over the tensor viewed as (numel / last dim, last dim): in an expert tensor (E, R, cols),
+// expert i's row r is row i·R + r.
 struct HfTensorMap {
   std::string hf_name;
   std::string ours;
@@ -36,7 +46,7 @@ struct HfTensorMap {
 };
 
 // Every tensor of the family's Hugging Face checkpoint, in file order (GPT-2 names carry the
-// "transformer." prefix of GPT2LMHeadModel).
+// "transformer." prefix of GPT2LMHeadModel; Mixtral splits each expert into its own w1 / w3 / w2).
 std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& m, HfFamily family);
 
 // config.json of `m` (transformers reads it with AutoConfig) for weights stored as `dtype`

@@ -2,6 +2,7 @@
 // Hugging Face model folder (config.json + model.safetensors in that dtype, float32 by default:
 // checkpoints hold float32 masters) that transformers loads with from_pretrained. The model
 // config comes from the checkpoint's stored config; rank 0 does the work, other ranks wait for nothing.
+// An MoE model exports as MixtralForCausalLM, which routes dropless whatever capacity it trained with.
 #include <spdlog/spdlog.h>
 
 #include <memory>
@@ -35,7 +36,7 @@ Command add_export_command(CLI::App& root) {
             const std::string file = checkpoint_model_file(opts->checkpoint);
             const CheckpointMeta meta = checkpoint_file_read_meta(file);
             const Config cfg = load_config_text(meta.config_toml, file + " (its stored config)");
-            hf_family(cfg.model, file);  // before reading any tensor
+            const HfFamily family = hf_family(cfg.model, file);  // before reading any tensor
             const ParamLayout layout = gpt_param_layout(cfg.model);
             FlatBuffer params(layout.total()), exp_avg(layout.total()), exp_avg_sq(layout.total());
             checkpoint_file_read(file, checkpoint_tensors_full(layout, params.data(), exp_avg.data(), exp_avg_sq.data(), 0, 1));
@@ -44,9 +45,11 @@ Command add_export_command(CLI::App& root) {
                                                             : Precision::fp16;
             hf_export(opts->out, cfg.model, params.data(), file, dtype);
             spdlog::info("exported {} (step {}, {} parameters) as a Hugging Face {} model in {} to {}", file,
-                         meta.state.step, layout.num_parameters(),
-                         hf_family(cfg.model, file) == HfFamily::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",
-                         opts->dtype, opts->out);
+                         meta.state.step, layout.num_parameters(), hf_architecture(family), opts->dtype, opts->out);
+            // Capacity is a training setting, not a weight: say which routing the export computes.
+            if (cfg.model.moe.capacity_factor > 0.0f)
+              spdlog::info("trained with moe.capacity_factor = {}; {} routes dropless (as capacity_factor = 0)",
+                           cfg.model.moe.capacity_factor, hf_architecture(family));
             return 0;
           },
           /*uses_mpi=*/true};

@@ -43,7 +43,7 @@ Command add_import_command(CLI::App& root) {
   };
   auto opts = std::make_shared<Options>();
   CLI::App* app = root.add_subcommand(
-      "import", "Turn a Hugging Face model folder (GPT-2 or Llama) into a step-0 megatrain checkpoint");
+      "import", "Turn a Hugging Face model folder (GPT-2, Llama or Mixtral) into a step-0 megatrain checkpoint");
   app->add_option("--hf", opts->hf, "Folder holding config.json and model.safetensors")->required();
   app->add_option("--out", opts->out, "Checkpoint folder to create (load it with checkpoint.load)")->required();
   app->add_option("--config-out", opts->config_out, "Also write a TOML config that continues training from it");

@@ -1,6 +1,7 @@
-// `megatrain export` / `megatrain import` end to end: a checkpoint trained for 2 steps (GPT-2-like and
-// Llama-like with GQA and an untied head) → Hugging Face folder → checkpoint gives back every
-// parameter bit for bit, with zero Adam state at step 0; training continues from the imported
+// `megatrain export` / `megatrain import` end to end: a checkpoint trained for 2 steps (GPT-2-like,
+// Llama-like with GQA and an untied head, and Mixtral-like: that Llama with every block MoE, trained
+// with a capacity factor) → Hugging Face folder → checkpoint gives back every parameter bit for
+// bit, with zero Adam state at step 0; training continues from the imported
 // checkpoint with the written config; bad input exits with its code (65 data, 66 checkpoint, 64 flag) naming the file.
 #include <cstring>
 #include <fstream>
@@ -19,6 +20,11 @@ namespace fs = std::filesystem;
 constexpr const char* kLlama =
     "--set model.norm=rmsnorm --set model.position=rope --set model.activation=swiglu --set model.n_kv_heads=2 "
     "--set model.bias=false --set model.tie_embeddings=false --set model.dropout=0.0";
+// Every block MoE, softmax top 2: what MixtralForCausalLM computes. The capacity factor is a
+// training setting Mixtral (dropless) has no word for: it does not stop the export.
+constexpr const char* kMixtral =
+    " --set moe.n_experts=4 --set moe.top_k=2 --set moe.d_ff_expert=64 --set moe.aux_loss_coef=0.01 "
+    "--set moe.capacity_factor=1.25";
 
 struct Saved {
   CheckpointMeta meta;
@@ -120,6 +126,17 @@ TEST_F(HfInteropE2E, LlamaExportImportRoundTripIsBitExact) {
   EXPECT_EQ(j["tie_word_embeddings"], false);
 }
 
+TEST_F(HfInteropE2E, MixtralExportImportRoundTripIsBitExact) {
+  round_trip("mixtral", std::string(kLlama) + kMixtral, "step_0000002");
+  std::ifstream in(dir_ / "mixtral_hf" / "config.json");
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["architectures"], nlohmann::json({"MixtralForCausalLM"}));
+  EXPECT_EQ(j["num_local_experts"], 4);
+  EXPECT_EQ(j["intermediate_size"], 64);
+  const Saved b = read_checkpoint(dir_ / "mixtral_imported");
+  EXPECT_EQ(b.cfg.model.moe.capacity_factor, 0.0f);  // comes back as what the export computes
+}
+
 TEST_F(HfInteropE2E, BadInputExitsWithItsCodeNamingTheFile) {
   // rmsnorm with learned positions has no Hugging Face equivalent.
   const fs::path mixed = train_checkpoint("mixed", "--set model.norm=rmsnorm");
@@ -128,6 +145,14 @@ TEST_F(HfInteropE2E, BadInputExitsWithItsCodeNamingTheFile) {
   EXPECT_NE(r.output.find((mixed / "step_0000002" / "model.h5").string()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("model.position = \"rope\""), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir_ / "mixed_hf"));
+
+  // A sigmoid router has no Mixtral equivalent.
+  const fs::path sigmoid =
+      train_checkpoint("sigmoid", std::string(kLlama) + kMixtral + " --set moe.router='\"sigmoid\"'");
+  r = run_megatrain("export --checkpoint " + sigmoid.string() + " --out " + (dir_ / "sigmoid_hf").string());
+  EXPECT_EQ(r.code, 65) << r.output;
+  EXPECT_NE(r.output.find("moe.router = \"softmax\""), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "sigmoid_hf"));
 
   r = run_megatrain("export --checkpoint " + (dir_ / "nowhere").string() + " --out " + (dir_ / "x").string());
   EXPECT_EQ(r.code, 66) << r.output;

@@ -1,7 +1,8 @@
 """megatrain's Hugging Face interop against transformers itself: the same tokens give the same
 logits in megatrain and in the model that `AutoModelForCausalLM.from_pretrained` builds, for one
 family (GPT-2 → GPT2LMHeadModel; Llama with grouped-query attention and an untied head →
-LlamaForCausalLM), in both directions:
+LlamaForCausalLM; Mixtral, the same with every block's MLP replaced by 4 experts of which a softmax
+router picks 2 per token → MixtralForCausalLM), in both directions:
 
   export: a model trained 3 steps by `megatrain train` (so biases and norm weights are no longer
           0 and 1) → `megatrain export` → transformers loads the folder (no missing, unexpected or
@@ -10,20 +11,32 @@ LlamaForCausalLM), in both directions:
           `megatrain import` → `checkpoint_logits` on the imported checkpoint equals the logits of
           the transformers model.
 
-Why this is independent: the export/import round trip (tests/trainer/test_hf_interop.cpp,
-tests/e2e/test_hf_interop_e2e.cpp) passes whenever export and import agree with each other, e.g.
-with the square attention-output weight (GPT-2's attn.c_proj, Llama's o_proj) transposed on both
-sides. Here the other side is transformers' own modelling code (pinned in
+Why this is independent: the export/import round trips (tests/interop/test_hf_interop.cpp and
+test_hf_mixtral.cpp, tests/e2e/test_hf_interop_e2e.cpp) pass whenever export and import agree with
+each other, e.g. with the square attention-output weight (GPT-2's attn.c_proj, Llama's o_proj)
+transposed on both sides, or Mixtral's w1 and w3 swapped. Here the other side is transformers' own modelling code (pinned in
 scripts/requirements-ref.txt), which reads the tensors by its own names and layouts.
 
 Tolerance: the transformers model runs in float64 (its float32 weights converted exactly), so the
-difference is megatrain's float32 rounding alone: max |ours − theirs| ≤ 3e-5 · max(1, max |theirs|)
-over all T × vocab_size logits (measured 4e-7 to 3e-6 of the scale; 10× headroom for other CPUs'
-BLAS kernels). The weights are drawn with standard deviation 0.3, so logits are far from uniform
-(checked: their spread over the vocabulary is ≥ 1) and a transposed or misplaced tensor moves them
-by O(1): attn.c_proj / o_proj transposed on both export and import gives 0.4 to 1.3 of the scale.
+difference is megatrain's float32 rounding (and, for Mixtral, the router softmax transformers
+computes in float32 even in a float64 model): max |ours − theirs| ≤ 3e-5 · max(1, max |theirs|)
+over all T × vocab_size logits (measured 4e-7 to 3e-6 of the scale for GPT-2 and Llama, 3e-6 to
+6e-6 for Mixtral; 5× headroom or more for other CPUs' BLAS kernels). The weights are drawn with
+standard deviation 0.3, so logits are far from uniform (checked: their spread over the vocabulary
+is ≥ 1) and a transposed or misplaced tensor moves them by O(1): attn.c_proj / o_proj transposed
+on both export and import gives 0.4 to 1.3 of the scale, Mixtral's w1 and w3 swapped on both 0.98.
 
-Usage: hf_logits_reference.py --megatrain BIN --logits-tool BIN --family gpt2|llama --out DIR
+Routing (Mixtral): a token's experts are the top 2 of its router logits, a discontinuous choice, so
+megatrain's float32 and transformers' float64 (whose softmax before the top-k is float32 too) could
+pick different experts where the 2nd and 3rd largest logits are within rounding of each other, and
+the logits would then differ by O(1) for a reason that is no bug. The test refuses a case (fixed
+seeds, so this is a property of the case, not luck at run time) where any token in any block has a
+gap under MIN_ROUTER_GAP between its 2nd and 3rd router logits in transformers' float64 forward.
+1e-3 is over 10× the largest float32 error measured in any output logit (6e-5, at a scale of 10;
+router logits are of the same size and depth), and the smallest gaps of the cases here are 0.075
+(export) and 0.017 (import), so every choice is unambiguous and all T tokens are compared.
+
+Usage: hf_logits_reference.py --megatrain BIN --logits-tool BIN --family gpt2|llama|mixtral --out DIR
 Exit status 0: equal within the tolerance; 1: a difference or a failing command (the message says
 which). DIR is emptied first and kept after a failure.
 """
@@ -42,6 +55,7 @@ SEQ = 32               # = max_seq_len: every position is compared
 STD = 0.3              # weight scale: logits far from uniform
 TOLERANCE = 3e-5       # of max(1, max |logit|)
 MIN_SPREAD = 1.0       # smallest allowed standard deviation of a row of logits
+MIN_ROUTER_GAP = 1e-3  # smallest allowed gap between the k-th and (k+1)-th router logit of a token
 
 FAMILIES = {
     "gpt2": {
@@ -60,6 +74,18 @@ FAMILIES = {
             vocab_size=VOCAB, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
             rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False),
+    },
+    # Dropless (capacity_factor 0), so checkpoint_logits' training forward routes as transformers does.
+    "mixtral": {
+        "class": "MixtralForCausalLM",
+        "megatrain": 'norm = "rmsnorm"\nposition = "rope"\nactivation = "swiglu"\nn_kv_heads = 2\n'
+                     "bias = false\ntie_embeddings = false\n"
+                     "[moe]\nn_experts = 4\ntop_k = 2\nd_ff_expert = 96\naux_loss_coef = 0.01\n",
+        "hf_config": lambda: transformers.MixtralConfig(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
+            rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+            num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
     },
 }
 
@@ -84,10 +110,27 @@ def megatrain_logits(tool, checkpoint, ids, work):
 
 
 def hf_logits(model, ids):
-    """Logits (T, V) of a transformers model, computed in float64."""
+    """Logits (T, V) of a transformers model, computed in float64; for an MoE model also the smallest
+    gap between a token's k-th and (k+1)-th router logit over all tokens and blocks (else None)."""
     model = model.double().eval()
+    k = getattr(model.config, "num_experts_per_tok", 0)
     with torch.no_grad():
-        return model(torch.tensor([ids], dtype=torch.int64)).logits[0].numpy()
+        out = model(torch.tensor([ids], dtype=torch.int64), output_router_logits=k > 0)
+    gap = None
+    if k > 0:
+        # router_logits: one (T, E) tensor per block; sorted descending, column k-1 is the last chosen.
+        ranked = [numpy.sort(z.numpy(), axis=1)[:, ::-1] for z in out.router_logits]
+        gap = min(float((r[:, k - 1] - r[:, k]).min()) for r in ranked)
+    return out.logits[0].numpy(), gap
+
+
+def compare_model(ours, theirs_and_gap, what):
+    theirs, gap = theirs_and_gap
+    if gap is not None and gap < MIN_ROUTER_GAP:
+        raise Mismatch(f"{what}: routing too close to call (a router-logit gap of {gap:.3g} at the top-k "
+                       f"boundary, under {MIN_ROUTER_GAP:g}): float32 may pick other experts; change the case")
+    line = compare(ours, theirs, what)
+    return line if gap is None else f"{line}; smallest top-k router-logit gap {gap:.3g}"
 
 
 def compare(ours, theirs, what):
@@ -154,8 +197,8 @@ save_interval = 3
     problems = {k: v for k, v in info.items() if v}
     if problems:
         raise Mismatch(f"transformers loading {hf_dir}: {problems}")
-    return compare(megatrain_logits(args.logits_tool, ckpt, ids, work), hf_logits(model, ids),
-                   f"export ({family['class']})")
+    return compare_model(megatrain_logits(args.logits_tool, ckpt, ids, work), hf_logits(model, ids),
+                         f"export ({family['class']})")
 
 
 def import_direction(args, family, ids, work):
@@ -171,8 +214,8 @@ def import_direction(args, family, ids, work):
     model.save_pretrained(hf_dir, safe_serialization=True)
     imported = os.path.join(work, "imported")
     run(args.megatrain, "import", "--hf", hf_dir, "--out", imported)
-    return compare(megatrain_logits(args.logits_tool, imported, ids, work), hf_logits(model, ids),
-                   f"import ({family['class']})")
+    return compare_model(megatrain_logits(args.logits_tool, imported, ids, work), hf_logits(model, ids),
+                         f"import ({family['class']})")
 
 
 def main():
