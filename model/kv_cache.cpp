@@ -37,6 +37,9 @@ MoeActivations first_rows(const MoeActivations& a, int64_t m) {
 GptDecoder::GptDecoder(const GptModel& model, int max_chunk)
     : model_(model), cfg_(model.config()),
       R_(max_chunk > 0 ? std::min(max_chunk, cfg_.max_seq_len) : cfg_.max_seq_len) {
+  // Generation routes dropless: capacity bounds a training micro-batch's load, and with it a chunk
+  // would keep other tokens than the whole sequence does (the logits would depend on the chunking).
+  cfg_.moe.capacity_factor = 0.0f;
   if (cfg_.moe.enabled()) dispatch_.emplace(std::nullopt, cfg_.moe.n_experts, cfg_.d_model);
   Arena measure = Arena::measuring();
   plan(measure);

@@ -1,11 +1,13 @@
 // GptDecoder: KV-cached incremental inference over the weights of a GptModel (CPU, no dropout,
 // no gradients). forward() runs n new tokens at positions [position(), position() + n): each
-// block runs the training block's own sublayers (model/attention.h, model/mlp.h or model/moe.h) — the same
-// projections, with the attention core replaced by one that appends its keys (after RoPE) and
-// values to a per-layer cache of max_seq_len rows and attends over the cache causally — so a
-// generated token costs one row of work, not a whole sequence. Invariant: after tokens t_0 … t_{p−1} went through forward() in any chunking, the
-// logits of position i equal those of GptModel::forward over the same tokens (up to fp32
-// reduction order). All buffers are planned at construction; only the logits buffer grows.
+// block runs the training block's own sublayers (model/attention.h, model/mlp.h or model/moe.h)
+// — the same projections, with the attention core replaced by one that appends its keys (after
+// RoPE) and values to a per-layer cache of max_seq_len rows and attends over the cache causally —
+// so a generated token costs one row of work, not a whole sequence. MoE blocks route dropless here
+// (moe.capacity_factor bounds a training micro-batch). Invariant: after tokens t_0 … t_{p−1} went
+// through forward() in any chunking, the logits of position i equal those of GptModel::forward
+// over the same tokens (of a dropless GptModel for MoE; up to fp32 reduction order). All buffers
+// are planned at construction; only the logits buffer grows.
 #pragma once
 #include <optional>
 #include <span>

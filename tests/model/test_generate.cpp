@@ -1,8 +1,9 @@
 // KV-cached inference and generation: for both architecture families (GPT-2-like; Llama-like with
-// RoPE and grouped-query attention) the cached path's logits equal the full forward pass at every
-// position, token by token, in chunks and in internal pieces; greedy decoding is deterministic and
-// follows the full model's argmax; top-k = 1 is greedy; sampling is reproducible per seed, follows
-// the softmax and honours top-k / top-p; generation stops where it should.
+// RoPE and grouped-query attention), each also with an MoE block, the cached path's logits equal
+// the full forward pass at every position, token by token, in chunks and in internal pieces; greedy
+// decoding is deterministic and follows the full model's argmax; top-k = 1 is greedy; sampling is
+// reproducible per seed, follows the softmax and honours top-k / top-p; generation stops where it
+// should.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -155,8 +156,20 @@ TEST_P(Decode, SamplingIsReproduciblePerSeed) {
   for (int32_t t : generate(dec, prompt, o).tokens) EXPECT_LT(t, 5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Decode, ::testing::Values(gpt2_like(), llama_like()),
-                         [](const auto& info) { return info.index == 0 ? std::string("gpt2") : std::string("llama"); });
+// MoE on either family (dropless: with a capacity, which tokens an expert keeps depends on how many
+// share a forward, so a chunk would route differently from the whole sequence): block 0 MoE.
+ModelConfig moe_of(ModelConfig c, RouterKind router) {
+  c = test::moe_like(c, router, 0.0f);
+  c.init_std = 0.3f;
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Decode,
+                         ::testing::Values(gpt2_like(), llama_like(), moe_of(gpt2_like(), RouterKind::softmax),
+                                           moe_of(llama_like(), RouterKind::sigmoid)),
+                         [](const auto& info) {
+                           return std::string(info.index % 2 == 0 ? "gpt2" : "llama") + (info.index >= 2 ? "_moe" : "");
+                         });
 
 TEST(Sample, FollowsTheSoftmaxAndHonoursTopKAndTopP) {
   const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};  // ids 1 and 3 tie
