@@ -6,16 +6,23 @@
 # batch $global_batch, log.interval = 1, with DIR/CASE_rREP.log and .jsonl; through mpirun (also at
 # one rank) with OMP_NUM_THREADS=1 per rank and `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`
 # (bench/RESULTS.md). Sourced by a script that has set bin, dir, reps, steps, warmup, cases and
-# global_batch and defined `case_args CASE` (prints the rank count, then --set overrides).
+# global_batch and defined `case_args CASE` (prints the rank count, then train arguments).
+# A script may instead set base_args (an array: --config FILE and --set overrides for its own model
+# and data); then the config, seq 1024, micro-batch 1, global_batch and the dataset above are not used.
 # SKIP_RUNS=1 only checks the arguments.
 [ -x "$bin" ] || { echo "$0: $bin not found; build it first (cmake --build build --target megatrain)" >&2; exit 2; }
 [ "$steps" -gt "$warmup" ] || { echo "$0: STEPS=$steps must exceed WARMUP=$warmup" >&2; exit 2; }
 mkdir -p "$dir"
-data=$dir/licenses_bytes
+data=
+if [ -z "${base_args+x}" ]; then
+  data=$dir/licenses_bytes
+  base_args=(--config configs/gpt2_124m.toml --set data.train="\"$data\"" --set train.seq_len=1024
+             --set train.micro_batch_size=1 --set train.global_batch_size="$global_batch")
+fi
 bench=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
 
 if [ "${SKIP_RUNS:-0}" != 1 ]; then
-  if [ ! -s "$data.idx" ]; then
+  if [ -n "$data" ] && [ ! -s "$data.idx" ]; then
     "${bench[@]}" "$bin" preprocess --input /usr/share/common-licenses/* --tokenizer bytes --output-prefix "$data"
   fi
   for rep in $(seq 1 "$reps"); do
@@ -27,9 +34,7 @@ if [ "${SKIP_RUNS:-0}" != 1 ]; then
       rm -f "$run.jsonl"
       "${bench[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         mpirun --oversubscribe -np "$np" -x OMP_NUM_THREADS=1 \
-        "$bin" train --config configs/gpt2_124m.toml \
-        --set data.train="\"$data\"" --set train.seq_len=1024 --set train.micro_batch_size=1 \
-        --set train.global_batch_size="$global_batch" --set train.steps="$steps" --set train.eval_interval=0 \
+        "$bin" train "${base_args[@]}" --set train.steps="$steps" --set train.eval_interval=0 \
         --set optimizer.warmup_steps=1 --set checkpoint.save_interval=0 --set checkpoint.load='""' \
         --set log.interval=1 --set log.metrics_file="\"$run.jsonl\"" "${a[@]:1}" > "$run.log" 2>&1 ||
         { echo "$0: run $c rep $rep failed; see $run.log" >&2; tail -5 "$run.log" >&2; exit 1; }

@@ -4,11 +4,14 @@
 # trains configs/demo.toml on them, draws the curves, and prints a sample from the trained model,
 # decoded with the tokenizer.
 #   bash scripts/demo.sh [ARGS...]    ARGS go to `megatrain train` (e.g. --set train.steps=50)
+#   bash scripts/demo.sh --data-only  only the tokenizer and the data (for bench/moe_vs_dense.sh)
 # MEGATRAIN_BIN overrides the binary (default build/megatrain).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MEGATRAIN_BIN:-build/megatrain}
 corpus=/usr/share/games/fortunes
+data_only=0
+if [ "${1:-}" = --data-only ]; then data_only=1; shift; fi
 [ -x "$bin" ] || { echo "demo: $bin not found; run scripts/setup.sh first" >&2; exit 2; }
 [ -d "$corpus" ] || { echo "demo: $corpus not found; run scripts/setup.sh (Debian package fortunes)" >&2; exit 2; }
 
@@ -23,6 +26,7 @@ tok=runs/demo/tokenizer.json  # its vocabulary size is configs/demo.toml's model
 "$bin" tokenizer train --input "${train[@]}" --vocab-size 4096 --output "$tok"
 "$bin" preprocess --input "${train[@]}" --tokenizer "$tok" --doc-separator % --output-prefix runs/demo/fortunes_train
 "$bin" preprocess --input "${valid[@]}" --tokenizer "$tok" --doc-separator % --output-prefix runs/demo/fortunes_valid
+if [ "$data_only" = 1 ]; then echo "demo: tokenizer and data in runs/demo"; exit 0; fi
 
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} "$bin" train --config configs/demo.toml "$@"
 
