@@ -3,11 +3,11 @@
 // dropout on) like one process — loss and gradient norm of each of 10 steps, and the validations,
 // within 1e-5 relative — for a softmax and a sigmoid router, dropless and with capacity (both drop
 // policies), with shared experts and with residual MoE (both with the aux-free router bias), and a
-// layout run twice is bitwise identical. One layout has ep < dp, so expert
-// gradients are reduced over an expert-data-parallel group of 2; others run ZeRO 1 and 3, which
-// shard the expert state over that group. A checkpoint saved at (ep, tp, dp) = (2, 2, 2) holds
-// each expert tensor whole, experts along dimension 0 (as one process saves it), and resumes at
-// other ep, tp and pp; `megatrain generate` runs on an MoE checkpoint.
+// layout run twice is bitwise identical. One layout runs sequence parallelism; one has ep < dp, so
+// expert gradients are reduced over an expert-data-parallel group of 2; others run ZeRO 1 and 3,
+// which shard the expert state over that group. A checkpoint saved at (ep, tp, dp) = (2, 2, 2)
+// holds each expert tensor whole, experts along dimension 0 (as one process saves it), and resumes
+// at other ep, tp and pp; `megatrain generate` runs on an MoE checkpoint.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -40,6 +40,7 @@ constexpr std::array<const char*, 6> kVariants = {
 
 struct Layout {
   int ep, tp, pp, dp, zero;
+  bool sp = false;  // sequence parallelism (tp > 1)
 };
 
 class MoeE2E : public test::TrainE2E {
@@ -50,8 +51,8 @@ class MoeE2E : public test::TrainE2E {
     return train_mpi(l.tp * l.pp * l.dp,
                      fmt::format("{} {} --set train.micro_batch_size=2 --set train.eval_interval=5 "
                                  "--set parallel.bucket_size_mb=0.05 --set parallel.tp={} --set parallel.pp={} "
-                                 "--set parallel.ep={} --set parallel.zero_stage={} {}",
-                                 kMoe, variant, l.tp, l.pp, l.ep, l.zero, extra),
+                                 "--set parallel.ep={} --set parallel.zero_stage={} --set parallel.sequence_parallel={} {}",
+                                 kMoe, variant, l.tp, l.pp, l.ep, l.zero, l.sp, extra),
                      name);
   }
 };
@@ -67,12 +68,14 @@ TEST_F(MoeE2E, EveryLayoutTrainsLikeOneProcess) {
       }
   }
   const std::vector<Layout> layouts = {
-      {1, 2, 1, 1, 0}, {1, 1, 2, 1, 0}, {1, 2, 2, 1, 0}, {2, 1, 1, 2, 0}, {2, 2, 1, 2, 1}, {2, 1, 2, 2, 0},
-      {2, 2, 2, 2, 0}, {4, 1, 1, 4, 3}, {4, 2, 1, 4, 0}, {4, 1, 2, 4, 1}, {2, 1, 1, 4, 0}};
+      {1, 2, 1, 1, 0},       {1, 1, 2, 1, 0}, {1, 2, 2, 1, 0}, {2, 1, 1, 2, 0}, {2, 2, 1, 2, 1, true},
+      {2, 1, 2, 2, 0},       {2, 2, 2, 2, 0}, {4, 1, 1, 4, 3}, {4, 2, 1, 4, 0}, {4, 1, 2, 4, 1},
+      {2, 1, 1, 4, 0}};
   for (size_t i = 0; i < layouts.size(); ++i)
     for (size_t v = 0; v < kVariants.size(); ++v) {
       const Layout& l = layouts[i];
-      const std::string name = fmt::format("ep{}_tp{}_pp{}_dp{}_zero{}_v{}", l.ep, l.tp, l.pp, l.dp, l.zero, v);
+      const std::string name =
+          fmt::format("ep{}_tp{}_pp{}_dp{}_zero{}_sp{}_v{}", l.ep, l.tp, l.pp, l.dp, l.zero, l.sp, v);
       EXPECT_EQ(test::compare_runs(single[v], run(l, kVariants[v], name), 1e-5, name + " vs one process"), 10 * 2 + 2);
     }
   const Layout again{2, 2, 1, 2, 0};
