@@ -33,7 +33,7 @@ if [ "${SKIP_RUNS:-0}" != 1 ]; then
     rm -f "$dir/$name.jsonl"
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads" \
       "$bin" train --config "$cfg" --set train.steps="$steps" --set train.seed="$seed" \
-      --set checkpoint.save_interval=0 \
+      --set checkpoint.save_interval=0 --set checkpoint.dir='""' \
       --set log.metrics_file="\"$dir/$name.jsonl\"" > "$dir/$name.log" 2>&1 ||
       { echo "$0: $name run failed; see $dir/$name.log" >&2; tail -5 "$dir/$name.log" >&2; exit 1; }
     grep -E '^step +[0-9]+/' "$dir/$name.log" | tail -1
