@@ -20,25 +20,8 @@ steps=${STEPS:-110}
 clean=${CLEAN:-20}
 [ -x "$bin" ] || { echo "$0: $bin not found; run scripts/setup.sh first" >&2; exit 2; }
 mkdir -p "$dir"
-[ -f "$dir/train.bin" ] || "$bin" preprocess --tokenizer bytes --doc-separator % \
-  --input /usr/share/games/fortunes/science --output-prefix "$dir/train" > /dev/null
-cat > "$dir/tiny.toml" <<EOF
-[model]
-n_layers = 2
-d_model = 64
-n_heads = 4
-vocab_size = 257
-max_seq_len = 64
-[train]
-seq_len = 64
-micro_batch_size = 8
-global_batch_size = 16
-[data]
-train = "$dir/train"
-[log]
-interval = 1
-peak_tflops = 0
-EOF
+source tests/tiny_model.sh
+tiny_model "$bin" "$dir" 8 16
 grep -m1 "model name" /proc/cpuinfo
 run() {  # NAME STEPS FLAGS...: one 4-rank run, metrics in DIR/NAME.jsonl, output in DIR/NAME.log
   local name=$1 n=$2

@@ -18,7 +18,9 @@ namespace megatrain {
 void inject_at_step_start(const FaultPlan& plan, int rank, int64_t step) {
   if (const Fault* f = plan.find(FaultKind::slow, rank, step)) {
     static const Fault* logged = nullptr;  // logged at its first step only: it repeats every step
-    if (f != logged)
+    if (f->every > 1)
+      log_injection(*f, rank, step, fmt::format("ms={} every {} steps", f->ms, f->every));
+    else if (f != logged)
       log_injection(*f, rank, step,
                     f->last_step == std::numeric_limits<int64_t>::max()
                         ? fmt::format("ms={} every step from here", f->ms)

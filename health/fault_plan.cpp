@@ -25,7 +25,7 @@ struct KindSpec {
 
 const std::vector<KindSpec>& kinds() {
   static const std::vector<KindSpec> k = {
-      {FaultKind::slow, "slow", {"rank", "ms"}, {"from_step", "to_step", "attempt"}},
+      {FaultKind::slow, "slow", {"rank", "ms"}, {"from_step", "to_step", "every", "attempt"}},
       {FaultKind::kill, "kill", {"rank", "step"}, {"sig", "attempt"}},
       {FaultKind::hang, "hang", {"rank", "step"}, {"how", "attempt"}},
       {FaultKind::exc, "exc", {"rank", "step"}, {"extra_collective", "attempt"}},
@@ -107,6 +107,10 @@ Fault parse_one(const std::string& spec, const std::string& item) {
   if (kv.contains("to_step")) f.last_step = integer(spec, "to_step", kv["to_step"]);
   if (f.kind == FaultKind::slow && (f.first_step < 1 || f.last_step < f.first_step))
     bad(spec, "slow needs 1 ≤ from_step ≤ to_step");
+  if (kv.contains("every")) {
+    f.every = integer(spec, "every", kv["every"]);
+    if (f.every < 1) bad(spec, "every must be ≥ 1 (a sleep every that many steps)");
+  }
   if (auto a = kv.find("attempt"); a != kv.end() && a->second != "*") {
     f.attempt = static_cast<int>(integer(spec, "attempt", a->second));
     if (f.attempt < 1) bad(spec, "attempt must be ≥ 1 or *");

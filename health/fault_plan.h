@@ -3,9 +3,11 @@
 //
 //   MEGATRAIN_FAULT="KIND:key=value:key=value;KIND:…"
 //
-//   slow:rank=R:ms=M[:from_step=A][:to_step=B]   sleep M ms at the start of every step in [A, B]
-//                                                (default A = 1, B = no end): a straggler (logged
-//                                                at step A only)
+//   slow:rank=R:ms=M[:from_step=A][:to_step=B][:every=K]
+//                                                sleep M ms at the start of steps A, A + K, A + 2K, …
+//                                                up to B (default A = 1, B = no end, K = 1): a
+//                                                straggler (K = 1, logged at step A only) or a rank
+//                                                that hiccups every K steps (logged each time)
 //   kill:rank=R:step=S[:sig=9]                   the rank sends itself signal SIG at the start of step S
 //   hang:rank=R:step=S[:how=sigstop]             at the start of step S: sigstop (the process
 //                                                stops), spin (a busy loop: alive, no progress) or
@@ -53,11 +55,14 @@ struct Fault {
   int rank = -1;  // -1 = every rank
   int64_t first_step = 1, last_step = std::numeric_limits<int64_t>::max();
   int64_t ms = 0;      // slow, ckpt_slow
+  int64_t every = 1;   // slow: acts at first_step + every·k only
   int sig = 9;         // kill
   int factor = 1;      // selfcheck_slow, spike
   std::string detail;  // hang: how; nan: where; bitflip: tensor; ckpt_crash: phase; exc: "extra_collective" or ""
   int attempt = 1;     // the launch it acts in; -1 = every launch
-  bool on(int r, int64_t step) const { return (rank < 0 || rank == r) && step >= first_step && step <= last_step; }
+  bool on(int r, int64_t step) const {
+    return (rank < 0 || rank == r) && step >= first_step && step <= last_step && (step - first_step) % every == 0;
+  }
 };
 
 class RandomFaults;  // health/fault_random.h

@@ -26,9 +26,11 @@ struct LinkSample {
   bool slow = false;            // set by judge_links
 };
 
-// Collective over `world` (every rank the same samples). `hosts`: each rank's host name.
+// Collective over `world` (every rank the same samples). `hosts`: each rank's host name. The
+// message goes `transfers` times and the fastest counts: a transfer that lost its core to another
+// process for a moment is noise, a slow link is slow every time.
 std::vector<LinkSample> probe_ring_links(const Comm& world, const std::vector<std::string>& hosts, int64_t bytes,
-                                         int pings);
+                                         int pings, int transfers = 1);
 
 struct LinkVerdict {
   std::vector<std::string> hosts;  // blamed, sorted

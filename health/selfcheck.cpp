@@ -50,7 +50,7 @@ SelfCheckResult loopback(const Comm& world) {
 SelfCheckResult pairs(const Comm& world, const std::vector<std::string>& hosts) {
   const auto t0 = Clock::now();
   if (world.size() == 1) return {"pairs", true, since(t0), "one rank: no pairs", {}};
-  auto links = probe_ring_links(world, hosts, 4 << 20, 20);
+  auto links = probe_ring_links(world, hosts, 4 << 20, 20, 3);
   const LinkVerdict verdict = judge_links(links, hosts, 3.0, 0.0);
   std::string detail = describe_links(links);
   if (!verdict.ok()) detail += fmt::format("; slow links pinned on hosts [{}]", fmt::join(verdict.hosts, ","));

@@ -4,34 +4,39 @@
 // Invariant: float → 16-bit rounds to nearest, ties to even; values too large become ±inf, values
 // too small become signed zero, fp16 subnormals are produced and read exactly; NaN stays a (quiet)
 // NaN and keeps its sign. 16-bit → float is exact (every bf16 and fp16 value is a float).
+// Every function here also runs in CUDA kernels (MT_HOST_DEVICE), so the GPU rounds bitwise as the
+// CPU does; hence __builtin_bit_cast (what std::bit_cast is built on), as nvcc compiles C++17.
 #pragma once
-#include <bit>
 #include <cstdint>
+
+#include "kernels/host_device.h"
 
 namespace megatrain {
 
-inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+MT_HOST_DEVICE inline float bf16_to_float(uint16_t h) {
+  return __builtin_bit_cast(float, static_cast<uint32_t>(h) << 16);
+}
 
-inline uint16_t float_to_bf16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
+MT_HOST_DEVICE inline uint16_t float_to_bf16(float f) {
+  uint32_t x = __builtin_bit_cast(uint32_t, f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet NaN
   uint32_t lsb = (x >> 16) & 1u;  // ties go to the even neighbour
   return static_cast<uint16_t>((x + 0x7fffu + lsb) >> 16);  // a carry into the exponent is correct
 }
 
-inline float fp16_to_float(uint16_t h) {
+MT_HOST_DEVICE inline float fp16_to_float(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
   if (exp == 0) {  // zero or subnormal: mant · 2^-24, exact in float
     float v = static_cast<float>(mant) * 0x1p-24f;
     return sign ? -v : v;
   }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));  // inf / NaN
-  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));        // rebias 15 → 127
+  if (exp == 31) return __builtin_bit_cast(float, sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  return __builtin_bit_cast(float, sign | ((exp + 112u) << 23) | (mant << 13));        // rebias 15 → 127
 }
 
-inline uint16_t float_to_fp16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
+MT_HOST_DEVICE inline uint16_t float_to_fp16(float f) {
+  uint32_t x = __builtin_bit_cast(uint32_t, f);
   uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   uint32_t ax = x & 0x7fffffffu;
   if (ax >= 0x7f800000u) {  // inf, or NaN made quiet with the top payload bits kept

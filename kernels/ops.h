@@ -1,5 +1,6 @@
 // Every op, declared once: forward and backward side by side. Dispatch (ops.cpp) checks shapes,
-// dtypes and devices, then calls cpu:: (or cuda::) with plain pointers and sizes.
+// dtypes and devices, then calls cpu:: — or, on a CUDA stream, the device backend
+// (kernels/cuda/backend.h, [Note: device backend seam]) — with plain pointers and sizes.
 // Conventions: outputs first, then inputs, then options; the stream first of all.
 // Backward ops `=` into input gradients and `+=` into parameter gradients
 // (see [Note: grad accumulation] in model/gpt.h). An empty Tensor means "absent" (no bias, ...).

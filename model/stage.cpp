@@ -36,7 +36,7 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
   }
   MT_CHECK(expert_forward_order_.size() == expert_units_.size(), "{} MoE blocks but {} expert units",
            expert_forward_order_.size(), expert_units_.size());
-  if (!expert_units_.empty()) {
+  if (!expert_units_.empty() && !options.measure_only) {
     MT_CHECK(experts.state != nullptr, "a stage with MoE blocks needs the state of their expert parameters");
     experts_ = experts.state;
     dispatch_.emplace(experts.ep, cfg.moe.n_experts, cfg.d_model);
@@ -58,6 +58,10 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
   acts_.resize(static_cast<size_t>(options.slots));
   Arena measure = Arena::measuring();
   plan(measure);
+  if (options.measure_only) {
+    measured_bytes_ = Arena::aligned(measure.used());
+    return;
+  }
   arena_ = Arena(measure.used());
   plan(arena_);
   w_.resize(static_cast<size_t>(range_.layers));
@@ -147,7 +151,7 @@ void Stage::bind_unit(int unit, float* p, UnitViews v) const {
 void Stage::plan(Arena& arena) {
   const int64_t N = static_cast<int64_t>(B_) * T_, Nl = tp_.local_rows(), C = cfg_.d_model;
   const bool sp = tp_.sequence_parallel();
-  const int ep = dispatch_ ? dispatch_->ep_size() : 1;
+  const int ep = layout_.ep().size;  // the dispatch's group (checked above)
   const auto kinds = [&](int l) { return BlockKinds{expert_unit(l) < 0, expert_unit(l) >= 0, ep}; };
   const BlockKinds both{expert_units_.size() < static_cast<size_t>(range_.layers), !expert_units_.empty(), ep};
   if (options_.recompute == Recompute::full) {
@@ -182,7 +186,7 @@ void Stage::plan(Arena& arena) {
     a.sums = arena.tensor(Shape{2, N});
   }
   scratch_.block = block_scratch(arena, cfg_, tp_, B_, T_);
-  if (dispatch_) moe_scratch_ = moe_scratch(arena, cfg_, tp_, ep, N);
+  if (!expert_units_.empty()) moe_scratch_ = moe_scratch(arena, cfg_, tp_, ep, N);
   scratch_.dres_a = arena.tensor(Shape{Nl, C});
   scratch_.dres_b = arena.tensor(Shape{Nl, C});
 }

@@ -47,6 +47,9 @@ struct StageOptions {
   Recompute recompute = Recompute::none;
   int recompute_layers = 0;     // full recompute: blocks covered, from the stage's first; 0: all
   Precision matmul = Precision::fp32;  // what the linear layers multiply (kernels/device.h)
+  // Plan the activations without allocating them (trainer/plan_memory.h): activation_bytes() says
+  // what the stage would hold; such a stage never runs, so its state and tp need no communicator.
+  bool measure_only = false;
 };
 
 // One micro-batch: (B, T) token ids, read by the first stage, and targets, read by the last.
@@ -87,7 +90,7 @@ class Stage {
   const ParamLayout& layout() const { return layout_; }
   const std::vector<FlatRange>& units() const { return units_; }
   int slots() const { return static_cast<int>(acts_.size()); }
-  size_t activation_bytes() const { return arena_.capacity(); }
+  size_t activation_bytes() const { return options_.measure_only ? measured_bytes_ : arena_.capacity(); }
 
   // Runs micro-batch `mb` into `slot`. The first stage embeds mb.tokens; a later one starts from
   // `input`, the (rows, C) output of the stage before. Returns, on the last stage, the mean loss over
@@ -198,6 +201,7 @@ class Stage {
   MoeScratch moe_scratch_;
   std::vector<MoeLayerStats> moe_stats_;
   double dispatch_ms_ = 0.0;
+  size_t measured_bytes_ = 0;  // StageOptions::measure_only: the arena it would allocate
 };
 
 }  // namespace megatrain

@@ -109,13 +109,23 @@ void WorkState::finish(std::string why) {
   cv.notify_all();
 }
 
-void Work::wait() const {
+void Work::wait(WaitMode mode) const {
   if (!state_) return;
   const auto t0 = std::chrono::steady_clock::now();
+  auto exposed = [&] {
+    state_->stats->add_exposed(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  };
+  if (mode == WaitMode::stream && state_->stream_wait) {
+    state_->stream_wait();  // set at issue, never changed: read without the lock
+    exposed();
+    std::lock_guard lock(state_->mu);
+    if (state_->complete && !state_->error.empty()) throw CommError(state_->error);
+    return;
+  }
   std::unique_lock lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->complete; });
   lock.unlock();
-  state_->stats->add_exposed(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  exposed();
   if (!state_->error.empty()) throw CommError(state_->error);
 }
 
@@ -224,6 +234,7 @@ Comm Comm::split(int color, int key, std::string name, const CommOptions& option
 }
 
 MPI_Comm Comm::handle() const { return backend_->mpi_handle(); }
+void Comm::set_stream(const Stream& stream) const { backend_->set_stream(stream); }
 int Comm::rank() const { return backend_->rank(); }
 int Comm::size() const { return backend_->size(); }
 const std::string& Comm::name() const { return backend_->name(); }

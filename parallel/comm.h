@@ -1,6 +1,7 @@
 // Comm: a communicator with asynchronous Work handles (PyTorch c10d style) — all-reduce,
 // reduce-scatter, all-gather, all-to-all(v), broadcast, send/recv, barrier, split — in front of a
-// backend interface (parallel/comm_backend.h); the MPI backend is parallel/comm_mpi.cpp.
+// backend interface (parallel/comm_backend.h); the MPI backend is parallel/comm_mpi.cpp, the NCCL
+// backend parallel/comm_nccl.h (device buffers, ordered with the caller's CUDA stream).
 //
 // Rules for every user:
 //  1. All ranks of a communicator issue the same collectives, with the same sizes (n, counts,
@@ -39,6 +40,7 @@
 #include <type_traits>
 
 #include "kernels/check.h"
+#include "kernels/device.h"
 
 namespace megatrain {
 
@@ -86,14 +88,20 @@ const char* elem_type_name(ElemType t);  // "f32", "bf16", …
 
 struct WorkState;  // parallel/comm_backend.h
 
+// What Work::wait() waits for. On a device backend (NCCL) `stream` orders the communicator's
+// current stream (Comm::set_stream) after the operation and returns without blocking the host, as
+// c10d's Work::wait does; `host` blocks until the operation has completed on the device. An
+// operation on host buffers (every MPI operation) blocks the host either way.
+enum class WaitMode { stream, host };
+
 // The handle of one issued operation. Copies share it; a default-constructed Work is complete.
 class Work {
  public:
   Work() = default;
   explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}
-  // Blocks until the operation completes; the blocked time is added to stats().exposed_ms. Throws
+  // Waits as `mode` says; the blocked time is added to stats().exposed_ms. Throws
   // megatrain::Error naming rank, group and operation if it failed (on every call).
-  void wait() const;
+  void wait(WaitMode mode = WaitMode::stream) const;
   bool done() const;  // non-blocking
 
  private:
@@ -130,6 +138,8 @@ class Comm {
  public:
   // Wraps `comm` (not owned; its error handler is set to MPI_ERRORS_RETURN).
   Comm(MPI_Comm comm, std::string name);
+  // A communicator on `backend` (parallel/comm_backend.h): how the NCCL backend becomes a Comm.
+  explicit Comm(std::shared_ptr<CommBackend> backend) : backend_(std::move(backend)) {}
   // MPI_COMM_WORLD; every call made while a copy is alive returns the same shared communicator.
   static Comm world();
 
@@ -137,8 +147,16 @@ class Comm {
   // communicator (owned, freed with its last copy), ranked by `key` (ties by rank here).
   Comm split(int color, int key, std::string name) const;
   Comm split(int color, int key, std::string name, const CommOptions& options) const;
-  // The raw communicator, for libraries that take one (MPI-IO through HDF5).
+  // The raw communicator, for libraries that take one (MPI-IO through HDF5); on the NCCL backend the
+  // MPI communicator of the same ranks that carries its host exchanges.
   MPI_Comm handle() const;
+
+  // The stream the caller's work runs on (kernels/device.h), shared by this communicator's copies
+  // and inherited by communicators split from it. A device operation starts after the work
+  // enqueued on it before the call, and Work::wait() makes it wait for the operation. Default:
+  // Stream::cpu() on the MPI backend, which takes CPU streams only; the CUDA default stream on
+  // NCCL. Set it before issuing operations, from the thread that issues them.
+  void set_stream(const Stream& stream) const;
 
   int rank() const;
   int size() const;
@@ -189,7 +207,6 @@ class Comm {
   [[noreturn]] void abort(int code) const;
 
  private:
-  explicit Comm(std::shared_ptr<CommBackend> backend) : backend_(std::move(backend)) {}
   Work all_reduce_raw(void* data, int64_t n, ElemType t, ReduceOp op) const;
   Work all_gather_raw(void* out, const void* in, std::span<const int64_t> counts, ElemType t) const;
   Work reduce_scatter_raw(void* out, const void* in, std::span<const int64_t> counts, ElemType t) const;

@@ -1,4 +1,4 @@
-// The backend interface behind Comm (MPI today, NCCL later) and the shared state of a Work.
+// The backend interface behind Comm (MPI, NCCL) and the shared state of a Work.
 // Invariant: every WorkState is finished exactly once (success or error) — by the backend, or by
 // Comm when issuing it threw — so CommStats' in-flight interval always closes.
 #pragma once
@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -49,6 +50,10 @@ struct WorkState {
   std::condition_variable cv;
   bool complete = false;
   std::string error;
+  // Set at issue by a backend whose operation completes on a device stream (NCCL): Work::wait in
+  // WaitMode::stream calls it instead of blocking the host. It orders the caller's stream after the
+  // operation, or throws CommError for a failure the backend has detected. Empty: wait() blocks.
+  std::function<void()> stream_wait;
 };
 
 class CommBackend {
@@ -68,6 +73,7 @@ class CommBackend {
   std::string where(std::string_view op) const;
 
   virtual MPI_Comm mpi_handle() const = 0;
+  virtual void set_stream(const Stream& stream) = 0;
   virtual int max_tag() const = 0;
   virtual std::shared_ptr<CommBackend> split(int color, int key, std::string name,
                                              const CommOptions& options) const = 0;
@@ -94,6 +100,10 @@ class CommBackend {
   std::shared_ptr<CommStatsCounter> stats_;
   int flight_group_;
 };
+
+// The world ranks of `comm`'s `size` members, in its rank order (what a backend registers with the
+// FlightRecorder).
+std::vector<int> mpi_world_ranks(MPI_Comm comm, int size);
 
 // The MPI backend (parallel/comm_mpi.cpp). With `owned`, MPI_Comm_free(comm) when it is destroyed.
 std::shared_ptr<CommBackend> make_mpi_backend(MPI_Comm comm, bool owned, std::string name, const CommOptions& options);

@@ -97,6 +97,12 @@ class MpiBackend final : public CommBackend {
   }
 
   MPI_Comm mpi_handle() const override { return comm_; }
+  void set_stream(const Stream& stream) override {
+    if (stream.device != Device::cpu)
+      throw Error(fmt::format("{} failed: the MPI backend moves host memory and takes CPU streams only; device "
+                              "buffers need the NCCL backend (parallel/comm_nccl.h)",
+                              where("set_stream")));
+  }
   // The largest tag, MPI_TAG_UB, is reserved for all_to_all's messages.
   int max_tag() const override { return tag_ub_ - 1; }
 
@@ -331,8 +337,9 @@ class MpiBackend final : public CommBackend {
   std::thread thread_;
 };
 
-// The world ranks of `comm`'s members, in its rank order.
-std::vector<int> world_ranks(MPI_Comm comm, int size) {
+}  // namespace
+
+std::vector<int> mpi_world_ranks(MPI_Comm comm, int size) {
   std::vector<int> mine(static_cast<size_t>(size)), world(static_cast<size_t>(size), -1);
   for (int i = 0; i < size; ++i) mine[static_cast<size_t>(i)] = i;
   MPI_Group g = MPI_GROUP_NULL, w = MPI_GROUP_NULL;
@@ -342,8 +349,6 @@ std::vector<int> world_ranks(MPI_Comm comm, int size) {
   if (w != MPI_GROUP_NULL) MPI_Group_free(&w);
   return world;
 }
-
-}  // namespace
 
 std::shared_ptr<CommBackend> make_mpi_backend(MPI_Comm comm, bool owned, std::string name, const CommOptions& options) {
   auto fail = [&](const char* op, const std::string& why) {
@@ -364,7 +369,7 @@ std::shared_ptr<CommBackend> make_mpi_backend(MPI_Comm comm, bool owned, std::st
   rc = MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);  // cached on the world only
   if (rc != MPI_SUCCESS || !flag) fail("get_attr", "no MPI_TAG_UB");
   return std::make_shared<MpiBackend>(comm, owned, std::move(name), options, rank, size, *tag_ub,
-                                      world_ranks(comm, size));
+                                      mpi_world_ranks(comm, size));
 }
 
 }  // namespace megatrain

@@ -88,6 +88,10 @@ int group_index(const ParallelDims& d, int rank, GroupKind kind) {
   return rank_of(d, c);
 }
 
+SplitKey group_split(const ParallelDims& d, int rank, GroupKind kind) {
+  return SplitKey{.color = group_index(d, rank, kind), .key = rank};
+}
+
 std::vector<int> group_ranks(const ParallelDims& d, int rank, GroupKind kind) {
   std::vector<int> ranks;
   if (kind == GroupKind::model) {
@@ -142,9 +146,10 @@ ProcessGroups::ProcessGroups(const Comm& world, const ParallelDims& dims)
                  dims.cp, dims.ep, dims.dp, dims.pp, dims.world(), world.size());
   coords_ = rank_coords(dims, world.rank());
   groups_.reserve(kGroupKinds.size());
-  for (GroupKind kind : kGroupKinds)  // same order on every rank: each split is collective
-    groups_.push_back(world.split(group_index(dims, world.rank(), kind), world.rank(),
-                                  std::string(group_kind_name(kind))));
+  for (GroupKind kind : kGroupKinds) {  // same order on every rank: each split is collective
+    const SplitKey s = group_split(dims, world.rank(), kind);
+    groups_.push_back(world.split(s.color, s.key, std::string(group_kind_name(kind))));
+  }
 }
 
 }  // namespace megatrain

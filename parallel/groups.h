@@ -64,8 +64,18 @@ int rank_of(const ParallelDims& dims, const RankCoords& c);
 // The ranks of `rank`'s group of the given kind, ascending.
 std::vector<int> group_ranks(const ParallelDims& dims, int rank, GroupKind kind);
 // A number identifying `rank`'s group of the given kind: equal for exactly the ranks of one group,
-// in [0, world). Used as the MPI_Comm_split color.
+// in [0, world). Used as the split color.
 int group_index(const ParallelDims& dims, int rank, GroupKind kind);
+
+// The arguments of the split that makes `rank`'s group of the given kind from the world: color
+// group_index (≥ 0, as ncclCommSplit requires), key the world rank. MPI_Comm_split and
+// ncclCommSplit both order a color's members by key, so either split yields group_ranks in order;
+// ProcessGroups passes these to Comm::split, which the NCCL backend forwards to both.
+struct SplitKey {
+  int color = 0, key = 0;
+  bool operator==(const SplitKey&) const = default;
+};
+SplitKey group_split(const ParallelDims& dims, int rank, GroupKind kind);
 
 // Checks a user's parallel sizes against the world size; dp = 0 means world / (tp·cp·pp).
 // Throws InputError naming the sizes when one is < 1 (dp < 0), the world is not divisible, the

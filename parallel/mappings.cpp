@@ -5,7 +5,12 @@
 namespace megatrain {
 
 TensorParallel::TensorParallel(const Comm& tp, const TpOptions& options, int64_t rows, int64_t width)
-    : comm_(tp), sequence_parallel_(options.sequence_parallel && tp.size() > 1), overlap_(options.overlap), rank_(tp.rank()), size_(tp.size()),
+    : TensorParallel(tp.rank(), tp.size(), options, rows, width) {
+  comm_.emplace(tp);
+}
+
+TensorParallel::TensorParallel(int rank, int size, const TpOptions& options, int64_t rows, int64_t width)
+    : sequence_parallel_(options.sequence_parallel && size > 1), overlap_(options.overlap), rank_(rank), size_(size),
       rows_(rows), width_(width) {
   MT_CHECK(!sequence_parallel_ || rows % size_ == 0,
            "sequence parallelism splits the {} rows of a micro-batch (micro_batch_size · seq_len) into {} equal "

@@ -36,6 +36,9 @@ class TensorParallel {
   TensorParallel(int64_t rows, int64_t width) : rows_(rows), width_(width) {}
   // `tp`: the tensor-parallel group; rows × width: the boundary activations' global shape (N, C).
   TensorParallel(const Comm& tp, const TpOptions& options, int64_t rows, int64_t width);
+  // Rank `rank` of `size` without a communicator: the shapes alone, for planning a stage's memory
+  // (StageOptions::measure_only); communicating through it throws.
+  TensorParallel(int rank, int size, const TpOptions& options, int64_t rows, int64_t width);
 
   int rank() const { return rank_; }
   int size() const { return size_; }

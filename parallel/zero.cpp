@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "kernels/ops.h"
 
@@ -27,8 +28,17 @@ ZeroState::ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOpt
                      const std::vector<int>& breaks)
     : units_(std::move(units)), dp_(dp), opt_(opt), total_(units_.empty() ? 0 : units_.back().end),
       shard_(flat_shard_size(total_, dp.size())), part_(flat_partition(total_, dp.rank(), dp.size())),
-      buckets_(units_, opt.bucket_floats, breaks) {
+      buckets_(units_, opt.bucket_floats, breaks), hpz_(dp) {
   MT_CHECK(opt.stage >= 0 && opt.stage <= 3, "ZeRO stage {} (0..3)", opt.stage);
+  if (opt.compression != GradCompression::none) {
+    MT_CHECK(opt.stage == 0 && opt.grad_reduce == Precision::fp32,
+             "gradient compression needs ZeRO stage 0 and float32 reduction (stage {}, {})", opt.stage,
+             precision_name(opt.grad_reduce));
+    compressor_ = make_grad_compressor(opt.compression, dp, opt.matrices, opt.powersgd_rank, opt.seed);
+  }
+  MT_CHECK(opt.max_staleness >= 0 && (opt.max_staleness == 0 || (opt.stage == 0 && opt.grad_reduce == Precision::fp32 &&
+                                                                  opt.compression == GradCompression::none)),
+           "max_staleness {} needs ZeRO stage 0, float32 reduction and no compression", opt.max_staleness);
   part_counts_ = counts_of(FlatRange{0, total_});
   for (const FlatRange& u : units_) {
     unit_counts_.push_back(counts_of(u));
@@ -44,11 +54,16 @@ ZeroState::ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOpt
   if (sixteen_bit()) {
     masters_ = FlatBuffer(optimizer_padded());
     params16_.assign(static_cast<size_t>(held), 0);
+  } else if (opt.quantized_weights) {  // [Note: ZeRO++] qwZ
+    masters_ = FlatBuffer(optimizer_padded());
+    if (opt.stage < 3) params_ = FlatBuffer(total_);
   } else {
     params_ = FlatBuffer(held);
   }
+  zeropp_init();
   grads_ = FlatBuffer(opt.stage >= 2 ? shard_ : total_);
   if (opt.stage >= 1) received_ = FlatBuffer(shard_);
+  for (int k = 0; k < opt.max_staleness; ++k) spare_.emplace_back(total_);
 }
 
 std::vector<int64_t> ZeroState::counts_of(FlatRange r) const {
@@ -58,20 +73,22 @@ std::vector<int64_t> ZeroState::counts_of(FlatRange r) const {
 }
 
 float* ZeroState::optimizer_params() {
-  if (sixteen_bit() || opt_.stage == 3) return held_params();
+  if (masters_apart() || opt_.stage == 3) return held_params();
   return params_.data() + optimizer_range().begin;
 }
 
 FlatRange ZeroState::held_params_range() const {
-  if (sixteen_bit()) return optimizer_range();
+  if (masters_apart()) return optimizer_range();
   return opt_.stage == 3 ? part_ : FlatRange{0, total_};
 }
 
 void ZeroState::params_written() {
-  if (sixteen_bit()) publish_masters();
+  secondary_valid_.assign(secondary_valid_.size(), false);
+  if (masters_apart()) publish_masters();
 }
 
 void ZeroState::publish_masters() {
+  if (opt_.quantized_weights) return publish_quantized();
   const FlatRange r = optimizer_range();
   uint16_t* mine = params16_.data() + (opt_.stage == 3 ? 0 : r.begin);
   to_half(opt_.params, mine, masters_.data(), r.size());
@@ -83,6 +100,12 @@ void ZeroState::publish_masters() {
 const float* ZeroState::optimizer_grads() const { return opt_.stage == 1 ? received_.data() : grads_.data(); }
 
 void ZeroState::step_begin() {
+  if (grads_.size() == 0) {  // [Note: bounded staleness]: the last step's buffer is in flight
+    MT_CHECK(!spare_.empty(), "ZeRO: {} reductions in flight, more than max_staleness = {}", deferred_.size(),
+             opt_.max_staleness);
+    grads_ = std::move(spare_.back());
+    spare_.pop_back();
+  }
   zero_floats(grads_.data(), grads_.size());
   local_nonfinite_ = false;
 }
@@ -136,6 +159,16 @@ void ZeroState::bucket_issue(int b) {
   float* out = st.mine.size() > 0 ? received_.data() + (st.mine.begin - part_.begin) : received_.data();
   const float* g = opt_.stage < 2 ? grads_.data() + r.begin : grad_pool_[static_cast<size_t>(st.buffer)].data();
   if (!local_nonfinite_) local_nonfinite_ = !all_finite(g, r.size());
+  if (compressor_) {
+    compressor_->reduce(grads_.data() + r.begin, r);
+    st.issued = true;
+    return;
+  }
+  if (opt_.quantized_gradients) {
+    st.work = qgz_issue(st, g);
+    st.issued = true;
+    return;
+  }
   if (opt_.grad_reduce == Precision::bf16) {
     st.send.resize(static_cast<size_t>(r.size()));
     to_half(Precision::bf16, reinterpret_cast<uint16_t*>(st.send.data()), g, r.size());
@@ -163,8 +196,35 @@ void ZeroState::micro_batch_end() {
     MT_CHECK(st.pending == 0, "bucket {} still waits for {} units after backward", b, st.pending);
     if (!st.issued && b != held_) bucket_issue(b);
   }
+  if (opt_.max_staleness > 0) return;  // defer_reduction() queues them
   for (int b = first_bucket_; b < end_bucket_; ++b)
     if (b != held_) bucket_complete(b);
+}
+
+void ZeroState::defer_reduction() {
+  MT_CHECK(opt_.max_staleness > 0, "ZeRO: defer_reduction() needs max_staleness > 0");
+  Deferred d{std::exchange(grads_, FlatBuffer()), {}};
+  for (Bucket& st : bucket_state_) {
+    MT_CHECK(st.issued, "ZeRO: defer_reduction() before every bucket was issued");
+    d.works.push_back(std::exchange(st.work, Work{}));
+  }
+  deferred_.push_back(std::move(d));
+}
+
+void ZeroState::retire_reduction() {
+  MT_CHECK(!deferred_.empty(), "ZeRO: retire_reduction() with no reduction in flight");
+  for (const Work& w : deferred_.front().works) w.wait();
+  if (grads_.size() > 0) spare_.push_back(std::exchange(grads_, FlatBuffer()));
+  grads_ = std::move(deferred_.front().grads);
+  deferred_.pop_front();
+}
+
+void ZeroState::discard_reductions() {
+  for (Deferred& d : deferred_) {
+    for (const Work& w : d.works) w.wait();
+    spare_.push_back(std::move(d.grads));
+  }
+  deferred_.clear();
 }
 
 // Waits for bucket b's reduction; at stages 2/3 adds its reduced partition to the gradient shard
@@ -173,6 +233,7 @@ void ZeroState::bucket_complete(int b) {
   Bucket& st = bucket_state_[static_cast<size_t>(b)];
   st.work.wait();
   st.work = Work{};
+  if (!st.qsend.empty()) qgz_complete(st, received_.data() + (st.mine.size() > 0 ? st.mine.begin - part_.begin : 0));
   if (!st.send.empty()) {  // [Note: bf16 reduction]: widen the result into where float32 would be
     const FlatRange r = buckets_[b].range;
     if (opt_.stage == 0)
@@ -236,7 +297,8 @@ double ZeroState::grad_norm() {
 }
 
 void ZeroState::step_end() {
-  if (sixteen_bit()) return publish_masters();
+  secondary_valid_.assign(secondary_valid_.size(), false);
+  if (masters_apart()) return publish_masters();
   if (opt_.stage != 1 && opt_.stage != 2) return;
   float* p = params_.data();
   dp_.all_gather(p, p + part_.begin, part_counts_).wait();
@@ -257,13 +319,26 @@ ZeroState::GatherSlot& ZeroState::gather_start(int unit) {
       break;
     }
   if (!slot) {
-    slots_.push_back(GatherSlot{-1, false, false, Work{}, FlatBuffer(max_unit_), {}});
+    slots_.push_back(GatherSlot{-1, false, false, Work{}, FlatBuffer(max_unit_), {}, {}, false});
     slot = &slots_.back();
     if (sixteen_bit() && opt_.stage == 3) slot->packed.resize(static_cast<size_t>(max_unit_));
+    if (opt_.quantized_weights && opt_.stage == 3) slot->quantized.resize(static_cast<size_t>(unit_quant_most_));
   }
   slot->unit = unit;
   slot->widened = false;
+  slot->keep_secondary = false;
   if (opt_.stage < 3) return *slot;  // 16-bit below stage 3: nothing to gather
+  if (hpz() && secondary_valid_[static_cast<size_t>(unit)]) {  // [Note: ZeRO++] hpZ: within the group
+    slot->widened = true;
+    slot->work = hpz_.all_gather(slot->buffer.data(), secondary_.data() + secondary_at_[static_cast<size_t>(unit)],
+                                 secondary_counts_[static_cast<size_t>(unit)]);
+    return *slot;
+  }
+  slot->keep_secondary = hpz();
+  if (opt_.quantized_weights) {
+    slot->work = gather_quantized(*slot, unit);
+    return *slot;
+  }
   const FlatRange mine = flat_intersect(units_[static_cast<size_t>(unit)], part_);
   const int64_t at = mine.size() > 0 ? mine.begin - part_.begin : 0;
   const std::vector<int64_t>& counts = unit_counts_[static_cast<size_t>(unit)];
@@ -285,11 +360,16 @@ float* ZeroState::unit_params(int unit) {
     slot = &slots_[index];
   }
   slot->work.wait();
-  if (sixteen_bit() && !slot->widened) {
-    const uint16_t* bits = opt_.stage == 3 ? slot->packed.data() : params16_.data() + u.begin;
-    from_half(opt_.params, slot->buffer.data(), bits, u.size());
+  if (!slot->widened) {
+    if (opt_.quantized_weights) {
+      unpack_quantized(*slot, unit);
+    } else if (sixteen_bit()) {
+      const uint16_t* bits = opt_.stage == 3 ? slot->packed.data() : params16_.data() + u.begin;
+      from_half(opt_.params, slot->buffer.data(), bits, u.size());
+    }
     slot->widened = true;
   }
+  if (slot->keep_secondary) keep_secondary(*slot, unit);
   return slot->buffer.data();
 }
 
@@ -323,12 +403,17 @@ void ZeroState::unit_grads_done(int unit) {
 ZeroMemory ZeroState::memory() const {
   const int64_t f = sizeof(float), h = sizeof(uint16_t);
   ZeroMemory m;
-  m.params = params_.size() * f + static_cast<int64_t>(params16_.size()) * h;
+  m.params = params_.size() * f + static_cast<int64_t>(params16_.size()) * h + secondary_.size() * f;
+  // qwZ: at stage 3 the packed shard is the parameters; at stages 1–2 the gather's buffer.
+  (opt_.stage == 3 ? m.params : m.comm_buffers) += static_cast<int64_t>(quantized_.size());
   m.master_params = masters_.size() * f;
   m.grads = grads_.size() * f;
-  m.comm_buffers = received_.size() * f + reduce16_peak_;
+  m.comm_buffers += received_.size() * f + reduce16_peak_ + (compressor_ ? compressor_->state_bytes() : 0) +
+                    opt_.max_staleness * total_ * f;  // [Note: bounded staleness]
   for (const FlatBuffer& b : grad_pool_) m.comm_buffers += b.size() * f;
-  for (const GatherSlot& s : slots_) m.comm_buffers += s.buffer.size() * f + static_cast<int64_t>(s.packed.size()) * h;
+  for (const GatherSlot& s : slots_)
+    m.comm_buffers += s.buffer.size() * f + static_cast<int64_t>(s.packed.size()) * h +
+                      static_cast<int64_t>(s.quantized.size());
   return m;
 }
 

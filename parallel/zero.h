@@ -26,6 +26,26 @@
 // rounded to bfloat16 and reduced as Bf16 (parallel/comm.h: each addition in float32, rounded),
 // half the bytes; the result is widened back and accumulated in float32 as usual. The working
 // bf16 copies live from a bucket's issue to its completion (counted in comm_buffers at their peak).
+// [Note: ZeRO++] (Wang et al. 2023; parallel/zero_pp.cpp) three switches, each usable alone:
+//   qwZ (quantized_weights, stages 1–3, float32 compute): the optimizer updates float32 masters of
+//     the partition, as at 16 bits; what is all-gathered is their int8 block quantization
+//     (parallel/block_quant.h, blocks of quant_block values starting at each rank's part of the
+//     gathered range: the partition at stages 1–2, each unit's part at stage 3), and every rank,
+//     the owner included, computes with the dequantized values, so replicas stay identical.
+//     Stage 3 keeps the quantized shard (packed bytes per unit) instead of a float32 one.
+//   qgZ (quantized_gradients, stages 1–3, float32 reduction): a bucket's reduce-scatter becomes an
+//     all-to-all of int8 blocks: each rank quantizes the part of the bucket each rank owns (its
+//     own part too, so every contribution is treated alike), and the owner dequantizes the p parts
+//     it receives and sums them in float32 in rank order — deterministic, and within Σ sₖ/2 of the
+//     exact sum per element (sₖ: the scale of contributor k's block). The packed runs travel as
+//     4-byte words ([Note: packed int8 layout]).
+//   hpZ (hpz_partition_size = k > 1, stage 3): the dp ranks form groups of k consecutive ranks (one
+//     host each; the constructor checks the host names). The first gather of a unit after the
+//     parameters change (the step's first forward) runs over all dp ranks as usual; each rank then
+//     keeps a secondary shard — its 1/k slice of the unit's float32 values as the model reads
+//     them — and every later gather of that unit in the step (backward, later micro-batches) is an
+//     all-gather of those slices within the group. The values are the same, so results are
+//     bitwise those of plain stage 3; the secondary shards are counted in params.
 // [Note: bucket overlap] with overlap on, a bucket's reduction is issued the moment backward
 // finishes its last unit (on the last micro-batch for stages 0/1, on every micro-batch for 2/3),
 // so it runs while backward continues on the lower units; with overlap off, all buckets are
@@ -33,6 +53,16 @@
 // stages 2/3, earlier when backward needs a working buffer and the oldest one in flight must be
 // recycled (so working memory stays near the buckets backward is producing).
 //
+// [Note: bounded staleness] With ZeroOptions::max_staleness = s > 0 (stage 0, float32 reduction, no
+// compression: the stale-synchronous parallelism of Ho et al. 2013) a step's bucket all-reduces are
+// issued as usual but not waited for: defer_reduction() queues them with the gradient buffer they
+// reduce in place, and the next step accumulates into another buffer. retire_reduction() waits for
+// the oldest queued reduction and makes its buffer optimizer_grads(), so the caller applies step
+// t − s's reduced gradients after computing step t's, and a rank is held up by a slower peer only
+// when that peer is more than s steps behind. Every replica applies the same sequence of summed
+// gradients, so parameters stay identical. The s extra buffers are allocated up front and counted
+// in comm_buffers (s·T floats); the MPI backend's progress thread moves the reductions on while
+// the rank computes (parallel/comm_mpi.cpp [Note: progress]). At s = 0 none of this runs.
 // Protocol per step: step_begin(); for each micro-batch m: micro_batch_begin(m is last), forward,
 // backward, micro_batch_end(); grad_norm(); the optimizer over optimizer_range(); step_end().
 // Invariant: after micro_batch_end() of the last micro-batch, optimizer_grads() holds the sum over
@@ -40,6 +70,7 @@
 // parameters (full, or gathered per unit) are the updated ones.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -48,6 +79,7 @@
 #include "kernels/flat_buffer.h"
 #include "parallel/comm.h"
 #include "parallel/grad_buckets.h"
+#include "parallel/grad_compression.h"
 #include "parallel/unit_state.h"
 
 namespace megatrain {
@@ -59,6 +91,19 @@ struct ZeroOptions {
   Precision params = Precision::fp32;  // what compute reads ([Note: 16-bit parameters])
   // The gradient reduction's element type: fp32, or bf16 ([Note: bf16 reduction]).
   Precision grad_reduce = Precision::fp32;
+  // Stage 0 with fp32 reduction only: each bucket reduced by a compressor instead of an all-reduce
+  // (parallel/grad_compression.h), blocking (no overlap with backward); its state (error feedback,
+  // PowerSGD's Q) is counted in comm_buffers.
+  GradCompression compression = GradCompression::none;
+  int powersgd_rank = 4;
+  std::vector<MatrixSpan> matrices = {};  // the layout's 2-D tensors
+  uint64_t seed = 0;
+  int max_staleness = 0;  // [Note: bounded staleness]
+  // [Note: ZeRO++]
+  bool quantized_weights = false;
+  bool quantized_gradients = false;
+  int hpz_partition_size = 1;
+  int64_t quant_block = 256;
 };
 
 // Bytes one rank holds. Model state (params, grads; the optimizer's moments are AdamW's) follows
@@ -97,7 +142,7 @@ class ZeroState final : public UnitState {
   // [0, T) at stages 0–2 and the partition at stage 3; at 16-bit, the masters (optimizer_range()).
   // After writing them (initialisation, a checkpoint), call params_written().
   FlatRange held_params_range() const;
-  float* held_params() { return sixteen_bit() ? masters_.data() : params_.data(); }
+  float* held_params() { return masters_apart() ? masters_.data() : params_.data(); }
   void params_written();
 
   void step_begin();
@@ -127,8 +172,18 @@ class ZeroState final : public UnitState {
   // Global L2 norm of the step's summed gradient (without tensor parallelism).
   double grad_norm();
   void step_end();
+  // [Note: bounded staleness]: after the last micro_batch_end(), queue the step's reductions in
+  // flight; retire_reduction() waits for the oldest and makes it optimizer_grads();
+  // discard_reductions() waits for every queued one and drops them.
+  void defer_reduction();
+  int reductions_in_flight() const { return static_cast<int>(deferred_.size()); }
+  void retire_reduction();
+  void discard_reductions();
 
   ZeroMemory memory() const;
+  // hpZ's group communicator ([Note: ZeRO++]): this rank's group of hpz_partition_size dp ranks
+  // (a communicator of one rank when hpZ is off).
+  const Comm& hpz_comm() const { return hpz_; }
 
   void begin_pass(std::span<const int> param_order) override;
   float* unit_params(int unit) override;
@@ -146,6 +201,8 @@ class ZeroState final : public UnitState {
     std::vector<int64_t> counts;
     FlatRange mine;         // its intersection with this rank's partition
     std::vector<Bf16> send, recv;  // [Note: bf16 reduction]: the rounded bucket, the reduced part
+    std::vector<float> qsend, qrecv;  // qgZ: packed runs as words, to each rank and from each rank
+    std::vector<int64_t> qsend_counts, qrecv_counts;  // qgZ: their sizes in words
   };
   // A unit's parameters as the model reads them: gathered (stage 3) and/or widened from 16 bits.
   struct GatherSlot {
@@ -155,8 +212,20 @@ class ZeroState final : public UnitState {
     Work work;
     FlatBuffer buffer;
     std::vector<uint16_t> packed;  // 16-bit at stage 3: the gathered bits
+    std::vector<uint8_t> quantized;  // qwZ at stage 3: the gathered packed runs
+    bool keep_secondary = false;     // hpZ: a gather over all dp ranks, whose slice is to be kept
   };
   bool sixteen_bit() const { return opt_.params != Precision::fp32; }
+  bool masters_apart() const { return sixteen_bit() || opt_.quantized_weights; }
+  // [Note: ZeRO++] (parallel/zero_pp.cpp)
+  void zeropp_init();
+  void publish_quantized();                   // qwZ: quantize the masters and gather (stages 1–2)
+  Work gather_quantized(GatherSlot& slot, int unit);  // qwZ at stage 3: issue a unit's gather
+  void unpack_quantized(GatherSlot& slot, int unit);  // ... and dequantize it into slot.buffer
+  Work qgz_issue(Bucket& st, const float* g);
+  void qgz_complete(Bucket& st, float* out);
+  bool hpz() const { return opt_.hpz_partition_size > 1; }
+  void keep_secondary(GatherSlot& slot, int unit);
   void publish_masters();  // [Note: 16-bit parameters]: round the masters into the copy and gather it
   float* held_grads();  // the held range's gradients
   void bucket_issue(int b);
@@ -192,7 +261,29 @@ class ZeroState final : public UnitState {
   std::vector<int> grad_free_;
   std::vector<GatherSlot> slots_;      // stage 3 or 16-bit: unit-sized
   bool local_nonfinite_ = false;
-  int64_t reduce16_bytes_ = 0, reduce16_peak_ = 0;  // [Note: bf16 reduction] working copies
+  // The working copies of [Note: bf16 reduction] and of qgZ while a reduction is in flight.
+  int64_t reduce16_bytes_ = 0, reduce16_peak_ = 0;
+  // qwZ: the packed runs of every rank's partition (stages 1–2, gathered in place); at stage 3 this
+  // rank's packed run of each unit's part, from unit_quant_at_[u].
+  std::vector<uint8_t> quantized_;
+  std::vector<int64_t> part_quant_, unit_quant_at_;  // stages 1–2: packed bytes of each rank's part
+  std::vector<std::vector<int64_t>> unit_quant_;     // stage 3: packed bytes of each rank's part of each unit
+  int64_t unit_quant_most_ = 0;                      // stage 3: the largest unit's gathered bytes
+  // hpZ: the group, this rank's slice of each unit (from secondary_at_[u]), each group rank's slice
+  // sizes per unit, and whether the slice holds the current parameters.
+  Comm hpz_;
+  FlatBuffer secondary_;
+  std::vector<int64_t> secondary_at_;
+  std::vector<std::vector<int64_t>> secondary_counts_;
+  std::vector<bool> secondary_valid_;
+  std::unique_ptr<GradCompressor> compressor_;  // ZeroOptions::compression
+  // [Note: bounded staleness]: the queued reductions, oldest first, and the free gradient buffers.
+  struct Deferred {
+    FlatBuffer grads;
+    std::vector<Work> works;
+  };
+  std::deque<Deferred> deferred_;
+  std::vector<FlatBuffer> spare_;
 };
 
 }  // namespace megatrain

@@ -21,9 +21,12 @@ packages=(
   # Debian's CPU-only 1.13 is a 130 MB download; PyPI's torch wheel would pull gigabytes of CUDA libraries.
   python3-torch
   time
-  # scripts/simhosts (simulated hosts for tests/e2e/test_simhosts.sh): ip netns, veth, tc tbf.
+  # scripts/simhosts, the simulated hosts of tests/e2e/test_simhosts.sh: ip netns, veth, tc tbf.
   iproute2
-  # tests/e2e/test_checkpoint_commit_e2e.cpp watches a save's fsyncs and renames with it (skipped without).
+  # scripts/slurm/simcluster, a Slurm cluster of simulated hosts for tests/e2e/test_slurm_multinode.sh;
+  # installing them starts no daemon and writes no cluster configuration.
+  slurmctld slurmd slurm-client munge
+  # tests/e2e/test_checkpoint_commit_e2e.cpp watches a save's fsyncs and renames with it, skipped without.
   strace
   # scripts/check_fresh_setup.sh bootstraps a clean Debian root with it.
   debootstrap

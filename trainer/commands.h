@@ -10,7 +10,7 @@ namespace megatrain {
 struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;  // returns the process exit code
-  // Runs on the MPI world (train, generate, export, import). The others are single-process tools
+  // Runs on the MPI world (train, generate, export, import, selfcheck, plan: its --measure). The others are single-process tools
   // and start without MPI (main.cpp, [Note: MPI start]).
   bool uses_mpi = false;
 };
@@ -28,5 +28,6 @@ Command add_diagnose_command(CLI::App& root);
 Command add_selfcheck_command(CLI::App& root);
 Command add_trace_command(CLI::App& root);
 Command add_checkpoint_command(CLI::App& root);
+Command add_plan_command(CLI::App& root);
 
 }  // namespace megatrain

@@ -12,6 +12,7 @@
 #include "health/health_options.h"
 #include "kernels/device.h"
 #include "model/recompute.h"
+#include "parallel/grad_compression.h"
 #include "trainer/loss_scaler.h"
 
 namespace megatrain {
@@ -31,6 +32,14 @@ struct ParallelConfig {
   int virtual_stages = 1;                  // model chunks per pipeline rank (interleaved)
   std::vector<int> pipeline_layers;        // blocks per virtual stage; empty = n_layers / (pp·virtual_stages) each
   Precision grad_reduce_dtype = Precision::fp32;  // fp32 | bf16: the data-parallel gradient reduction (parallel/zero.h)
+  GradCompression grad_compression = GradCompression::none;  // none | powersgd | onebit (parallel/grad_compression.h)
+  int powersgd_rank = 4;                                      // PowerSGD's rank r
+  int max_staleness = 0;  // stale-synchronous data parallelism: apply step t − s's gradients (parallel/zero.h)
+  // ZeRO++ ([Note: ZeRO++] in parallel/zero.h), DeepSpeed's names: qwZ, qgZ, hpZ and their int8 block.
+  bool zero_quantized_weights = false;
+  bool zero_quantized_gradients = false;
+  int zero_hpz_partition_size = 1;  // 1 = off
+  int zero_quant_block = 256;
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

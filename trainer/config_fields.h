@@ -33,6 +33,8 @@ constexpr Spelling<RouterKind> kRouterSpellings[] = {{RouterKind::softmax, "soft
                                                      {RouterKind::sigmoid, "sigmoid"}};
 constexpr Spelling<DropPolicy> kDropPolicySpellings[] = {{DropPolicy::probs, "probs"},
                                                          {DropPolicy::position, "position"}};
+constexpr Spelling<GradCompression> kGradCompressionSpellings[] = {
+    {GradCompression::none, "none"}, {GradCompression::powersgd, "powersgd"}, {GradCompression::onebit, "onebit"}};
 inline std::span<const Spelling<NormKind>> spellings(NormKind) { return kNormSpellings; }
 inline std::span<const Spelling<PositionKind>> spellings(PositionKind) { return kPositionSpellings; }
 inline std::span<const Spelling<ActivationKind>> spellings(ActivationKind) { return kActivationSpellings; }
@@ -41,6 +43,7 @@ inline std::span<const Spelling<Recompute>> spellings(Recompute) { return kRecom
 inline std::span<const Spelling<Precision>> spellings(Precision) { return kPrecisionSpellings; }
 inline std::span<const Spelling<RouterKind>> spellings(RouterKind) { return kRouterSpellings; }
 inline std::span<const Spelling<DropPolicy>> spellings(DropPolicy) { return kDropPolicySpellings; }
+inline std::span<const Spelling<GradCompression>> spellings(GradCompression) { return kGradCompressionSpellings; }
 
 // [Note: the field table] Every config key, in printing order. C is Config or const Config; V is
 // called as v(section, key, field&). Adding a key here makes it parsed, checked and printed.
@@ -68,6 +71,12 @@ void for_each_field(C& c, V&& v) {
   v("parallel", "sequence_parallel", p.sequence_parallel), v("parallel", "overlap_tp_comm", p.overlap_tp_comm);
   v("parallel", "pipeline_schedule", p.pipeline_schedule), v("parallel", "virtual_stages", p.virtual_stages);
   v("parallel", "pipeline_layers", p.pipeline_layers), v("parallel", "grad_reduce_dtype", p.grad_reduce_dtype);
+  v("parallel", "grad_compression", p.grad_compression), v("parallel", "powersgd_rank", p.powersgd_rank);
+  v("parallel", "max_staleness", p.max_staleness);
+  v("parallel", "zero_quantized_weights", p.zero_quantized_weights);
+  v("parallel", "zero_quantized_gradients", p.zero_quantized_gradients);
+  v("parallel", "zero_hpz_partition_size", p.zero_hpz_partition_size);
+  v("parallel", "zero_quant_block", p.zero_quant_block);
   auto& t = c.train;
   v("train", "seq_len", t.seq_len), v("train", "micro_batch_size", t.micro_batch_size);
   v("train", "global_batch_size", t.global_batch_size), v("train", "steps", t.steps);

@@ -30,6 +30,28 @@ void check_expert_parallel(const Config& c) {
                  "holds n_experts / ep whole experts; pick ep from the divisors of n_experts", f, ep, n);
 }
 
+// ZeRO++ ([Note: ZeRO++] in parallel/zero.h): the combinations that are built. Expert parameters
+// (MoE) keep the exact path, so these switches act on the dense parameters only.
+void check_zeropp(const Config& c) {
+  const std::string& f = c.source;
+  const ParallelConfig& p = c.parallel;
+  MT_INPUT_CHECK(!p.zero_quantized_weights || (p.zero_stage >= 1 && c.train.precision == Precision::fp32),
+                 "{}: parallel.zero_quantized_weights = true (qwZ) quantizes the parameter all-gather of ZeRO "
+                 "stages 1–3 with float32 parameters, but zero_stage = {} and train.precision = \"{}\"; set "
+                 "zero_stage ≥ 1 and precision = \"fp32\", or zero_quantized_weights = false",
+                 f, p.zero_stage, precision_name(c.train.precision));
+  MT_INPUT_CHECK(!p.zero_quantized_gradients || (p.zero_stage >= 1 && p.grad_reduce_dtype == Precision::fp32),
+                 "{}: parallel.zero_quantized_gradients = true (qgZ) quantizes the float32 gradient reduce-scatter of "
+                 "ZeRO stages 1–3, but zero_stage = {} and grad_reduce_dtype = \"{}\"; set zero_stage ≥ 1 and "
+                 "grad_reduce_dtype = \"fp32\", or zero_quantized_gradients = false",
+                 f, p.zero_stage, precision_name(p.grad_reduce_dtype));
+  MT_INPUT_CHECK(p.zero_hpz_partition_size == 1 || (p.zero_stage == 3 && p.dp % p.zero_hpz_partition_size == 0),
+                 "{}: parallel.zero_hpz_partition_size = {} (hpZ) keeps a secondary parameter shard per group of that "
+                 "many data-parallel ranks at ZeRO stage 3, so it needs zero_stage = 3 (got {}) and must divide "
+                 "dp = {}; pick a divisor of dp (ranks per host), or 1 to turn hpZ off",
+                 f, p.zero_hpz_partition_size, p.zero_stage, p.dp);
+}
+
 }  // namespace
 
 void validate_config_fields(const Config& c) {
@@ -47,6 +69,10 @@ void validate_config_fields(const Config& c) {
   r.positive("parallel.bucket_size_mb", p.bucket_size_mb);
   r.check(p.grad_reduce_dtype != Precision::fp16, "parallel.grad_reduce_dtype", "\"fp16\"", "\"fp32\" or \"bf16\"",
           "(fp16 sums of gradients overflow; bf16 keeps float32's range)");
+  r.at_least("parallel.powersgd_rank", p.powersgd_rank, 1);
+  r.at_least("parallel.max_staleness", p.max_staleness, 0, "(0 = synchronous)");
+  r.at_least("parallel.zero_hpz_partition_size", p.zero_hpz_partition_size, 1, "(1 = off)");
+  r.at_least("parallel.zero_quant_block", p.zero_quant_block, 1);
 
   const TrainConfig& t = c.train;
   r.at_least("train.seq_len", t.seq_len, 1);
@@ -204,6 +230,31 @@ void resolve_config(Config& c, int world_size) {
                  "each micro-batch's weight gradients past its backward, but ZeRO 2 and 3 reduce-scatter a "
                  "micro-batch's gradients as its backward ends; use zero_stage 0 or 1 with it",
                  f, p.zero_stage);
+  // Gradient compression replaces stage 0's all-reduce of each float32 bucket (parallel/zero.h).
+  MT_INPUT_CHECK(p.grad_compression == GradCompression::none ||
+                     (p.zero_stage == 0 && p.grad_reduce_dtype == Precision::fp32 && m.moe.n_experts == 0),
+                 "{}: parallel.grad_compression = \"{}\" compresses ZeRO stage 0's float32 all-reduce of a dense "
+                 "model's gradients, but zero_stage = {}, grad_reduce_dtype = \"{}\", moe.n_experts = {}; set "
+                 "zero_stage = 0 and grad_reduce_dtype = \"fp32\" on a dense model, or grad_compression = \"none\"",
+                 f, grad_compression_name(p.grad_compression), p.zero_stage, precision_name(p.grad_reduce_dtype),
+                 m.moe.n_experts);
+  // Stale-synchronous training (parallel/zero.h [Note: bounded staleness]) is built for ZeRO stage
+  // 0's float32 all-reduce of a dense model on data parallelism alone, in float32, with no step
+  // that needs this step's reduced gradients at once (loss scaling, spike rollback).
+  MT_INPUT_CHECK(p.max_staleness == 0 ||
+                     (p.zero_stage == 0 && p.grad_reduce_dtype == Precision::fp32 &&
+                      p.grad_compression == GradCompression::none && m.moe.n_experts == 0 && p.tp == 1 && p.pp == 1 &&
+                      p.cp == 1 && c.train.precision != Precision::fp16 && c.health.on_spike != "rollback"),
+                 "{}: parallel.max_staleness = {} is built for ZeRO stage 0's float32 all-reduce of a dense model on "
+                 "data parallelism alone, but zero_stage = {}, grad_reduce_dtype = \"{}\", grad_compression = \"{}\", "
+                 "moe.n_experts = {}, tp = {}, pp = {}, cp = {}, train.precision = \"{}\", health.on_spike = \"{}\"; "
+                 "set zero_stage = 0, grad_reduce_dtype = \"fp32\", grad_compression = \"none\", tp = pp = cp = 1 "
+                 "on a dense model, precision \"fp32\" or \"bf16\" and on_spike \"warn\" or \"skip\", or "
+                 "max_staleness = 0",
+                 f, p.max_staleness, p.zero_stage, precision_name(p.grad_reduce_dtype),
+                 grad_compression_name(p.grad_compression), m.moe.n_experts, p.tp, p.pp, p.cp,
+                 precision_name(c.train.precision), c.health.on_spike);
+  check_zeropp(c);
   const int stages = p.pp * p.virtual_stages;  // virtual stages
   if (!p.pipeline_layers.empty()) {
     int sum = 0;

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
                                    add_generate_command(app), add_export_command(app), add_import_command(app),
                                    add_tokenize_command(app), add_data_command(app), add_tokenizer_command(app),
                                    add_diagnose_command(app), add_selfcheck_command(app),
-                                   add_trace_command(app), add_checkpoint_command(app)};
+                                   add_trace_command(app), add_checkpoint_command(app),
+                                   add_plan_command(app)};
   const bool uses_mpi = argc > 1 && std::ranges::any_of(commands, [&](const Command& c) {
     return c.uses_mpi && c.app->get_name() == argv[1];
   });

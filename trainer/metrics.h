@@ -48,6 +48,7 @@ struct StepMetrics {
   // sat blocked on its neighbours (the bubble and the transfers it waited for), stage order.
   // compute_ms = step_time_ms − exposed_comm_ms − tp_exposed_ms − ep_exposed_ms − this rank's pp idle time.
   double comm_ms = 0, exposed_comm_ms = 0, comm_bytes = 0, compute_ms = 0;
+  double hpz_comm_bytes = 0;  // of comm_bytes, those moved within the rank's hpZ group (one host)
   double tp_comm_ms = 0, tp_exposed_ms = 0;
   // Expert parallelism: the ep group's communication (the token all-to-alls and their counts) in
   // flight and blocked, and the time MoE blocks spent moving tokens (permute, exchange, regroup,

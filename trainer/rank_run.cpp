@@ -17,6 +17,24 @@ ZeroOptions zero_options(const Config& c) {
           c.parallel.grad_reduce_dtype};
 }
 
+// The dense ZeroState's options: with gradient compression, the layout's 2-D tensors.
+ZeroOptions dense_zero_options(const Config& c, const ParamLayout& layout) {
+  ZeroOptions z = zero_options(c);
+  z.compression = c.parallel.grad_compression;
+  z.powersgd_rank = c.parallel.powersgd_rank;
+  z.seed = c.train.seed;
+  z.max_staleness = c.parallel.max_staleness;
+  z.quantized_weights = c.parallel.zero_quantized_weights;
+  z.quantized_gradients = c.parallel.zero_quantized_gradients;
+  z.hpz_partition_size = c.parallel.zero_hpz_partition_size;
+  z.quant_block = c.parallel.zero_quant_block;
+  if (z.compression != GradCompression::none)
+    for (size_t i = 0; i < layout.size(); ++i)
+      if (layout.local_shape(i).ndim == 2)
+        z.matrices.push_back({layout.offset(i), layout.local_shape(i)[0], layout.local_shape(i)[1]});
+  return z;
+}
+
 AdamWOptions adamw_options(const Config& c) {
   const auto& o = c.optimizer;
   return {o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip, o.decay_embeddings, o.decay_norms_and_biases};
@@ -88,7 +106,7 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
       chunk_units(chunk_unit_bounds(layout, ranges)),
       stored_layout(gpt_param_layout(c.model)),
       // Gradient buckets break where each chunk after the first starts.
-      zero(gpt_param_units(layout, ranges), dp_comm, zero_options(c),
+      zero(gpt_param_units(layout, ranges), dp_comm, dense_zero_options(c, layout),
            std::vector<int>(chunk_units.begin() + 1, chunk_units.end() - 1)),
       optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded()),
       split_backward_(splits_backward(steps)),
@@ -321,7 +339,7 @@ MemoryMetrics RankRun::memory() const {
   return m;
 }
 
-double RankRun::train_step(int64_t batch, double loss_scale) {
+double RankRun::forward_backward(int64_t batch, double loss_scale) {
   batch_ = batch;
   loss_scale_ = loss_scale;
   loss_sum_ = 0.0;
@@ -332,13 +350,18 @@ double RankRun::train_step(int64_t batch, double loss_scale) {
   zero.step_begin();
   if (experts) experts->zero.step_begin();
   pipeline_->run(steps, *this);
+  return loss_sum_;
+}
+
+double RankRun::train_step(int64_t batch, double loss_scale) {
+  const double loss_sum = forward_backward(batch, loss_scale);
   // The gradients of values held twice: a tied embedding's two copies (first and last stage)
   // summed over the embedding group before their bucket's data-parallel reduction (parallel/zero.h
   // [Note: held bucket]), so both stages reduce and update the same values at any ZeRO stage;
   // then partial ones summed over their tensor-parallel sharers.
   zero.reduce_held([&](float* g) { embedding_comm_->all_reduce(g, embedding_range_.size()).wait(); });
   tp_shared_.reduce_partial_grads(zero.optimizer_grads(), zero.optimizer_range());
-  return mean_over_replicas(loss_sum_, data.train().micro_batches_per_step());
+  return mean_over_replicas(loss_sum, data.train().micro_batches_per_step());
 }
 
 double RankRun::grad_norm() {
@@ -374,7 +397,11 @@ RankRun::Overflow RankRun::first_overflow(bool loss_nonfinite) {
   const int64_t w = world.size(), r = world.rank();
   const int64_t cause = loss_nonfinite ? 3 : local_bad ? 2 : reduced_bad ? 1 : 0;
   int64_t key = cause == 0 ? 0 : cause * w + (w - 1 - r);
-  world.all_reduce(&key, 1, ReduceOp::max).wait();
+  if (cfg.parallel.max_staleness == 0) {
+    world.all_reduce(&key, 1, ReduceOp::max).wait();
+  } else {  // [Note: stale-synchronous step]: reduced when queued; reduced gradients are alike everywhere
+    key = std::max(stale_key_, reduced_bad ? w + (w - 1) : int64_t{0});
+  }
   if (key == 0) return {};
   static constexpr const char* kWhere[] = {"", "reduced grad", "grad", "loss"};
   return {static_cast<int>(w - 1 - key % w), kWhere[key / w]};

@@ -3,6 +3,7 @@
 // over its shard, and the PipelineWork the executor drives through a step's schedule. The step
 // loop (trainer/train.cpp) calls train_step, grad_norm, the optimizer and evaluate.
 #pragma once
+#include <deque>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -32,6 +33,15 @@ class RankRun final : public PipelineWork {
   // reduced over the data-parallel ranks (parallel/zero.h), the loss gradient multiplied by
   // loss_scale (fp16). Returns the mean loss over the global batch.
   double train_step(int64_t batch, double loss_scale = 1.0);
+  // [Note: stale-synchronous step] (trainer/rank_run_stale.cpp), parallel.max_staleness = s > 0:
+  // the update of 0-based step `step` is built from global batch step + data_skip. Before it,
+  // every batch up to step + s not yet computed, and below `horizon` (the next step at which no
+  // reduction may be in flight: a save, the run's end), is computed on the current parameters
+  // and its reductions (gradients, loss, overflow key) queued; then the step's own are waited
+  // for and its reduced gradients become zero.optimizer_grads(). Returns the step's mean loss.
+  double stale_step(int64_t step, int64_t data_skip, int64_t horizon);
+  // Waits for the queued reductions and drops them (a stop between two horizons).
+  void stale_discard();
   // Where this step's first Inf/NaN came from, the same on every rank (robustness spec R16): the
   // lowest rank whose own loss (`loss_nonfinite`) or own gradients before the data-parallel
   // reduction held one; failing that, the lowest rank whose reduced gradients do (an overflow in
@@ -105,6 +115,18 @@ class RankRun final : public PipelineWork {
     int backwards_left = 0;            // in the running step
   };
   double mean_over_replicas(double sum, int micro) const;
+  // Forward + backward of global batch `batch` through the pipeline; this rank's loss sum.
+  double forward_backward(int64_t batch, double loss_scale);
+  // [Note: stale-synchronous step]: a queued step's loss sum and overflow key (first_overflow's),
+  // each reduced in place by its Work; a deque keeps their addresses while later ones are queued.
+  struct StaleScalars {
+    double loss = 0.0;
+    int64_t key = 0;
+    Work loss_work, key_work;
+  };
+  std::deque<StaleScalars> stale_;
+  int64_t stale_next_ = 0;        // the next step whose batch is computed
+  int64_t stale_key_ = 0;         // the retired step's reduced overflow key
   // ZeRO's hook before the step that writes the chunk's final gradients of a micro-batch (its
   // backward, or its weight step when backwards are split); micro_batch_end() closes it.
   void gradients_begin(int chunk);

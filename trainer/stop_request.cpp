@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <csignal>
+#include <exception>
 
 namespace megatrain {
 namespace {
@@ -29,6 +31,9 @@ StopRequests::StopRequests(const Config& cfg, const Comm& world)
 }
 
 StopRequests::~StopRequests() {
+  // Agreements in flight write into pending_: wait for them, unless an error unwinds (the job ends).
+  if (std::uncaught_exceptions() == 0)
+    for (const Pending& p : pending_) p.work.wait();
   sigaction(SIGUSR1, &g_previous_usr1, nullptr);
   sigaction(SIGTERM, &g_previous_term, nullptr);
 }
@@ -36,9 +41,17 @@ StopRequests::~StopRequests() {
 std::string StopRequests::agree(int64_t steps_this_run) {
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() / 60.0;
   const TrainConfig& t = cfg_.train;
-  int64_t why[3] = {g_signal, t.exit_duration_mins > 0 && minutes >= t.exit_duration_mins ? 1 : 0,
-                    t.exit_after_steps > 0 && steps_this_run >= t.exit_after_steps ? 1 : 0};
-  world_.all_reduce(why, 3, ReduceOp::max).wait();
+  const int64_t steps_done = t.exit_after_steps > 0 && steps_this_run >= t.exit_after_steps ? 1 : 0;
+  Pending& p = pending_.emplace_back();
+  p.why = {g_signal, t.exit_duration_mins > 0 && minutes >= t.exit_duration_mins ? 1 : 0, steps_done};
+  p.work = world_.all_reduce(p.why.data(), 3, ReduceOp::max);
+  std::array<int64_t, 3> why{0, 0, steps_done};
+  if (pending_.size() > static_cast<size_t>(cfg_.parallel.max_staleness)) {
+    pending_.front().work.wait();
+    why = pending_.front().why;
+    why[2] = std::max(why[2], steps_done);
+    pending_.pop_front();
+  }
   if (why[0] != 0) return fmt::format("signal {}", why[0] == SIGUSR1 ? "SIGUSR1" : why[0] == SIGTERM ? "SIGTERM" : "?");
   if (why[1] != 0) return fmt::format("train.exit_duration_mins = {}", t.exit_duration_mins);
   if (why[2] != 0) return fmt::format("train.exit_after_steps = {}", t.exit_after_steps);

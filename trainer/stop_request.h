@@ -6,8 +6,13 @@
 // every rank stops after the same step even when only one rank was signalled or one rank's clock
 // passed the limit first. The trainer then saves (checkpoint.dir) and exits with kExitStopped.
 // A signal arriving while the run saves and exits changes nothing (the flag is already set).
+// With parallel.max_staleness = s > 0 the all-reduce is not waited for: the flags agreed after a
+// step are acted on s steps later, so a slower peer does not hold up every step (trainer/
+// rank_run_stale.cpp); exit_after_steps, which every rank knows alike, still acts at once.
 #pragma once
+#include <array>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <string>
 
@@ -30,9 +35,14 @@ class StopRequests {
   std::string agree(int64_t steps_this_run);
 
  private:
+  struct Pending {
+    std::array<int64_t, 3> why{};
+    Work work;
+  };
   const Config& cfg_;
   Comm world_;
   std::chrono::steady_clock::time_point start_;
+  std::deque<Pending> pending_;  // agreements in flight, oldest first (at most max_staleness + 1)
 };
 
 }  // namespace megatrain

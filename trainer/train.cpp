@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -43,6 +44,7 @@ struct Logged {
   double time = 0.0;
   int64_t steps = 0;
   CommStats dp, tp, pp, ep;
+  int64_t hpz_bytes = 0;  // of dp's, within the hpZ group
   void add(double dt, const CommStats& d, const CommStats& t, const CommStats& p, const CommStats& e) {
     time += dt;
     ++steps;
@@ -206,6 +208,16 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   MetricsLog log(cfg.log.metrics_file, rank0, start_step);
   TrainResult result;
   Logged logged;
+  // [Note: stale-synchronous step] (trainer/rank_run_stale.cpp): the steps after which no gradient
+  // reduction may be in flight: a periodic save, exit_after_steps' stop, the run's last step.
+  const auto stale_horizon = [&](int64_t step) {
+    int64_t h = cfg.train.steps;
+    const int64_t every = cfg.checkpoint.save_interval;
+    if (checkpointer && every > 0) h = std::min(h, (step / every + 1) * every);
+    if (cfg.train.exit_after_steps > 0) h = std::min(h, start_step + cfg.train.exit_after_steps);
+    return h;
+  };
+  const bool hpz = cfg.parallel.zero_hpz_partition_size > 1;
   const auto start = Clock::now();
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     progress.enter(step == start_step ? Section::init : Section::step, step + 1);  // init ends with the first step
@@ -218,13 +230,17 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     run.pp_comm.reset_stats();
     run.groups.ep().reset_stats();
     run.groups.edp().reset_stats();
+    if (hpz) run.zero.hpz_comm().reset_stats();
     world.reset_stats();
     const double scale = scaler ? scaler->scale() : 1.0;
-    // MEGATRAIN_FAULT nan: this rank's loss, or (a NaN loss scale) its gradients before any reduction.
-    const Fault* nan = faults.find(FaultKind::nan, rank, step + 1);
+    // MEGATRAIN_FAULT nan: this rank's loss, or (a NaN loss scale) its gradients before any reduction
+    // (synchronous training only: a stale step computes other steps' batches).
+    const Fault* nan = cfg.parallel.max_staleness == 0 ? faults.find(FaultKind::nan, rank, step + 1) : nullptr;
     if (nan) log_injection(*nan, rank, step + 1, "where=" + nan->detail);
     const bool nan_grads = nan && nan->detail == "grad", loss_nonfinite = nan && nan->detail == "loss";
-    double loss = run.train_step(step + data_skip, nan_grads ? std::numeric_limits<double>::quiet_NaN() : scale);
+    double loss = cfg.parallel.max_staleness > 0
+                      ? run.stale_step(step, data_skip, stale_horizon(step))
+                      : run.train_step(step + data_skip, nan_grads ? std::numeric_limits<double>::quiet_NaN() : scale);
     // MEGATRAIN_FAULT spike strikes the data: the step that trains on global batch `step` (1-based).
     if (const Fault* f = faults.find(FaultKind::spike, rank, step + 1 + data_skip)) {
       log_injection(*f, rank, step + 1, fmt::format("factor={} batch={}", f->factor, step + 1 + data_skip));
@@ -277,6 +293,10 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     // The expert-data-parallel reduction of expert gradients counts as data-parallel communication.
     CommStats dp = run.dp_comm.stats();
     dp += run.groups.edp().stats();
+    // hpZ's gathers within a host group are data-parallel communication too ([Note: ZeRO++]).
+    const CommStats hpz_stats = hpz ? run.zero.hpz_comm().stats() : CommStats{};
+    dp += hpz_stats;
+    logged.hpz_bytes += hpz_stats.bytes_moved;
     const CommStats tp = run.tp_comm.stats(), pp = run.pp_comm.stats(), ep = run.groups.ep().stats();
     const double waited_ms =
         dp.exposed_ms + tp.exposed_ms + pp.exposed_ms + ep.exposed_ms + world.stats().exposed_ms;
@@ -309,6 +329,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       m.comm_ms = logged.dp.busy_ms / n;
       m.exposed_comm_ms = logged.dp.exposed_ms / n;
       m.comm_bytes = static_cast<double>(logged.dp.bytes_moved) / n;
+      m.hpz_comm_bytes = static_cast<double>(logged.hpz_bytes) / n;
       m.tp_comm_ms = logged.tp.busy_ms / n;
       m.tp_exposed_ms = logged.tp.exposed_ms / n;
       m.pp_comm_ms = logged.pp.busy_ms / n;
@@ -364,6 +385,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     }
   }
   progress.enter(Section::checkpoint, progress.step());
+  run.stale_discard();  // a stop between two horizons leaves later steps' reductions in flight
   if (checkpointer) checkpointer->wait();
   return result;
 }

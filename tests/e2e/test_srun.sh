@@ -24,24 +24,8 @@ fi
 dir=$(mktemp -d "${TMPDIR:-/tmp}/megatrain-srun.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 
-"$bin" preprocess --tokenizer bytes --input /usr/share/common-licenses/GPL-3 --output-prefix "$dir/train" >/dev/null
-cat >"$dir/tiny.toml" <<EOF
-[model]
-n_layers = 2
-d_model = 64
-n_heads = 4
-vocab_size = 257
-max_seq_len = 64
-[train]
-seq_len = 64
-micro_batch_size = 4
-global_batch_size = 8
-steps = 3
-[data]
-train = "$dir/train"
-[log]
-interval = 1
-EOF
+source "$(dirname "$0")/../tiny_model.sh"
+tiny_model "$bin" "$dir" 4 8 3
 
 set +e
 out=$(cd "$dir" && OMP_NUM_THREADS=1 timeout 300 srun -n 2 --mpi="$mpi" --immediate=60 --job-name=megatrain-srun-test \

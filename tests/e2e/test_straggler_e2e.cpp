@@ -3,7 +3,7 @@
 // per step from step 5 is reported — it and only it — by step 25 (5 + 2 windows), with a score,
 // its host and node and the last-arrival share, in the log and in reports/straggler.jsonl; a clean
 // run, one slow step (a SLOW_STEP event instead), every rank slowed alike and a delay under the
-// 5 ms floor report nothing; rank 0 slowing down after 30 clean steps is an
+// health.straggler_min_ms floor report nothing; rank 0 slowing down after 30 clean steps is an
 // INDIVIDUAL_DEGRADATION by step 50.
 #include <gtest/gtest.h>
 
@@ -64,9 +64,14 @@ TEST_F(StragglerE2E, ASlowRankIsNamedWithinTwoWindowsAndAloneOnTheLogAndInTheRep
 }
 
 TEST_F(StragglerE2E, NoiseAHiccupUniformSlownessAndASmallDelayAreNotStragglers) {
-  for (const std::string fault : {"", "slow:rank=1:ms=300:from_step=30:to_step=30", "slow:rank=*:ms=50",
-                                  "slow:rank=2:ms=3"}) {
-    const auto r = run(fault, 60);
+  // The small delay (8 ms) stays 12 ms under a 20 ms floor: a 5 ms floor with a 3 ms delay left
+  // only 2 ms for scheduling noise, which a loaded CI machine exceeded once.
+  const std::pair<std::string, std::string> cases[] = {{"", ""},
+                                                       {"slow:rank=1:ms=300:from_step=30:to_step=30", ""},
+                                                       {"slow:rank=*:ms=50", ""},
+                                                       {"slow:rank=2:ms=8", "--set health.straggler_min_ms=20"}};
+  for (const auto& [fault, extra] : cases) {
+    const auto r = run(fault, 60, extra);
     ASSERT_EQ(r.code, 0) << fault << "\n" << r.output;
     EXPECT_EQ(r.output.find("STRAGGLER"), std::string::npos) << fault << "\n" << r.output;
     EXPECT_EQ(r.output.find("INDIVIDUAL_DEGRADATION"), std::string::npos) << fault << "\n" << r.output;

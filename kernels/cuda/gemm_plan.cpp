@@ -1,0 +1,120 @@
+// cuBLASLt descriptors and heuristic results, cached per problem (kernels/cuda/gemm_plan.h).
+#include "kernels/cuda/gemm_plan.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+#include "kernels/check.h"
+
+namespace megatrain::cuda {
+namespace {
+
+cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::none: return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::gelu_aux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmEpilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
+    case GemmEpilogue::bgradb: return CUBLASLT_EPILOGUE_BGRADB;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+bool has_aux(GemmEpilogue e) {
+  return e == GemmEpilogue::gelu_aux || e == GemmEpilogue::gelu_aux_bias || e == GemmEpilogue::dgelu;
+}
+
+template <class T>
+void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value, const char* what) {
+  check_cublas(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), what);
+}
+
+std::string describe(const GemmKey& k) {
+  return fmt::format("m={} n={} k={} lda={} ldb={} ldd={} trans_a={} trans_b={} operand type {} compute {} "
+                     "epilogue {} alignments a/b/d/bias/aux {}/{}/{}/{}/{}",
+                     k.g.m, k.g.n, k.g.k, k.g.lda, k.g.ldb, k.g.ldd, k.g.trans_a, k.g.trans_b,
+                     static_cast<int>(k.ab_type), static_cast<int>(k.compute), static_cast<int>(k.epilogue), k.a_align,
+                     k.b_align, k.d_align, k.bias_align, k.aux_align);
+}
+
+}  // namespace
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw Error(fmt::format("cuBLASLt: {}: {}", what, cublasLtGetStatusString(status)));
+}
+
+int pointer_alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int align = 1;
+  while (align < 256 && a % static_cast<uintptr_t>(2 * align) == 0) align *= 2;
+  return align;
+}
+
+GemmPlan::GemmPlan(cublasLtHandle_t handle, const GemmKey& key, size_t workspace_bytes, const void* bias,
+                   const void* aux) {
+  const ColumnMajorGemm& g = key.g;
+  cublasLtMatmulDesc_t raw_desc = nullptr;
+  check_cublas(cublasLtMatmulDescCreate(&raw_desc, key.compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  desc.reset(raw_desc);
+  const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_attr(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, ta, "set TRANSA");
+  set_attr(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, tb, "set TRANSB");
+  set_attr(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(key.epilogue), "set EPILOGUE");
+  // Bias, bias gradient and aux take D's type (float32) by default, which is what is wanted here.
+  if (has_aux(key.epilogue)) set_attr(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldd, "set EPILOGUE_AUX_LD");
+  set_epilogue_pointers(bias, aux);
+
+  // Stored shapes: A is m × k (k × m when transposed), B is k × n (n × k); C and D are m × n.
+  const auto layout = [](Layout& out, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, const char* what) {
+    cublasLtMatrixLayout_t raw = nullptr;
+    check_cublas(cublasLtMatrixLayoutCreate(&raw, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+                 what);
+    out.reset(raw);
+  };
+  layout(a, key.ab_type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, "cublasLtMatrixLayoutCreate (A)");
+  layout(b, key.ab_type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, "cublasLtMatrixLayoutCreate (B)");
+  layout(d, CUDA_R_32F, g.m, g.n, g.ldd, "cublasLtMatrixLayoutCreate (D)");
+
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  check_cublas(cublasLtMatmulPreferenceCreate(&raw_pref), "cublasLtMatmulPreferenceCreate");
+  const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, cublasStatus_t (*)(cublasLtMatmulPreference_t)> pref(
+      raw_pref, cublasLtMatmulPreferenceDestroy);
+  const auto pref_attr = [&](cublasLtMatmulPreferenceAttributes_t attr, auto value, const char* what) {
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &value, sizeof(value)), what);
+  };
+  pref_attr(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(workspace_bytes), "workspace size");
+  pref_attr(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(key.a_align), "A alignment");
+  pref_attr(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(key.b_align), "B alignment");
+  pref_attr(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(key.d_align), "C alignment");
+  pref_attr(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(key.d_align), "D alignment");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, a.get(), b.get(), d.get(), d.get(),
+                                                           raw_pref, 1, &result, &found);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    why_not = fmt::format("cuBLASLt has no algorithm for the GEMM {} ({})", describe(key), cublasLtGetStatusString(st));
+    return;
+  }
+  algo = result.algo;
+  runnable = true;
+}
+
+void GemmPlan::set_epilogue_pointers(const void* bias, const void* aux) {
+  if (bias) set_attr(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "set BIAS_POINTER");
+  if (aux) set_attr(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, "set EPILOGUE_AUX_POINTER");
+}
+
+GemmPlan& GemmPlanCache::get(cublasLtHandle_t handle, const GemmKey& key, size_t workspace_bytes, const void* bias,
+                             const void* aux) {
+  auto it = plans_.find(key);
+  if (it == plans_.end())
+    it = plans_.emplace(key, std::make_unique<GemmPlan>(handle, key, workspace_bytes, bias, aux)).first;
+  else
+    it->second->set_epilogue_pointers(bias, aux);
+  return *it->second;
+}
+
+}  // namespace megatrain::cuda

@@ -1,0 +1,57 @@
+// Dispatch of the elementwise ops and the optimizer's primitives over flat ranges (see ops.cpp for
+// the pattern).
+#include <cstring>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ops.h"
+#include "kernels/ops_dispatch.h"
+
+namespace megatrain {
+
+using namespace dispatch;
+
+void add_forward(const Stream& s, Tensor out, Tensor a, Tensor b) {
+  DeviceBackend* dev = backend_for(s, "add_forward", {out, a, b});
+  expect_f32(a, "a", out.numel());
+  expect_f32(b, "b", out.numel());
+  if (dev) return dev->add_forward(s, out.f32(), a.f32(), b.f32(), out.numel());
+  cpu::add_forward(out.f32(), a.f32(), b.f32(), out.numel());
+}
+
+void copy(const Stream& s, Tensor out, Tensor inp) {
+  DeviceBackend* dev = backend_for(s, "copy", {out, inp});
+  expect_f32(out, "out", inp.numel());
+  if (dev) return dev->copy(s, out.f32(), inp.f32(), inp.numel());
+  std::memcpy(out.f32(), inp.f32(), inp.bytes());
+}
+
+void dropout_apply(const Stream& s, Tensor x, float p, const RngKey& key) {
+  DeviceBackend* dev = backend_for(s, "dropout_apply", {x});
+  MT_CHECK(p >= 0.0f && p < 1.0f, "dropout probability {} outside [0, 1)", p);
+  if (p == 0.0f) return;
+  if (dev) return dev->dropout_apply(s, x.f32(), x.numel(), p, key);
+  cpu::dropout_apply(x.f32(), x.numel(), p, key);
+}
+
+double sum_squares(const Stream& s, Tensor x) {
+  if (DeviceBackend* dev = backend_for(s, "sum_squares", {x})) return dev->sum_squares(s, x.f32(), x.numel());
+  return cpu::sum_squares(x.f32(), x.numel());
+}
+
+void scale_inplace(const Stream& s, Tensor x, float factor) {
+  DeviceBackend* dev = backend_for(s, "scale_inplace", {x});
+  if (dev) return dev->scale_inplace(s, x.f32(), x.numel(), factor);
+  cpu::scale_inplace(x.f32(), x.numel(), factor);
+}
+
+void adamw_update(const Stream& s, Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& st) {
+  DeviceBackend* dev = backend_for(s, "adamw_update", {param, grad, m, v});
+  const int64_t n = param.numel();
+  expect_f32(grad, "grad", n);
+  expect_f32(m, "exp_avg", n);
+  expect_f32(v, "exp_avg_sq", n);
+  if (dev) return dev->adamw_update(s, param.f32(), grad.f32(), m.f32(), v.f32(), n, st);
+  cpu::adamw_update(param.f32(), grad.f32(), m.f32(), v.f32(), n, st);
+}
+
+}  // namespace megatrain
