@@ -38,7 +38,11 @@ Command add_train_command(CLI::App& root) {
             agree_on_config(cfg, world);
             StartupTimes::instance().mark("config");
             if (world.rank() == 0) fmt::print("# resolved config\n{}\n", config_to_toml(cfg));
-            return run_training(cfg, world, opts->train).stopped_at > 0 ? kExitStopped : 0;
+            if (run_training(cfg, world, opts->train).stopped_at > 0) return kExitStopped;
+            // The resilient driver takes exit 0 as "finished" only with this line: a launcher that
+            // started no rank (srun's "task launch failed") may end 0 as well.
+            if (world.rank() == 0) spdlog::info("TRAIN_FINISHED steps={}", cfg.train.steps);
+            return 0;
           },
           /*uses_mpi=*/true};
 }

@@ -4,6 +4,7 @@
 //    weights of a fault-free run, bit for bit;
 //  - a host (virtual: MEGATRAIN_RANKS_PER_NODE = 2) whose two ranks stop, with the trainer's own
 //    watchdog off: the driver sees the heartbeats stop, names the node and its ranks, restarts;
+//  - a launch that starts no rank yet ends 0 (srun after a requeue): restarted, not "finished";
 //  - a rank dying before the first save in every launch: exit 93 after 3 attempts without progress;
 //    a bad config: exit 64 after one attempt;
 //  - a chaos soak of random kills, hangs, exceptions, slow ranks and checkpoint crashes: every fault
@@ -37,11 +38,11 @@ class ResilientE2E : public test::TrainE2E {
   }
   // The driver over `trainer(steps) extra`, with MEGATRAIN_FAULT = fault.
   test::Result drive(const std::string& fault, int steps, const std::string& driver_flags = "",
-                     const std::string& extra = "", int timeout_s = 300) {
+                     const std::string& extra = "", int timeout_s = 300, const std::string& launcher = "") {
     return test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MEGATRAIN_RANKS_PER_NODE=2"
                            " MEGATRAIN_FAULT='" + fault + "' " MEGATRAIN_SOURCE_DIR "/scripts/megatrain-resilient"
                            " --checkpoint-dir " + (dir_ / "ckpt").string() + " --run-dir " + (dir_ / "run").string() +
-                           " --backoff-s 0.2 --max-backoff-s 1 " + driver_flags + " -- " + trainer(steps) + " " + extra,
+                           " --backoff-s 0.2 --max-backoff-s 1 " + driver_flags + " -- " + launcher + trainer(steps) + " " + extra,
                            timeout_s);
   }
   // The same run without faults or driver, into dir_/clean; its metrics lines.
@@ -91,6 +92,25 @@ TEST_F(ResilientE2E, AKilledRankCostsOneRestartFromTheLastCheckpointAndNotABit) 
   const double restart_s = starts[1]["t_wall"].get<double>() - of(ev, "FAULT_INJECTED")[0]["t_wall"].get<double>();
   expect_equals_clean_run(40, clean_run(40, ""));
   std::printf("kill at step 25: 1 restart from step 20 (5 steps lost), relaunched %.2f s after the kill\n", restart_s);
+}
+
+// A launch that ends 0 without training (srun after a requeue: "task launch failed", exit 0) is
+// not a finished run: the driver restarts, and the run ends with the fault-free weights.
+TEST_F(ResilientE2E, ALaunchThatStartsNoRankIsRestartedNotCalledFinished) {
+  const fs::path launcher = dir_ / "flaky_launcher.sh";
+  std::ofstream(launcher) << "if [ ! -e \"$0.once\" ]; then touch \"$0.once\"\n"
+                             "  echo 'srun: error: task 0 launch failed: Unspecified error'; exit 0\nfi\nexec \"$@\"\n";
+  const auto r = drive("", 20, "", "", 300, "sh " + launcher.string() + " ");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto ev = events();
+  const auto exits = of(ev, "exit");
+  ASSERT_EQ(exits.size(), 2u) << r.output;
+  EXPECT_EQ(exits[0]["code"], 69);
+  EXPECT_EQ(exits[1]["code"], 0);
+  EXPECT_EQ(of(ev, "restart").size(), 1u);
+  ASSERT_EQ(of(ev, "TRAIN_FINISHED").size(), 1u);
+  EXPECT_EQ(of(ev, "TRAIN_FINISHED")[0]["steps"], "20");
+  expect_equals_clean_run(20, clean_run(20, ""));
 }
 
 // Robustness spec R18, at dp = 4: a bit flipped in rank 2's copy of a weight after step 22 is found
