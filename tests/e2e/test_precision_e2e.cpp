@@ -28,9 +28,9 @@ class PrecisionE2E : public test::TrainE2E {
     return sum / 10.0;
   }
   // norm_rel: the first step's gradient norm's tolerance (1e-4; 2^-8, one bf16 rounding, when the
-  // gradients are reduced in bf16).
+  // gradients are reduced in bf16). step_rel: every step's loss (1 %; 2 % with bf16 reductions).
   static void expect_close(const std::vector<json>& want, const std::vector<json>& got, const std::string& what,
-                           double norm_rel = 1e-4) {
+                           double norm_rel = 1e-4, double step_rel = 0.01) {
     ASSERT_EQ(want.size(), got.size()) << what;
     ASSERT_EQ(want.size(), 40u) << what;
     for (const char* k : {"loss", "grad_norm"}) {
@@ -39,7 +39,7 @@ class PrecisionE2E : public test::TrainE2E {
     }
     for (size_t i = 0; i < want.size(); ++i) {
       const double a = want[i]["loss"].get<double>(), b = got[i]["loss"].get<double>();
-      EXPECT_NEAR(b, a, 0.01 * a) << what << ": loss at step " << i + 1;
+      EXPECT_NEAR(b, a, step_rel * a) << what << ": loss at step " << i + 1;
     }
     EXPECT_NEAR(mean_tail(got), mean_tail(want), 0.005 * mean_tail(want)) << what << ": mean of the last 10 losses";
   }
@@ -80,7 +80,12 @@ TEST_F(PrecisionE2E, Bf16OnEveryLayoutLikeOneProcess) {
 // 2T + T, and bf16 parameters with parallel.grad_reduce_dtype = bf16 T + T (plus the same 16 bytes
 // of loss and norm scalars): each switch saves exactly T. Memory: the 16-bit copy is half the
 // float32 parameters and the float32 masters are the rank's half. bf16 reductions train like
-// float32 ones (the same tolerances as above against one bf16 process).
+// float32 ones against one bf16 process: the same tolerances as above, except each step's loss
+// within 2 %: rounding every reduced gradient to bf16 (2^-9 relative, against float32's reordering
+// at 1e-7) moves the loss most at the batches where it jumps — on one machine 1.0 % at step 17 and
+// 0.55 % at step 27, every other step within 0.03 %, the runs rejoining at the next step; how much
+// depends on the CPU's float32 rounding (-march=native), so a 1 % bound passed on some machines only.
+// The last 10 steps' mean stays within 0.5 %.
 TEST_F(PrecisionE2E, SixteenBitParametersAndReductionsMoveHalfTheBytes) {
   const std::string run = std::string(kRun) + " --set parallel.zero_stage=1";
   const auto fp32 = train_mpi(2, run, "fp32");
@@ -99,7 +104,7 @@ TEST_F(PrecisionE2E, SixteenBitParametersAndReductionsMoveHalfTheBytes) {
   EXPECT_EQ(mem16["master_params"], 4 * ((T + 1) / 2));
   EXPECT_EQ(mem32["master_params"], 0);
   const std::string bf16_run = std::string(kRun) + " --set train.precision=bf16";
-  expect_close(train(bf16_run, "single.jsonl"), both16, "bf16 dp 2 ZeRO 1, bf16 reductions", 0x1p-8);
+  expect_close(train(bf16_run, "single.jsonl"), both16, "bf16 dp 2 ZeRO 1, bf16 reductions", 0x1p-8, 0.02);
 }
 
 // Checkpoints hold the float32 master weights: a bf16 run saved after step 3 of 6 resumes in bf16

@@ -7,7 +7,8 @@
 //  - a launch that starts no rank yet ends 0 (srun after a requeue): restarted, not "finished";
 //  - a rank dying before the first save in every launch: exit 93 after 3 attempts without progress;
 //    a bad config: exit 64 after one attempt;
-//  - a chaos soak of random kills, hangs, exceptions, slow ranks and checkpoint crashes: every fault
+//  - a chaos soak of random kills, hangs, exceptions, slow ranks and checkpoint crashes (one per 30
+//    steps of this machine on average, at least 1 s apart): every fault
 //    detected that its launch ran long enough to detect (a slow rank is judged over whole straggler
 //    windows; the next fault or the end of training may come first), the run finishes, and its final weights equal the fault-free run's; no process is
 //    left. Prints the figures (detection latency, restarts, ETTR).
@@ -15,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -157,9 +159,22 @@ TEST_F(ResilientE2E, ACrashLoopStopsWith93AndABadConfigIsNeverRetried) {
   EXPECT_EQ(of(events(), "start").size(), 1u);
 }
 
+// The faults' mean interval is 30 of this machine's steps (at least 1 s), measured on the fault-free
+// run first: a launch must run 10 steps past a save to make progress, so with a fixed 1 s a slow or
+// loaded machine (60 ms steps in one CI run against 18 ms here) saw three launches in a row die
+// before their save and the driver, rightly, called it a crash loop (93). With 30 steps a launch
+// dies before its save with probability 1 − e^(−1/3) ≈ 0.28; the soak allows 6 such launches in a
+// row (0.28^6 ≈ 5e-4; the crash-loop stop itself is the test above) and draws ~20 faults.
 TEST_F(ResilientE2E, AChaosSoakEndsWithTheFaultFreeWeights) {
   const std::string flags = "--set log.interval=10 --set health.straggler_window=10";
-  const auto r = drive("random:seed=7:mtti_s=1:kinds=kill,hang,exc,slow,ckpt_crash", 600, "--max-restarts 60", flags, 480);
+  const auto clean = clean_run(600, flags);
+  ASSERT_EQ(clean.size(), 60u);  // a line every 10 steps
+  std::vector<double> step_ms;
+  for (const json& m : clean) step_ms.push_back(m["step_time_ms"].get<double>());
+  std::nth_element(step_ms.begin(), step_ms.begin() + 30, step_ms.end());
+  const double mtti_s = std::max(1.0, 0.030 * step_ms[30]);
+  const auto r = drive(fmt::format("random:seed=7:mtti_s={:.2f}:kinds=kill,hang,exc,slow,ckpt_crash", mtti_s), 600,
+                       "--max-restarts 60 --no-progress-cycles 6", flags, 480);
   ASSERT_EQ(r.code, 0) << r.output;
   const auto ev = events();
   const auto faults = of(ev, "faults");
@@ -171,10 +186,10 @@ TEST_F(ResilientE2E, AChaosSoakEndsWithTheFaultFreeWeights) {
   // "[m]" keeps the pattern from matching the shell that runs pgrep.
   const auto survivors = test::run_shell("pgrep -fc '[m]egatrain train --config " + config_.string() + "'");
   EXPECT_EQ(survivors.output, "0\n") << "processes outlived the soak";
-  expect_equals_clean_run(600, clean_run(600, flags));
-  std::printf("chaos soak: %d faults injected, %d detected (%zu cut short), detection mean %.2f s max %.2f s, "
+  expect_equals_clean_run(600, clean);
+  std::printf("chaos soak (mtti %.2f s): %d faults injected, %d detected (%zu cut short), detection mean %.2f s max %.2f s, "
               "%d launches, ETTR %.1f%% over %.1f s\n",
-              faults[0]["injected"].get<int>(), faults[0]["detected"].get<int>(), faults[0]["cut_short"].size(),
+              mtti_s, faults[0]["injected"].get<int>(), faults[0]["detected"].get<int>(), faults[0]["cut_short"].size(),
               faults[0]["mean_detection_s"].get<double>(), faults[0]["max_detection_s"].get<double>(),
               end["attempts"].get<int>(), 100 * end["ettr"].get<double>(), end["wall_s"].get<double>());
 }
