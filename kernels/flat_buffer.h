@@ -1,6 +1,7 @@
 // FlatBuffer: one flat, 64-byte aligned, zero-initialised float buffer that owns its memory —
 // the storage of every kind of per-parameter state (parameters, gradients, optimizer moments,
-// shards and communication buffers). Movable, not copyable.
+// shards and communication buffers) — in host memory, or in the memory of a stream's device.
+// Movable, not copyable.
 #pragma once
 #include <cstdint>
 
@@ -13,9 +14,12 @@ class FlatBuffer {
  public:
   FlatBuffer() = default;
   explicit FlatBuffer(int64_t n) : arena_(static_cast<size_t>(n) * 4), data_(arena_.alloc_f32(n)), n_(n) {}
+  FlatBuffer(int64_t n, const Stream& s) : arena_(static_cast<size_t>(n) * 4, s), data_(arena_.alloc_f32(n)), n_(n) {}
   float* data() const { return data_; }
   int64_t size() const { return n_; }
-  Tensor all() const { return Tensor(data_, Shape{n_}); }
+  Device device() const { return arena_.device(); }
+  // Elements [first, first + n) as a 1-D tensor of the buffer's device.
+  Tensor part(int64_t first, int64_t n) const { return Tensor(data_ + first, Shape{n}).on(device()); }
 
  private:
   Arena arena_;

@@ -117,6 +117,10 @@ void position_embedding_backward(const Stream& s, Tensor dwpe,  // (P, C) +=
 // ---- elementwise ----
 void add_forward(const Stream& s, Tensor out, Tensor a, Tensor b);  // out = a + b, (N) each
 void copy(const Stream& s, Tensor out, Tensor inp);                 // out = inp, (N) each
+// Between a tensor of the stream's device and host memory of tensor.bytes() bytes (a memcpy on
+// CPU): copy_from_host may reuse `host` once it returns; copy_to_host returns once the bytes are in.
+void copy_from_host(const Stream& s, Tensor out, const void* host);
+void copy_to_host(const Stream& s, void* host, Tensor in);
 // Inverted dropout in place: keep with probability 1 − p, scale kept values by 1/(1 − p).
 // The mask is a pure function of (key, key.offset + element index), so backward regenerates it and
 // a slice of a tensor given its first element's index as offset gets the slice of the whole mask.

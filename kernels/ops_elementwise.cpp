@@ -25,6 +25,18 @@ void copy(const Stream& s, Tensor out, Tensor inp) {
   std::memcpy(out.f32(), inp.f32(), inp.bytes());
 }
 
+void copy_from_host(const Stream& s, Tensor out, const void* host) {
+  DeviceBackend* dev = backend_for(s, "copy_from_host", {out});
+  if (dev) return dev->copy_to_device(s, out.data, host, out.bytes());
+  std::memcpy(out.data, host, out.bytes());
+}
+
+void copy_to_host(const Stream& s, void* host, Tensor in) {
+  DeviceBackend* dev = backend_for(s, "copy_to_host", {in});
+  if (dev) return dev->copy_to_host(s, host, in.data, in.bytes());
+  std::memcpy(host, in.data, in.bytes());
+}
+
 void dropout_apply(const Stream& s, Tensor x, float p, const RngKey& key) {
   DeviceBackend* dev = backend_for(s, "dropout_apply", {x});
   MT_CHECK(p >= 0.0f && p < 1.0f, "dropout probability {} outside [0, 1)", p);

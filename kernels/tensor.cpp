@@ -1,5 +1,8 @@
 #include "kernels/tensor.h"
 
+#include "kernels/cuda/backend.h"
+#include "kernels/device.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -75,13 +78,36 @@ Tensor Tensor::reshaped(Shape s) const {
   return t;
 }
 
-void Arena::Free::operator()(void* p) const { std::free(p); }
+Tensor Tensor::part(int64_t first, Shape s) const {
+  MT_CHECK(first >= 0 && first + s.numel() <= numel(), "part [{}, {}) of a tensor of {} elements", first,
+           first + s.numel(), numel());
+  Tensor t = *this;
+  t.data = static_cast<char*>(data) + static_cast<size_t>(first) * dtype_size(dtype);
+  t.shape = s;
+  return t;
+}
+
+void Arena::Free::operator()(void* p) const {
+  if (device == Device::cuda)
+    cuda_backend().deallocate(p);
+  else
+    std::free(p);
+}
 
 Arena::Arena(size_t bytes) : capacity_(aligned(bytes)) {
   void* p = capacity_ ? std::aligned_alloc(64, capacity_) : nullptr;
   MT_CHECK(capacity_ == 0 || p, "out of memory allocating {} bytes", capacity_);
   if (p) std::memset(p, 0, capacity_);
   block_.reset(p);
+}
+
+Arena::Arena(size_t bytes, const Stream& s) : Arena(s.device == Device::cpu ? bytes : 0) {
+  if (s.device == Device::cpu) return;
+  capacity_ = aligned(bytes);
+  DeviceBackend& backend = cuda_backend();
+  void* p = backend.allocate(s, capacity_);
+  block_ = std::unique_ptr<void, Free>(p, Free{Device::cuda});
+  if (p) backend.memset(s, p, 0, capacity_);
 }
 
 Arena Arena::measuring() {

@@ -50,13 +50,26 @@ struct Tensor {
   uint16_t* half() const;  // bf16 or f16 bits
   // The same memory seen with another shape of equal element count.
   Tensor reshaped(Shape s) const;
+  // s.numel() elements from element `first` on, with shape s (same dtype and device).
+  Tensor part(int64_t first, Shape s) const;
+  // The same view, saying its memory is `d`'s (the caller knows where the pointer points).
+  Tensor on(Device d) const {
+    Tensor t = *this;
+    t.device = d;
+    return t;
+  }
 };
 
+struct Stream;
+
 // Bump allocator over one 64-byte-aligned block. reserve() during planning, then alloc().
+// The block is host memory, or device memory of the stream's device (zeroed either way); the
+// tensors it hands out carry that device.
 class Arena {
  public:
   Arena() = default;
   explicit Arena(size_t bytes);
+  Arena(size_t bytes, const Stream& s);
   // An arena that only counts: alloc returns nullptr and used() is the capacity a real one needs.
   static Arena measuring();
   Arena(Arena&&) noexcept = default;
@@ -64,7 +77,9 @@ class Arena {
 
   float* alloc_f32(int64_t n);
   int32_t* alloc_i32(int64_t n);
-  Tensor tensor(Shape s) { return Tensor(alloc_f32(s.numel()), s); }
+  Tensor tensor(Shape s) { return Tensor(alloc_f32(s.numel()), s).on(device()); }
+  Tensor tensor_i32(Shape s) { return Tensor(alloc_i32(s.numel()), s).on(device()); }
+  Device device() const { return block_.get_deleter().device; }
   size_t used() const { return used_; }
   size_t capacity() const { return capacity_; }
   void reset() { used_ = 0; }
@@ -73,9 +88,10 @@ class Arena {
  private:
   void* alloc_bytes(size_t bytes);
   struct Free {
+    Device device;
     void operator()(void* p) const;
   };
-  std::unique_ptr<void, Free> block_;
+  std::unique_ptr<void, Free> block_{nullptr, Free{Device::cpu}};
   size_t capacity_ = 0;
   size_t used_ = 0;
   bool measuring_ = false;

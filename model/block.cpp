@@ -25,8 +25,11 @@ BlockParamIndex block_param_index(const ParamLayout& layout, int layer) {
   return x;
 }
 
-BlockWeights block_weights(const ParamLayout& layout, const BlockParamIndex& x, float* data, int64_t data_begin) {
-  auto v = [&](size_t i) { return i == BlockParamIndex::kAbsent ? Tensor{} : layout.view_in(data, data_begin, i); };
+BlockWeights block_weights(const ParamLayout& layout, const BlockParamIndex& x, float* data, int64_t data_begin,
+                           Device device) {
+  auto v = [&](size_t i) {
+    return i == BlockParamIndex::kAbsent ? Tensor{} : layout.view_in(data, data_begin, i, device);
+  };
   BlockWeights w;
   w.attn = {{v(x.attn_norm_w), v(x.attn_norm_b)}, v(x.qkv_w), v(x.qkv_b), v(x.proj_w), v(x.proj_b)};
   w.moe = x.router != BlockParamIndex::kAbsent;

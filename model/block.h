@@ -32,7 +32,8 @@ struct BlockParamIndex {
 BlockParamIndex block_param_index(const ParamLayout& layout, int layer);
 // Views of a block's dense tensors in a buffer holding the flat range from `data_begin` on
 // (data[j] = flat element data_begin + j of the layout). Allocates nothing.
-BlockWeights block_weights(const ParamLayout& layout, const BlockParamIndex& index, float* data, int64_t data_begin);
+BlockWeights block_weights(const ParamLayout& layout, const BlockParamIndex& index, float* data, int64_t data_begin,
+                           Device device = Device::cpu);
 // Views of an MoE block's expert tensors (its expert unit: model/params.h) in such a buffer, into w.
 void bind_expert_weights(BlockWeights& w, const ParamLayout& layout, const BlockParamIndex& index, float* data,
                          int64_t data_begin);

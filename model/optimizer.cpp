@@ -6,10 +6,11 @@
 
 namespace megatrain {
 
-AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& opt) : AdamW(layout, opt, {0, layout.total()}, layout.total()) {}
+AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& opt, const Stream& s)
+    : AdamW(layout, opt, {0, layout.total()}, layout.total(), s) {}
 
-AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& opt, FlatRange range, int64_t padded)
-    : layout_(layout), opt_(opt), range_(range), m_(padded), v_(padded) {
+AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& opt, FlatRange range, int64_t padded, const Stream& s)
+    : layout_(layout), opt_(opt), range_(range), stream_(s), m_(padded, s), v_(padded, s) {
   MT_CHECK(padded >= range.size() && range.begin >= 0 && range.end <= layout.total(), "AdamW range [{}, {}) of {}",
            range.begin, range.end, layout.total());
 }
@@ -26,7 +27,7 @@ bool AdamW::decays(const ParamSpec& s) const {
 }
 
 double AdamW::grad_norm(const float* grads) const {
-  return std::sqrt(sum_squares(Stream::cpu(), Tensor(const_cast<float*>(grads), Shape{layout_.total()})));
+  return std::sqrt(sum_squares(stream_, Tensor(const_cast<float*>(grads), Shape{layout_.total()}).on(stream_.device)));
 }
 
 void AdamW::step(float* params, const float* grads, float lr, double norm, float unscale) {
@@ -42,7 +43,6 @@ void AdamW::step(float* params, const float* grads, float lr, double norm, float
   st.grad_scale = unscale;
   if (opt_.grad_clip > 0.0f && norm > opt_.grad_clip)
     st.grad_scale = static_cast<float>(opt_.grad_clip / (norm + 1e-6) * unscale);
-  const Stream s = Stream::cpu();
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamSpec& spec = layout_.spec(i);
     if (spec.group == ParamGroup::state) continue;
@@ -52,8 +52,9 @@ void AdamW::step(float* params, const float* grads, float lr, double norm, float
     if (mine.size() == 0) continue;
     const Shape flat{mine.size()};
     const int64_t j = mine.begin - range_.begin;
-    adamw_update(s, Tensor(params + j, flat), Tensor(const_cast<float*>(grads) + j, flat), Tensor(m_.data() + j, flat),
-                 Tensor(v_.data() + j, flat), st);
+    const Device d = stream_.device;
+    adamw_update(stream_, Tensor(params + j, flat).on(d), Tensor(const_cast<float*>(grads) + j, flat).on(d),
+                 m_.part(j, mine.size()), v_.part(j, mine.size()), st);
   }
 }
 

@@ -1,10 +1,13 @@
 // AdamW over the flat parameter buffer (PyTorch semantics, see kernels/cpu/adamw.cpp), with
 // global gradient-norm clipping. Weight decay applies to matrices; embeddings, norm weights and
 // biases are excluded unless the options include them. Moments share the parameter layout; with
-// ZeRO the optimizer owns one flat range of it (its shard) and updates only that range.
+// ZeRO the optimizer owns one flat range of it (its shard) and updates only that range. It runs on
+// a stream: its moments live in that stream's device memory, and so must the parameters and
+// gradients it is given.
 #pragma once
 #include <cstdint>
 
+#include "kernels/device.h"
 #include "model/params.h"
 
 namespace megatrain {
@@ -19,10 +22,11 @@ struct AdamWOptions {
 class AdamW {
  public:
   // The whole layout.
-  AdamW(const ParamLayout& layout, const AdamWOptions& opt);
+  AdamW(const ParamLayout& layout, const AdamWOptions& opt, const Stream& s = Stream::cpu());
   // Only the flat range `range` (a ZeRO shard); the moments are padded to `padded` ≥ range.size()
   // floats so every data-parallel rank holds the same amount.
-  AdamW(const ParamLayout& layout, const AdamWOptions& opt, FlatRange range, int64_t padded);
+  AdamW(const ParamLayout& layout, const AdamWOptions& opt, FlatRange range, int64_t padded,
+        const Stream& s = Stream::cpu());
 
   // Global L2 norm of a full gradient buffer (over all parameters, padding is zero).
   double grad_norm(const float* grads) const;
@@ -34,7 +38,8 @@ class AdamW {
   FlatRange range() const { return range_; }
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t) { t_ = t; }  // when resuming from a checkpoint
-  float* exp_avg() const { return m_.data(); }      // element j = flat element range().begin + j
+  // In the stream's device memory; element j = flat element range().begin + j.
+  float* exp_avg() const { return m_.data(); }
   float* exp_avg_sq() const { return v_.data(); }
   int64_t state_bytes() const { return (m_.size() + v_.size()) * static_cast<int64_t>(sizeof(float)); }
 
@@ -44,6 +49,7 @@ class AdamW {
   const ParamLayout& layout_;
   AdamWOptions opt_;
   FlatRange range_;
+  Stream stream_;
   FlatBuffer m_, v_;
   int64_t t_ = 0;
 };

@@ -100,9 +100,10 @@ class ParamLayout {
   const std::vector<FlatRange>& owned() const { return owned_; }
   Tensor view(float* base, size_t i) const { return Tensor(base + offsets_[i], local_[i]); }
   // Tensor i's local view in a buffer holding only the flat range starting at `data_begin`
-  // (data[j] is flat element data_begin + j); the tensor must lie inside that buffer.
-  Tensor view_in(float* data, int64_t data_begin, size_t i) const {
-    return Tensor(data + (offsets_[i] - data_begin), local_[i]);
+  // (data[j] is flat element data_begin + j); the tensor must lie inside that buffer, in the memory
+  // of `device`.
+  Tensor view_in(float* data, int64_t data_begin, size_t i, Device device = Device::cpu) const {
+    return Tensor(data + (offsets_[i] - data_begin), local_[i]).on(device);
   }
 
  private:

@@ -1,7 +1,6 @@
 #include "model/stage.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "model/embedding.h"
 #include "model/linear.h"
@@ -13,7 +12,7 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
              const StageOptions& options, UnitState& state, TensorParallel tp, StageExperts experts)
     : cfg_(cfg), B_(micro_batch_size), T_(seq_len), range_(range), options_(options), tp_(std::move(tp)),
       local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})), layout_(layout),
-      units_(gpt_param_units(layout_, range)), state_(state), stream_(Stream::cpu(options.matmul)) {
+      units_(gpt_param_units(layout_, range)), state_(state), stream_{options.device, nullptr, options.matmul} {
   MT_CHECK(layout.tp().rank == tp_.rank() && layout.tp().size == tp_.size(),
            "the layout is for tp rank {} of {}, the stage runs as rank {} of {}", layout.tp().rank, layout.tp().size,
            tp_.rank(), tp_.size());
@@ -25,6 +24,9 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
   MT_CHECK(options.recompute_layers >= 0, "recompute_layers = {} < 0", options.recompute_layers);
   for (int l = 0; l < range_.layers; ++l) block_index_.push_back(block_param_index(layout_, range_.first_layer + l));
   expert_units_ = moe_expert_units(layout_, {range_});
+  MT_CHECK(expert_units_.empty() || options.device == Device::cpu,
+           "the stage has MoE blocks, whose routing and token dispatch run on the host: it computes on the CPU "
+           "only (train.device = \"cpu\")");
   for (int l = 0, k = 0; l < range_.layers; ++l) {
     const bool moe = block_index_[static_cast<size_t>(l)].router != BlockParamIndex::kAbsent;
     moe_unit_.push_back(moe ? k++ : -1);
@@ -62,7 +64,8 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
     measured_bytes_ = Arena::aligned(measure.used());
     return;
   }
-  arena_ = Arena(measure.used());
+  arena_ = Arena(measure.used(), stream_);
+  if (range_.head) host_losses_.resize(static_cast<size_t>(B_) * static_cast<size_t>(T_));
   plan(arena_);
   w_.resize(static_cast<size_t>(range_.layers));
   g_.resize(static_cast<size_t>(range_.layers));
@@ -133,7 +136,8 @@ void Stage::reset_step_tokens() {
 
 void Stage::bind_unit(int unit, float* p, UnitViews v) const {
   const int64_t begin = units_[static_cast<size_t>(unit)].begin;
-  auto view = [&](size_t i) { return i == BlockParamIndex::kAbsent ? Tensor{} : layout_.view_in(p, begin, i); };
+  const Device d = stream_.device;
+  auto view = [&](size_t i) { return i == BlockParamIndex::kAbsent ? Tensor{} : layout_.view_in(p, begin, i, d); };
   if (range_.embedding && unit == 0) {
     v.wte = view(wte_index_);
     v.wpe = view(wpe_index_);
@@ -144,7 +148,7 @@ void Stage::bind_unit(int unit, float* p, UnitViews v) const {
     if (!shares_embedding()) v.head = view(head_index_);
   } else {
     const auto l = static_cast<size_t>(unit - block_unit(0));
-    v.blocks[l] = block_weights(layout_, block_index_[l], p, begin);
+    v.blocks[l] = block_weights(layout_, block_index_[l], p, begin, d);
   }
 }
 
@@ -166,8 +170,8 @@ void Stage::plan(Arena& arena) {
   const AttentionActivations* shared_core =
       options_.recompute == Recompute::selective ? &scratch_.recomputed.attn : nullptr;
   for (Activations& a : acts_) {
-    a.tokens = Tensor(arena.alloc_i32(N), Shape{B_, T_});
-    a.targets = Tensor(arena.alloc_i32(N), Shape{B_, T_});
+    a.tokens = arena.tensor_i32(Shape{B_, T_});
+    a.targets = arena.tensor_i32(Shape{B_, T_});
     a.residual.clear();
     a.blocks.clear();
     for (int l = 0; l <= range_.layers; ++l) a.residual.push_back(arena.tensor(Shape{Nl, C}));
@@ -235,7 +239,7 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
       MT_CHECK(mb.tokens[i] >= 0 && mb.tokens[i] < cfg_.vocab_size,
                "token id {} out of range [0, {}) at position {}: the dataset's tokenizer does not match "
                "model.vocab_size", mb.tokens[i], cfg_.vocab_size, i);
-    std::memcpy(a.tokens.data, mb.tokens, sizeof(int32_t) * static_cast<size_t>(N));
+    copy_from_host(s, a.tokens, mb.tokens);
     acquire_params(0);
     embedding_layer_forward(s, tp_, local_, a.residual[0], sc.partial, a.tokens, {wte_, wpe_}, T_,
                             dropout_site(a.options, -1));
@@ -243,7 +247,7 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
   } else {
     MT_CHECK(input.numel() == a.residual[0].numel(), "stage input of {} floats, expected {}", input.numel(),
              a.residual[0].numel());
-    std::memcpy(a.residual[0].data, input.data, sizeof(float) * static_cast<size_t>(input.numel()));
+    copy(s, a.residual[0], input);
   }
   for (int l = 0; l < range_.layers; ++l) {
     const auto li = static_cast<size_t>(l);
@@ -270,7 +274,7 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
     MT_CHECK(mb.targets[i] >= 0 && mb.targets[i] < cfg_.vocab_size,
              "target id {} out of range [0, {}) at position {}: the dataset's tokenizer does not match "
              "model.vocab_size", mb.targets[i], cfg_.vocab_size, i);
-  std::memcpy(a.targets.data, mb.targets, sizeof(int32_t) * static_cast<size_t>(N));
+  copy_from_host(s, a.targets, mb.targets);
   acquire_params(head_unit());
   norm_forward(s, cfg_, a.final_norm, a.residual.back(), final_w_);
   tp_.enter_forward(a.head_in, a.final_norm.out);
@@ -279,9 +283,9 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
   if (shares_embedding()) release_params(0);
   vocab_parallel_cross_entropy(s, tp_, local_, a.losses, a.logits, a.row_max, a.sums, a.targets, a.options.grad,
                                a.options.dloss_scale);
+  copy_to_host(s, host_losses_.data(), a.losses);
   double sum = 0.0;
-  const float* losses = a.losses.f32();
-  for (int64_t i = 0; i < N; ++i) sum += losses[i];
+  for (float loss : host_losses_) sum += loss;
   return static_cast<float>(sum / static_cast<double>(N));
 }
 
@@ -319,7 +323,7 @@ Tensor Stage::backward_pass(int slot, Tensor dout, bool defer) {
   } else {
     MT_CHECK(dout.numel() == dres.numel(), "stage output gradient of {} floats, expected {}", dout.numel(),
              dres.numel());
-    std::memcpy(dres.data, dout.data, sizeof(float) * static_cast<size_t>(dout.numel()));
+    copy(s, dres, dout);
   }
   for (int l = range_.layers - 1; l >= 0; --l) {
     const auto li = static_cast<size_t>(l);

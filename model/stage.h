@@ -47,6 +47,9 @@ struct StageOptions {
   Recompute recompute = Recompute::none;
   int recompute_layers = 0;     // full recompute: blocks covered, from the stage's first; 0: all
   Precision matmul = Precision::fp32;  // what the linear layers multiply (kernels/device.h)
+  // Where the stage computes: its activations live in that device's memory, and the UnitState's
+  // parameters and gradients must too (tokens and targets come from the host).
+  Device device = Device::cpu;
   // Plan the activations without allocating them (trainer/plan_memory.h): activation_bytes() says
   // what the stage would hold; such a stage never runs, so its state and tp need no communicator.
   bool measure_only = false;
@@ -192,6 +195,7 @@ class Stage {
   Tensor wte_, wpe_, head_, dwte_, dwpe_, dhead_;
   NormWeights final_w_, final_g_;
   Stream stream_;
+  std::vector<float> host_losses_;  // the last stage's token losses, read back from the stream's device
   // MoE blocks: their expert state and units, the token exchange, its scratch, the step's stats.
   UnitState* experts_ = nullptr;
   std::vector<FlatRange> expert_units_;

@@ -1,7 +1,5 @@
 #include "model/sublayer.h"
 
-#include <cstring>
-
 namespace megatrain {
 
 Tensor enter_region(const TensorParallel& tp, const NormActivations& norm, Tensor gathered) {
@@ -22,7 +20,7 @@ void apply_dropout(const Stream& s, Tensor x, const DropoutSite& drop, uint32_t 
 
 Tensor through_dropout(const Stream& s, Tensor dout, Tensor scratch, const DropoutSite& drop, uint32_t site) {
   if (drop.p <= 0.0f) return dout;
-  std::memcpy(scratch.f32(), dout.f32(), dout.bytes());
+  copy(s, scratch.part(0, dout.shape), dout);
   apply_dropout(s, scratch, drop, site);
   return scratch;
 }

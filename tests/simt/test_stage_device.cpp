@@ -1,0 +1,187 @@
+// A model stage on a CUDA stream (StageOptions::device) — its activations in device memory, its
+// parameters and gradients in device memory through the UnitState — computes what the same stage
+// on the CPU computes: the ops' dispatch, the kernels (their own source under the host SIMT
+// emulation, backend_simt.h) and the stage's host <-> device traffic (tokens and targets up, the
+// token losses down, a stage's input and output gradient handed on in device memory).
+//
+// Tolerance: float32 on both sides with sums in different orders, compounded through the layers,
+// the head and back: the loss within 1e-6 relative, every gradient tensor within 1e-5 of its
+// largest element (measured: 6e-7 at most; a wrong index, a lost term or a skipped upload is
+// orders of magnitude above).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/flat_buffer.h"
+#include "model/stage.h"
+#include "tests/model/tiny_models.h"
+#include "tests/simt/backend_simt.h"
+
+namespace megatrain {
+namespace {
+
+constexpr int kB = 2, kT = 8;
+constexpr double kLossRtol = 1e-6, kGradRtol = 1e-5;
+
+ForwardOptions training(uint64_t first_sample) {
+  ForwardOptions o;
+  o.grad = LossGrad::in_place;
+  o.dloss_scale = 1.0f / static_cast<float>(2 * kB * kT);  // two micro-batches make the global batch
+  o.dropout = true;
+  o.dropout_seed = 5;
+  o.first_sample = first_sample;
+  return o;
+}
+
+class StageOnDevice : public ::testing::Test {
+ protected:
+  void SetUp() override { set_cuda_backend(backend_.get()); }
+  void TearDown() override { set_cuda_backend(nullptr); }
+  std::unique_ptr<DeviceBackend> backend_ = test::make_simt_backend();
+};
+
+// Parameters initialised from a seed and zero gradients, in host memory or in device memory.
+class Buffers {
+ public:
+  Buffers(DeviceBackend& backend, Device device, const ParamLayout& layout, const ModelConfig& cfg)
+      : backend_(backend), device_(device), n_(layout.total()), host_params_(n_), host_grads_(n_) {
+    init_params(layout, host_params_.data(), cfg, 11);
+    if (device_ == Device::cpu) return;
+    const size_t bytes = static_cast<size_t>(n_) * sizeof(float);
+    params_ = static_cast<float*>(backend.allocate(stream(), bytes));
+    grads_ = static_cast<float*>(backend.allocate(stream(), bytes));
+    backend.copy_to_device(stream(), params_, host_params_.data(), bytes);
+    backend.memset(stream(), grads_, 0, bytes);
+  }
+  ~Buffers() {
+    backend_.deallocate(params_);
+    backend_.deallocate(grads_);
+  }
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+
+  float* params() { return device_ == Device::cpu ? host_params_.data() : params_; }
+  float* grads() { return device_ == Device::cpu ? host_grads_.data() : grads_; }
+  std::vector<float> grads_on_host() {
+    if (device_ == Device::cpu) return {host_grads_.data(), host_grads_.data() + n_};
+    std::vector<float> out(static_cast<size_t>(n_));
+    backend_.copy_to_host(stream(), out.data(), grads_, out.size() * sizeof(float));
+    return out;
+  }
+
+ private:
+  Stream stream() const { return Stream{device_, nullptr, Precision::fp32}; }
+  DeviceBackend& backend_;
+  Device device_;
+  int64_t n_;
+  FlatBuffer host_params_, host_grads_;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+};
+
+// One pipeline stage with its buffers on `device`.
+struct DeviceStage {
+  ParamLayout layout;
+  Buffers buffers;
+  FullState state;
+  Stage stage;
+  DeviceStage(DeviceBackend& backend, Device device, const ModelConfig& cfg, StageRange range, StageOptions options)
+      : layout(gpt_param_layout(cfg, TpCoord{}, false, range)), buffers(backend, device, layout, cfg),
+        state(gpt_param_units(layout, range), buffers.params(), buffers.grads()),
+        stage(cfg, kB, kT, layout, range, with_device(options, device), state,
+              TensorParallel(int64_t{kB} * kT, cfg.d_model)) {}
+  static StageOptions with_device(StageOptions o, Device d) {
+    o.device = d;
+    return o;
+  }
+};
+
+void expect_same_gradients(const ParamLayout& layout, const std::vector<float>& got, const std::vector<float>& want,
+                           const std::string& what) {
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const auto begin = static_cast<size_t>(layout.offset(i));
+    const auto n = static_cast<size_t>(layout.local_shape(i).numel());
+    double largest = 0.0;
+    for (size_t j = begin; j < begin + n; ++j) largest = std::max(largest, std::fabs(static_cast<double>(want[j])));
+    ASSERT_GT(largest, 0.0) << what << ": " << layout.spec(i).name << " has no gradient on the CPU";
+    double worst = 0.0;
+    for (size_t j = begin; j < begin + n; ++j)
+      worst = std::max(worst, std::fabs(static_cast<double>(got[j]) - static_cast<double>(want[j])));
+    EXPECT_LE(worst, kGradRtol * largest) << what << ": " << layout.spec(i).name;
+  }
+}
+
+// Two micro-batches in flight (forward A, forward B, backward B, backward A) through a whole-model
+// stage: the losses and the accumulated gradients of the CUDA stage equal the CPU stage's.
+TEST_F(StageOnDevice, AWholeModelStageComputesTheCpuLossesAndGradients) {
+  for (const ModelConfig& cfg : {test::gpt2_like(), test::llama_like()}) {
+    const std::string what = cfg.norm == NormKind::rmsnorm ? "llama-like" : "gpt2-like";
+    const StageRange whole{0, cfg.n_layers, true, true};
+    StageOptions options;
+    options.slots = 2;
+    DeviceStage cpu(*backend_, Device::cpu, cfg, whole, options), dev(*backend_, Device::cuda, cfg, whole, options);
+    const auto in_a = test::tokens(kB * kT, cfg.vocab_size, 1), tg_a = test::tokens(kB * kT, cfg.vocab_size, 2);
+    const auto in_b = test::tokens(kB * kT, cfg.vocab_size, 3), tg_b = test::tokens(kB * kT, cfg.vocab_size, 4);
+    const MicroBatch a{in_a.data(), tg_a.data(), training(0)}, b{in_b.data(), tg_b.data(), training(kB)};
+    for (int slot : {0, 1}) {
+      const MicroBatch& mb = slot == 0 ? a : b;
+      const float want = cpu.stage.forward(slot, mb), got = dev.stage.forward(slot, mb);
+      EXPECT_NEAR(got, want, kLossRtol * std::fabs(want)) << what << " micro-batch " << slot;
+    }
+    for (int slot : {1, 0}) {
+      EXPECT_EQ(cpu.stage.backward(slot).data, nullptr);
+      EXPECT_EQ(dev.stage.backward(slot).data, nullptr);
+    }
+    expect_same_gradients(cpu.layout, dev.buffers.grads_on_host(), cpu.buffers.grads_on_host(), what);
+  }
+}
+
+// A model cut into two stages on the device: the first stage's output (device memory) is the
+// second's input, and the second's input gradient the first's output gradient, as a pipeline on
+// one GPU per stage hands them over; with full recompute on the first stage.
+TEST_F(StageOnDevice, TwoStagesHandTheirActivationsAndGradientsOverInDeviceMemory) {
+  ModelConfig cfg = test::llama_like();
+  const StageRange first{0, 1, true, false}, last{1, 1, false, true};
+  StageOptions recompute;
+  recompute.recompute = Recompute::full;
+  DeviceStage cpu_first(*backend_, Device::cpu, cfg, first, recompute), cpu_last(*backend_, Device::cpu, cfg, last, {});
+  DeviceStage dev_first(*backend_, Device::cuda, cfg, first, recompute),
+      dev_last(*backend_, Device::cuda, cfg, last, {});
+  const auto in = test::tokens(kB * kT, cfg.vocab_size, 1), tg = test::tokens(kB * kT, cfg.vocab_size, 2);
+  const MicroBatch mb{in.data(), tg.data(), training(0)};
+  cpu_first.stage.forward(0, mb);
+  dev_first.stage.forward(0, mb);
+  ASSERT_EQ(dev_first.stage.output(0).device, Device::cuda);
+  const float want = cpu_last.stage.forward(0, mb, cpu_first.stage.output(0));
+  const float got = dev_last.stage.forward(0, mb, dev_first.stage.output(0));
+  EXPECT_NEAR(got, want, kLossRtol * std::fabs(want));
+  const Tensor cpu_din = cpu_last.stage.backward(0), dev_din = dev_last.stage.backward(0);
+  ASSERT_EQ(dev_din.device, Device::cuda);
+  cpu_first.stage.backward(0, cpu_din);
+  dev_first.stage.backward(0, dev_din);
+  expect_same_gradients(cpu_first.layout, dev_first.buffers.grads_on_host(), cpu_first.buffers.grads_on_host(),
+                        "first stage");
+  expect_same_gradients(cpu_last.layout, dev_last.buffers.grads_on_host(), cpu_last.buffers.grads_on_host(),
+                        "last stage");
+}
+
+// MoE blocks route and dispatch tokens on the host: a stage with them refuses a CUDA device
+// rather than reading device memory on the host.
+TEST_F(StageOnDevice, AStageWithMoeBlocksRefusesACudaDevice) {
+  const ModelConfig cfg = test::moe_like(test::gpt2_like(), RouterKind::softmax, 0.0f);
+  const StageRange whole{0, cfg.n_layers, true, true};
+  try {
+    DeviceStage dev(*backend_, Device::cuda, cfg, whole, {});
+    FAIL() << "a MoE stage was built on a CUDA device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("run on the host: it computes on the CPU only (train.device = \"cpu\")"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace megatrain
