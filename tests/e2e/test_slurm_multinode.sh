@@ -28,7 +28,13 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/megatrain-slurm.XXXXXX")
 export SIMCLUSTER_DIR=$dir/cluster
 cleanup() { "$cluster" down >/dev/null 2>&1 || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"; }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; [ -f "${out:-/dev/null}" ] && tail -30 "$out"; exit 1; }
+fail() {
+  echo "FAIL: $*"
+  [ -f "${out:-/dev/null}" ] && tail -30 "$out"
+  [ -n "${job:-}" ] && "$cluster" run scontrol show job "$job" 2>&1 | head -20
+  tail -20 "$SIMCLUSTER_DIR/log/slurmctld.log" 2>/dev/null
+  exit 1
+}
 "$cluster" up 2
 
 source "$root/tests/tiny_model.sh"
@@ -39,12 +45,18 @@ submit() {  # submit NAME STEPS: a job of 2 nodes × 1 task; prints its id
     scripts/slurm/train_multinode.sbatch --set train.steps="$2" --set checkpoint.save_interval=100)
 }
 state() { "$cluster" run scontrol show job "$1" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
-wait_done() {  # wait_done JOB SECONDS: until COMPLETED (or fail on another end state)
+wait_done() {  # wait_done JOB SECONDS: until COMPLETED (or fail on another end state that lasts 10 s)
+  local ended=0
   for _ in $(seq 1 "$2"); do
     case "$(state "$1")" in
       COMPLETED) return 0 ;;
-      FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) fail "job $1 ended $(state "$1")" ;;
-      PENDING) "$cluster" run scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 || true ;;  # a requeued job waits 2 min otherwise
+      # A job that requeues itself can show its incarnation's end state for a moment before it is
+      # pending again (CI saw FAILED right after "DUE TO JOB REQUEUE"): an end state must last.
+      FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY)
+        ended=$((ended + 1))
+        [ "$ended" -lt 10 ] || fail "job $1 ended $(state "$1")" ;;
+      PENDING) ended=0; "$cluster" run scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 || true ;;  # a requeued job waits 2 min otherwise
+      *) ended=0 ;;
     esac
     sleep 1
   done

@@ -32,7 +32,10 @@ nlohmann::json read_json(const fs::path& p) {
   return nlohmann::json::parse(text.str());
 }
 
-constexpr double kStepTimeoutS = 2.0;  // health.step_timeout_floor_s here: the tiny steps take ~20 ms
+// health.step_timeout_floor_s here, with step_timeout_factor 1: the tiny steps take ~20 ms, but a
+// loaded CI machine once made the slowest calibration step 0.62 s, and the default factor 5 then
+// raised the timeout to 3.09 s; with factor 1 only a first step over 2 s would.
+constexpr double kStepTimeoutS = 2.0;
 
 class WatchdogE2E : public test::TrainE2E {
  protected:
@@ -50,7 +53,8 @@ class WatchdogE2E : public test::TrainE2E {
                                  test::megatrain_bin() + " train --config " + config_.string() + " " + layout +
                                  " --set train.steps=200 --set train.eval_interval=0 --set log.peak_tflops=0"
                                  " --set health.run_dir=" + (dir_ / "run").string() +
-                                 fmt::format(" --set health.step_timeout_floor_s={} --set health.calibrate_steps=3",
+                                 fmt::format(" --set health.step_timeout_floor_s={} --set health.calibrate_steps=3"
+                                             " --set health.step_timeout_factor=1",
                                              kStepTimeoutS) +
                                  "\nrc=$?\necho \"t_end=$(date +%s.%N) rc=$rc\"\nsleep 0.5\n"
                                  "echo \"survivors=$(pgrep -fc '[m]egatrain train --config " + config_.string() + "')\"\n");
