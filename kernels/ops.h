@@ -6,6 +6,7 @@
 // (see [Note: grad accumulation] in model/gpt.h). An empty Tensor means "absent" (no bias, ...).
 #pragma once
 #include <string>
+#include <vector>
 
 #include "kernels/device.h"
 #include "kernels/rng.h"
@@ -159,6 +160,20 @@ struct AdamWStep {
   float bias_correction1, bias_correction2;  // 1 − β₁ᵗ, 1 − β₂ᵗ
   float grad_scale;                          // multiply grads by this first (clipping)
 };
-void adamw_update(const Stream& s, Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& st);
+// One range of AdamW's four arrays, n floats each (the device backend's form of an entry below).
+struct AdamWRange {
+  float* param;
+  const float* grad;
+  float* m;
+  float* v;
+  int64_t n;
+};
+// The four tensors of one AdamW entry, of equal element counts, on the stream's device.
+struct AdamWTensors {
+  Tensor param, grad, m, v;
+};
+// The update of every entry of `list` with the same step constants: on CUDA one multi-tensor
+// kernel launch per 48 entries (kernels/cuda/adamw.cu), not one per tensor; on CPU each in turn.
+void adamw_update(const Stream& s, const std::vector<AdamWTensors>& list, const AdamWStep& st);
 
 }  // namespace megatrain

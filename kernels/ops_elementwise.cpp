@@ -1,5 +1,6 @@
 // Dispatch of the elementwise ops and the optimizer's primitives over flat ranges (see ops.cpp for
 // the pattern).
+#include <array>
 #include <cstring>
 
 #include "kernels/cpu/cpu.h"
@@ -56,14 +57,30 @@ void scale_inplace(const Stream& s, Tensor x, float factor) {
   cpu::scale_inplace(x.f32(), x.numel(), factor);
 }
 
-void adamw_update(const Stream& s, Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& st) {
-  DeviceBackend* dev = backend_for(s, "adamw_update", {param, grad, m, v});
-  const int64_t n = param.numel();
-  expect_f32(grad, "grad", n);
-  expect_f32(m, "exp_avg", n);
-  expect_f32(v, "exp_avg_sq", n);
-  if (dev) return dev->adamw_update(s, param.f32(), grad.f32(), m.f32(), v.f32(), n, st);
-  cpu::adamw_update(param.f32(), grad.f32(), m.f32(), v.f32(), n, st);
+void adamw_update(const Stream& s, const std::vector<AdamWTensors>& list, const AdamWStep& st) {
+  constexpr size_t kBatch = 64;  // entries handed to the backend per call, from the stack
+  std::array<AdamWRange, kBatch> ranges{};
+  size_t count = 0;
+  DeviceBackend* dev = nullptr;
+  const auto flush = [&] {
+    if (dev && count > 0) dev->adamw_update(s, ranges.data(), static_cast<int>(count), st);
+    count = 0;
+  };
+  for (const AdamWTensors& e : list) {
+    dev = backend_for(s, "adamw_update", {e.param, e.grad, e.m, e.v});
+    const int64_t n = e.param.numel();
+    expect_f32(e.param, "param", n);
+    expect_f32(e.grad, "grad", n);
+    expect_f32(e.m, "exp_avg", n);
+    expect_f32(e.v, "exp_avg_sq", n);
+    if (!dev) {
+      cpu::adamw_update(e.param.f32(), e.grad.f32(), e.m.f32(), e.v.f32(), n, st);
+      continue;
+    }
+    ranges[count++] = AdamWRange{e.param.f32(), e.grad.f32(), e.m.f32(), e.v.f32(), n};
+    if (count == kBatch) flush();
+  }
+  flush();
 }
 
 }  // namespace megatrain

@@ -43,19 +43,25 @@ void AdamW::step(float* params, const float* grads, float lr, double norm, float
   st.grad_scale = unscale;
   if (opt_.grad_clip > 0.0f && norm > opt_.grad_clip)
     st.grad_scale = static_cast<float>(opt_.grad_clip / (norm + 1e-6) * unscale);
+  decayed_.clear();
+  undecayed_.clear();
+  const Device d = stream_.device;
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamSpec& spec = layout_.spec(i);
     if (spec.group == ParamGroup::state) continue;
-    st.weight_decay = decays(spec) ? opt_.weight_decay : 0.0f;
     const int64_t off = layout_.offset(i);
     const FlatRange mine = flat_intersect(range_, FlatRange{off, off + layout_.local_shape(i).numel()});
     if (mine.size() == 0) continue;
     const Shape flat{mine.size()};
     const int64_t j = mine.begin - range_.begin;
-    const Device d = stream_.device;
-    adamw_update(stream_, Tensor(params + j, flat).on(d), Tensor(const_cast<float*>(grads) + j, flat).on(d),
-                 m_.part(j, mine.size()), v_.part(j, mine.size()), st);
+    (decays(spec) ? decayed_ : undecayed_)
+        .push_back({Tensor(params + j, flat).on(d), Tensor(const_cast<float*>(grads) + j, flat).on(d),
+                    m_.part(j, mine.size()), v_.part(j, mine.size())});
   }
+  st.weight_decay = opt_.weight_decay;
+  adamw_update(stream_, decayed_, st);
+  st.weight_decay = 0.0f;
+  adamw_update(stream_, undecayed_, st);
 }
 
 }  // namespace megatrain

@@ -6,8 +6,10 @@
 // gradients it is given.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kernels/device.h"
+#include "kernels/ops.h"
 #include "model/params.h"
 
 namespace megatrain {
@@ -51,6 +53,8 @@ class AdamW {
   FlatRange range_;
   Stream stream_;
   FlatBuffer m_, v_;
+  // A step's entries, by weight decay (one multi-tensor update each); kept to reuse their memory.
+  std::vector<AdamWTensors> decayed_, undecayed_;
   int64_t t_ = 0;
 };
 

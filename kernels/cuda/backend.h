@@ -100,8 +100,7 @@ class DeviceBackend {
   // Waits for the sum (it returns to the host).
   virtual double sum_squares(const Stream& s, const float* x, int64_t n) = 0;
   virtual void scale_inplace(const Stream& s, float* x, int64_t n, float factor) = 0;
-  virtual void adamw_update(const Stream& s, float* param, const float* grad, float* m, float* v, int64_t n,
-                            const AdamWStep& st) = 0;
+  virtual void adamw_update(const Stream& s, const AdamWRange* ranges, int count, const AdamWStep& st) = 0;
 };
 
 // The backend of Device::cuda streams: the one set with set_cuda_backend, else in a CUDA build

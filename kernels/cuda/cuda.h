@@ -18,7 +18,8 @@ struct CUevent_st;
 typedef struct CUevent_st* cudaEvent_t;
 
 namespace megatrain {
-struct AdamWStep;  // kernels/ops.h
+struct AdamWStep;   // kernels/ops.h
+struct AdamWRange;  // kernels/ops.h
 }
 
 // megatrain::cuda, or megatrain::cuda_simt in a test that compiles the kernels under the host SIMT
@@ -134,13 +135,7 @@ void cross_entropy_fused(cudaStream_t stream, float* losses, float* logits, cons
 
 // ---- AdamW (kernels/cuda/adamw.cu) ----
 // cpu::adamw_update on each range of the list, in as few launches as the list allows.
-struct AdamWRange {
-  float* param;
-  const float* grad;
-  float* m;
-  float* v;
-  int64_t n;
-};
+using megatrain::AdamWRange;  // kernels/ops.h
 void adamw_update(cudaStream_t stream, const AdamWRange* ranges, int count, const AdamWStep& st);
 
 // ---- gradient norm and finiteness (kernels/cuda/grad_norm.cu) ----

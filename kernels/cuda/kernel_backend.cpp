@@ -167,10 +167,8 @@ void KernelBackend::scale_inplace(const Stream& s, float* x, int64_t n, float fa
   k::scale_inplace(stream_of(s), x, n, factor);
 }
 
-void KernelBackend::adamw_update(const Stream& s, float* param, const float* grad, float* m, float* v, int64_t n,
-                                 const AdamWStep& st) {
-  const AdamWRange range{param, grad, m, v, n};
-  k::adamw_update(stream_of(s), &range, 1, st);
+void KernelBackend::adamw_update(const Stream& s, const AdamWRange* ranges, int count, const AdamWStep& st) {
+  k::adamw_update(stream_of(s), ranges, count, st);
 }
 
 }  // namespace megatrain::MT_CUDA_NS

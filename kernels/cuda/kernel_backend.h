@@ -54,8 +54,7 @@ class KernelBackend : public DeviceBackend {
                             int valid, int vocab_begin, float dlogits_scale) override;
   double sum_squares(const Stream& s, const float* x, int64_t n) override;
   void scale_inplace(const Stream& s, float* x, int64_t n, float factor) override;
-  void adamw_update(const Stream& s, float* param, const float* grad, float* m, float* v, int64_t n,
-                    const AdamWStep& st) override;
+  void adamw_update(const Stream& s, const AdamWRange* ranges, int count, const AdamWStep& st) override;
 
  protected:
   static cudaStream_t stream_of(const Stream& s) { return static_cast<cudaStream_t>(s.handle); }

@@ -286,7 +286,7 @@ TEST(AdamW, MatchesPyTorchFormula) {
   for (auto& x : v) x = x * x;
   auto p0 = p, m0 = m, v0 = v;
   AdamWStep st{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f - std::pow(0.9f, 3.0f), 1.0f - std::pow(0.95f, 3.0f), 0.5f};
-  adamw_update(S, Tensor(p.data(), {n}), Tensor(g.data(), {n}), Tensor(m.data(), {n}), Tensor(v.data(), {n}), st);
+  adamw_update(S, {{Tensor(p.data(), {n}), Tensor(g.data(), {n}), Tensor(m.data(), {n}), Tensor(v.data(), {n})}}, st);
   for (int i = 0; i < n; ++i) {
     const double gi = g[i] * 0.5;
     const double mi = 0.9 * m0[i] + 0.1 * gi, vi = 0.95 * v0[i] + 0.05 * gi * gi;

@@ -204,7 +204,19 @@ TEST_F(OpsParity, SumSquaresAndAdamW) {
   Twin p = f32({n}, 61), g = f32({n}, 62), m = f32({n}, 63, 0.1f);
   Twin v(*backend_, cuda_stream(), {n}, DType::f32, squares);
   const AdamWStep st{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.19f, 0.0975f, 0.5f};
-  both([&](const Stream& s, Side d) { adamw_update(s, p(d), g(d), m(d), v(d), st); });
+  // 70 entries cut from the arrays, of 0 to 119 elements (the first empty): more than the
+  // dispatch hands the backend at once (64) and than one launch carries (48).
+  both([&](const Stream& s, Side d) {
+    std::vector<AdamWTensors> list;
+    int64_t first = 0;
+    for (int64_t k = 0; k < 70; ++k) {
+      const Shape len{(k * 53) % 120};
+      list.push_back({p(d).part(first, len), g(d).part(first, len), m(d).part(first, len), v(d).part(first, len)});
+      first += len[0];
+    }
+    ASSERT_LT(first, n);
+    adamw_update(s, list, st);
+  });
   expect_close(p, "param");
   expect_close(m, "exp_avg");
   expect_close(v, "exp_avg_sq");
