@@ -94,20 +94,20 @@ void Arena::Free::operator()(void* p) const {
     std::free(p);
 }
 
-Arena::Arena(size_t bytes) : capacity_(aligned(bytes)) {
+Arena::Arena(size_t bytes) : Arena(bytes, Stream::cpu()) {}
+
+Arena::Arena(size_t bytes, const Stream& s) : capacity_(aligned(bytes)) {
+  if (s.device == Device::cuda) {
+    DeviceBackend& backend = cuda_backend();
+    void* p = backend.allocate(s, capacity_);
+    block_ = std::unique_ptr<void, Free>(p, Free{Device::cuda});
+    if (p) backend.memset(s, p, 0, capacity_);
+    return;
+  }
   void* p = capacity_ ? std::aligned_alloc(64, capacity_) : nullptr;
   MT_CHECK(capacity_ == 0 || p, "out of memory allocating {} bytes", capacity_);
   if (p) std::memset(p, 0, capacity_);
   block_.reset(p);
-}
-
-Arena::Arena(size_t bytes, const Stream& s) : Arena(s.device == Device::cpu ? bytes : 0) {
-  if (s.device == Device::cpu) return;
-  capacity_ = aligned(bytes);
-  DeviceBackend& backend = cuda_backend();
-  void* p = backend.allocate(s, capacity_);
-  block_ = std::unique_ptr<void, Free>(p, Free{Device::cuda});
-  if (p) backend.memset(s, p, 0, capacity_);
 }
 
 Arena Arena::measuring() {

@@ -65,7 +65,8 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
     return;
   }
   arena_ = Arena(measure.used(), stream_);
-  if (range_.head) host_losses_.resize(static_cast<size_t>(B_) * static_cast<size_t>(T_));
+  if (range_.head && stream_.device != Device::cpu)
+    host_losses_.resize(static_cast<size_t>(B_) * static_cast<size_t>(T_));
   plan(arena_);
   w_.resize(static_cast<size_t>(range_.layers));
   g_.resize(static_cast<size_t>(range_.layers));
@@ -283,9 +284,13 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
   if (shares_embedding()) release_params(0);
   vocab_parallel_cross_entropy(s, tp_, local_, a.losses, a.logits, a.row_max, a.sums, a.targets, a.options.grad,
                                a.options.dloss_scale);
-  copy_to_host(s, host_losses_.data(), a.losses);
+  const float* losses = a.losses.f32();
+  if (s.device != Device::cpu) {  // read back from the device; on CPU the losses are host memory already
+    copy_to_host(s, host_losses_.data(), a.losses);
+    losses = host_losses_.data();
+  }
   double sum = 0.0;
-  for (float loss : host_losses_) sum += loss;
+  for (int64_t i = 0; i < N; ++i) sum += losses[i];
   return static_cast<float>(sum / static_cast<double>(N));
 }
 

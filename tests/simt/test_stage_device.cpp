@@ -43,43 +43,27 @@ class StageOnDevice : public ::testing::Test {
   std::unique_ptr<DeviceBackend> backend_ = test::make_simt_backend();
 };
 
-// Parameters initialised from a seed and zero gradients, in host memory or in device memory.
+// Parameters initialised from a seed and zero gradients, in the memory of `device`.
 class Buffers {
  public:
-  Buffers(DeviceBackend& backend, Device device, const ParamLayout& layout, const ModelConfig& cfg)
-      : backend_(backend), device_(device), n_(layout.total()), host_params_(n_), host_grads_(n_) {
-    init_params(layout, host_params_.data(), cfg, 11);
-    if (device_ == Device::cpu) return;
-    const size_t bytes = static_cast<size_t>(n_) * sizeof(float);
-    params_ = static_cast<float*>(backend.allocate(stream(), bytes));
-    grads_ = static_cast<float*>(backend.allocate(stream(), bytes));
-    backend.copy_to_device(stream(), params_, host_params_.data(), bytes);
-    backend.memset(stream(), grads_, 0, bytes);
+  Buffers(Device device, const ParamLayout& layout, const ModelConfig& cfg)
+      : stream_{device, nullptr, Precision::fp32}, n_(layout.total()), params_(n_, stream_), grads_(n_, stream_) {
+    std::vector<float> init(static_cast<size_t>(n_));
+    init_params(layout, init.data(), cfg, 11);
+    copy_from_host(stream_, params_.part(0, n_), init.data());
   }
-  ~Buffers() {
-    backend_.deallocate(params_);
-    backend_.deallocate(grads_);
-  }
-  Buffers(const Buffers&) = delete;
-  Buffers& operator=(const Buffers&) = delete;
-
-  float* params() { return device_ == Device::cpu ? host_params_.data() : params_; }
-  float* grads() { return device_ == Device::cpu ? host_grads_.data() : grads_; }
+  float* params() { return params_.data(); }
+  float* grads() { return grads_.data(); }
   std::vector<float> grads_on_host() {
-    if (device_ == Device::cpu) return {host_grads_.data(), host_grads_.data() + n_};
     std::vector<float> out(static_cast<size_t>(n_));
-    backend_.copy_to_host(stream(), out.data(), grads_, out.size() * sizeof(float));
+    copy_to_host(stream_, out.data(), grads_.part(0, n_));
     return out;
   }
 
  private:
-  Stream stream() const { return Stream{device_, nullptr, Precision::fp32}; }
-  DeviceBackend& backend_;
-  Device device_;
+  Stream stream_;
   int64_t n_;
-  FlatBuffer host_params_, host_grads_;
-  float* params_ = nullptr;
-  float* grads_ = nullptr;
+  FlatBuffer params_, grads_;
 };
 
 // One pipeline stage with its buffers on `device`.
@@ -88,8 +72,8 @@ struct DeviceStage {
   Buffers buffers;
   FullState state;
   Stage stage;
-  DeviceStage(DeviceBackend& backend, Device device, const ModelConfig& cfg, StageRange range, StageOptions options)
-      : layout(gpt_param_layout(cfg, TpCoord{}, false, range)), buffers(backend, device, layout, cfg),
+  DeviceStage(Device device, const ModelConfig& cfg, StageRange range, StageOptions options)
+      : layout(gpt_param_layout(cfg, TpCoord{}, false, range)), buffers(device, layout, cfg),
         state(gpt_param_units(layout, range), buffers.params(), buffers.grads()),
         stage(cfg, kB, kT, layout, range, with_device(options, device), state,
               TensorParallel(int64_t{kB} * kT, cfg.d_model)) {}
@@ -122,7 +106,7 @@ TEST_F(StageOnDevice, AWholeModelStageComputesTheCpuLossesAndGradients) {
     const StageRange whole{0, cfg.n_layers, true, true};
     StageOptions options;
     options.slots = 2;
-    DeviceStage cpu(*backend_, Device::cpu, cfg, whole, options), dev(*backend_, Device::cuda, cfg, whole, options);
+    DeviceStage cpu(Device::cpu, cfg, whole, options), dev(Device::cuda, cfg, whole, options);
     const auto in_a = test::tokens(kB * kT, cfg.vocab_size, 1), tg_a = test::tokens(kB * kT, cfg.vocab_size, 2);
     const auto in_b = test::tokens(kB * kT, cfg.vocab_size, 3), tg_b = test::tokens(kB * kT, cfg.vocab_size, 4);
     const MicroBatch a{in_a.data(), tg_a.data(), training(0)}, b{in_b.data(), tg_b.data(), training(kB)};
@@ -147,9 +131,8 @@ TEST_F(StageOnDevice, TwoStagesHandTheirActivationsAndGradientsOverInDeviceMemor
   const StageRange first{0, 1, true, false}, last{1, 1, false, true};
   StageOptions recompute;
   recompute.recompute = Recompute::full;
-  DeviceStage cpu_first(*backend_, Device::cpu, cfg, first, recompute), cpu_last(*backend_, Device::cpu, cfg, last, {});
-  DeviceStage dev_first(*backend_, Device::cuda, cfg, first, recompute),
-      dev_last(*backend_, Device::cuda, cfg, last, {});
+  DeviceStage cpu_first(Device::cpu, cfg, first, recompute), cpu_last(Device::cpu, cfg, last, {});
+  DeviceStage dev_first(Device::cuda, cfg, first, recompute), dev_last(Device::cuda, cfg, last, {});
   const auto in = test::tokens(kB * kT, cfg.vocab_size, 1), tg = test::tokens(kB * kT, cfg.vocab_size, 2);
   const MicroBatch mb{in.data(), tg.data(), training(0)};
   cpu_first.stage.forward(0, mb);
@@ -174,7 +157,7 @@ TEST_F(StageOnDevice, AStageWithMoeBlocksRefusesACudaDevice) {
   const ModelConfig cfg = test::moe_like(test::gpt2_like(), RouterKind::softmax, 0.0f);
   const StageRange whole{0, cfg.n_layers, true, true};
   try {
-    DeviceStage dev(*backend_, Device::cuda, cfg, whole, {});
+    DeviceStage dev(Device::cuda, cfg, whole, {});
     FAIL() << "a MoE stage was built on a CUDA device";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("run on the host: it computes on the CPU only (train.device = \"cpu\")"),
