@@ -25,8 +25,8 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
   for (int l = 0; l < range_.layers; ++l) block_index_.push_back(block_param_index(layout_, range_.first_layer + l));
   expert_units_ = moe_expert_units(layout_, {range_});
   MT_CHECK(expert_units_.empty() || options.device == Device::cpu,
-           "the stage has MoE blocks, whose routing and token dispatch run on the host: it computes on the CPU "
-           "only (train.device = \"cpu\")");
+           "the stage has MoE blocks, whose routing and token dispatch run on the host: it computes on CPU "
+           "streams only (StageOptions::device = cpu)");
   for (int l = 0, k = 0; l < range_.layers; ++l) {
     const bool moe = block_index_[static_cast<size_t>(l)].router != BlockParamIndex::kAbsent;
     moe_unit_.push_back(moe ? k++ : -1);
