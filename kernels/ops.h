@@ -154,6 +154,10 @@ void cross_entropy_finish(const Stream& s, Tensor losses,  // (N)
 
 // ---- optimizer primitives over flat ranges ----
 double sum_squares(const Stream& s, Tensor x);  // Σ x² in double
+// Whether x holds no NaN or ±Inf (the gradient checks of mixed precision and robustness).
+bool all_finite(const Stream& s, Tensor x);
+// Every byte of x set to 0 (any dtype): a gradient buffer's start of a step.
+void zero_fill(const Stream& s, Tensor x);
 void scale_inplace(const Stream& s, Tensor x, float factor);
 struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay;

@@ -51,6 +51,16 @@ double sum_squares(const Stream& s, Tensor x) {
   return cpu::sum_squares(x.f32(), x.numel());
 }
 
+bool all_finite(const Stream& s, Tensor x) {
+  if (DeviceBackend* dev = backend_for(s, "all_finite", {x})) return dev->all_finite(s, x.f32(), x.numel());
+  return cpu::all_finite(x.f32(), x.numel());
+}
+
+void zero_fill(const Stream& s, Tensor x) {
+  if (DeviceBackend* dev = backend_for(s, "zero_fill", {x})) return dev->memset(s, x.data, 0, x.bytes());
+  cpu::zero_fill(x.data, x.bytes());
+}
+
 void scale_inplace(const Stream& s, Tensor x, float factor) {
   DeviceBackend* dev = backend_for(s, "scale_inplace", {x});
   if (dev) return dev->scale_inplace(s, x.f32(), x.numel(), factor);

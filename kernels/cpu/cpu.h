@@ -59,6 +59,8 @@ void cross_entropy_finish(float* losses, float* dlogits, const float* row_max, c
 
 double sum_squares(const float* x, int64_t n);
 void scale_inplace(float* x, int64_t n, float factor);
+bool all_finite(const float* x, int64_t n);
+void zero_fill(void* x, size_t bytes);
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& st);
 
 }  // namespace megatrain::cpu

@@ -1,5 +1,7 @@
 // Elementwise CPU ops: residual add, counter-based dropout, sum of squares, scaling.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/cpu.h"
 
@@ -57,6 +59,21 @@ double sum_squares(const float* x, int64_t n) {
 void scale_inplace(float* x, int64_t n, float factor) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+bool all_finite(const float* x, int64_t n) {
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static)
+  for (int64_t i = 0; i < n; ++i) bad |= std::isfinite(x[i]) ? 0 : 1;
+  return bad == 0;
+}
+
+void zero_fill(void* x, size_t bytes) {
+  auto* b = static_cast<unsigned char*>(x);
+  const auto n = static_cast<int64_t>(bytes);
+  constexpr int64_t kPiece = int64_t{1} << 16;  // pieces, so that every thread touches its own pages
+#pragma omp parallel for schedule(static)
+  for (int64_t at = 0; at < n; at += kPiece) std::memset(b + at, 0, static_cast<size_t>(std::min(kPiece, n - at)));
 }
 
 }  // namespace megatrain::cpu

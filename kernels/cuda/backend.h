@@ -44,6 +44,9 @@ class DeviceBackend {
   virtual void memset(const Stream& s, void* dst, int byte, size_t bytes) = 0;
   virtual void synchronize(const Stream& s) = 0;  // the host waits for everything enqueued on s
   virtual cuda::AllocatorStats memory_stats() const = 0;
+  // Whether the host, and so MPI, reads and writes this backend's memory directly: true for the
+  // host emulation, false for a GPU (a run on one moves device buffers through NCCL).
+  virtual bool host_addressable() const { return false; }
 
   // ---- linear layers: the GEMMs, and what they hold ----
   virtual void matmul_forward(const Stream& s, float* out, const float* inp, const float* weight, const float* bias,
@@ -100,6 +103,7 @@ class DeviceBackend {
   // Waits for the sum (it returns to the host).
   virtual double sum_squares(const Stream& s, const float* x, int64_t n) = 0;
   virtual void scale_inplace(const Stream& s, float* x, int64_t n, float factor) = 0;
+  virtual bool all_finite(const Stream& s, const float* x, int64_t n) = 0;  // waits for the flag
   virtual void adamw_update(const Stream& s, const AdamWRange* ranges, int count, const AdamWStep& st) = 0;
 };
 

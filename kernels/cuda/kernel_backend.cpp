@@ -163,6 +163,16 @@ double KernelBackend::sum_squares(const Stream& s, const float* x, int64_t n) {
   return sum;
 }
 
+bool KernelBackend::all_finite(const Stream& s, const float* x, int64_t n) {
+  const FloatRange range{x, n};
+  Scratch<int> flag(*this, s, 1);
+  memset(s, flag.get(), 0, sizeof(int));
+  k::nonfinite_flag(stream_of(s), flag.get(), &range, 1);
+  int bad = 0;
+  copy_to_host(s, &bad, flag.get(), sizeof bad);
+  return bad == 0;
+}
+
 void KernelBackend::scale_inplace(const Stream& s, float* x, int64_t n, float factor) {
   k::scale_inplace(stream_of(s), x, n, factor);
 }

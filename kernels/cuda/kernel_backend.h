@@ -54,6 +54,7 @@ class KernelBackend : public DeviceBackend {
                             int valid, int vocab_begin, float dlogits_scale) override;
   double sum_squares(const Stream& s, const float* x, int64_t n) override;
   void scale_inplace(const Stream& s, float* x, int64_t n, float factor) override;
+  bool all_finite(const Stream& s, const float* x, int64_t n) override;
   void adamw_update(const Stream& s, const AdamWRange* ranges, int count, const AdamWStep& st) override;
 
  protected:

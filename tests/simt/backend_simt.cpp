@@ -43,6 +43,7 @@ class SimtBackend final : public cuda_simt::KernelBackend {
   void memset(const Stream&, void* dst, int byte, size_t bytes) override { std::memset(dst, byte, bytes); }
   void synchronize(const Stream&) override {}  // every emulated launch has finished when it returns
   cuda::AllocatorStats memory_stats() const override { return memory_.stats(); }
+  bool host_addressable() const override { return true; }
 
   void matmul_forward(const Stream& s, float* out, const float* inp, const float* weight, const float* bias,
                       int64_t N, int C, int OC) override {

@@ -8,6 +8,8 @@
 // thread as a fiber.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "kernels/ops.h"
 #include "tests/simt/twin.h"
 
@@ -152,6 +154,38 @@ TEST_F(OpsParity, ElementwiseAddCopyScaleDropout) {
   const RngKey key{9, static_cast<uint32_t>(RngPurpose::dropout), 4, 12345};
   both([&](const Stream& s, Side d) { dropout_apply(s, b(d), 0.3f, key); });
   expect_bitwise(b, "dropout");
+}
+
+TEST_F(OpsParity, FiniteCheckAndZeroFill) {
+  const int64_t n = 20011;  // more than two of the kernel's 8192-element chunks, and a partial one
+  std::vector<float> values = randn(n, 53);
+  Twin clean(*backend_, cuda_stream(), {n}, DType::f32, values);
+  EXPECT_TRUE(all_finite(cuda_stream(), clean(Side::cuda)));
+  EXPECT_TRUE(all_finite(Stream::cpu(), clean(Side::cpu)));
+  // One bad value, in the first element, the last chunk's tail, or the middle: found either side.
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  for (const int64_t at : {int64_t{0}, n - 1, n / 2}) {
+    for (const float b : bad) {
+      std::vector<float> v = values;
+      v[static_cast<size_t>(at)] = b;
+      Twin x(*backend_, cuda_stream(), {n}, DType::f32, v);
+      EXPECT_FALSE(all_finite(cuda_stream(), x(Side::cuda))) << b << " at " << at;
+      EXPECT_FALSE(all_finite(Stream::cpu(), x(Side::cpu))) << b << " at " << at;
+      // A view that stops before it sees nothing.
+      if (at > 0) {
+        EXPECT_TRUE(all_finite(cuda_stream(), x(Side::cuda).part(0, Shape{at})));
+      }
+    }
+  }
+  values[7] = std::numeric_limits<float>::quiet_NaN();  // zeroed like any other value
+  Twin z(*backend_, cuda_stream(), {n}, DType::f32, values);
+  both([&](const Stream& s, Side d) { zero_fill(s, z(d).part(3, Shape{n - 4})); });
+  expect_bitwise(z, "zero_fill");
+  const std::vector<float> got = z.values<float>(Side::cuda);
+  EXPECT_EQ(got[2], values[2]);
+  EXPECT_EQ(got[static_cast<size_t>(n - 1)], values[static_cast<size_t>(n - 1)]);
+  EXPECT_EQ(got[7], 0.0f);
 }
 
 TEST_F(OpsParity, ConversionsBothWays) {
