@@ -1,26 +1,24 @@
 #include "model/tp_shared.h"
 
-#include <cstring>
-
 #include "kernels/ops.h"
 
 namespace megatrain {
 
-TpSharedParams::TpSharedParams(const ParamLayout& layout, const Comm& tp) : layout_(layout) {
+TpSharedParams::TpSharedParams(const ParamLayout& layout, const Comm& tp, const Stream& stream)
+    : layout_(layout), stream_(stream) {
   MT_CHECK(layout.tp().size == tp.size() && layout.tp().rank == tp.rank(),
            "the layout is for tp rank {} of {}, the communicator is rank {} of {}", layout.tp().rank,
            layout.tp().size, tp.rank(), tp.size());
-  for (const SharedRange& r : layout.shared()) {
-    if (!r.partial_grad) continue;
-    if (!groups_.contains(r.sharers))
-      groups_.emplace(r.sharers, Group{tp.split(tp.rank() / r.sharers, tp.rank(), fmt::format("tp-shared-{}", r.sharers)),
-                                       {}});
-    std::vector<float>& pack = groups_.at(r.sharers).pack;
-    pack.resize(pack.size() + static_cast<size_t>(r.range.size()));
-  }
+  std::map<int, int64_t> floats;  // sharers → the partial-gradient values of that count
+  for (const SharedRange& r : layout.shared())
+    if (r.partial_grad) floats[r.sharers] += r.range.size();
+  for (const auto& [sharers, n] : floats)
+    groups_.emplace(sharers, Group{tp.split(tp.rank() / sharers, tp.rank(), fmt::format("tp-shared-{}", sharers)),
+                                   FlatBuffer(n, stream)});
 }
 
 void TpSharedParams::reduce_partial_grads(float* grads, FlatRange range) const {
+  const Device device = stream_.device;
   for (const auto& [sharers, group] : groups_) {
     // Pack, reduce once, unpack: the ranges of one sharer count, in flat order.
     const auto each = [&](auto&& f) {
@@ -29,16 +27,15 @@ void TpSharedParams::reduce_partial_grads(float* grads, FlatRange range) const {
         if (!r.partial_grad || r.sharers != sharers) continue;
         const FlatRange mine = flat_intersect(r.range, range);
         if (mine.size() == 0) continue;
-        f(grads + (mine.begin - range.begin), group.pack.data() + at, mine.size());
+        f(Tensor(grads + (mine.begin - range.begin), Shape{mine.size()}).on(device), group.pack.part(at, mine.size()));
         at += mine.size();
       }
       return at;
     };
-    const auto bytes = [](int64_t n) { return sizeof(float) * static_cast<size_t>(n); };
-    const int64_t n = each([&](float* g, float* p, int64_t k) { std::memcpy(p, g, bytes(k)); });
+    const int64_t n = each([&](Tensor g, Tensor p) { copy(stream_, p, g); });
     if (n == 0) continue;
     group.comm.all_reduce(group.pack.data(), n).wait();
-    each([&](float* g, float* p, int64_t k) { std::memcpy(g, p, bytes(k)); });
+    each([&](Tensor g, Tensor p) { copy(stream_, g, p); });
   }
 }
 
@@ -47,7 +44,7 @@ double TpSharedParams::sum_squares(const float* grads, FlatRange range) const {
   for (const FlatRange& o : layout_.owned()) {
     const FlatRange mine = flat_intersect(o, range);
     float* g = const_cast<float*>(grads) + (mine.begin - range.begin);  // read only
-    if (mine.size() > 0) sum += megatrain::sum_squares(Stream::cpu(), Tensor(g, Shape{mine.size()}));
+    if (mine.size() > 0) sum += megatrain::sum_squares(stream_, Tensor(g, Shape{mine.size()}).on(stream_.device));
   }
   return sum;
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "kernels/flat_buffer.h"
 #include "model/params.h"
 #include "parallel/comm.h"
 
@@ -14,8 +15,8 @@ namespace megatrain {
 class TpSharedParams {
  public:
   // Collective over `tp` (it splits one communicator per distinct sharer count); `layout` must
-  // outlive this object.
-  TpSharedParams(const ParamLayout& layout, const Comm& tp);
+  // outlive this object. The gradients live on `stream`'s device, and so does the packing buffer.
+  TpSharedParams(const ParamLayout& layout, const Comm& tp, const Stream& stream = Stream::cpu());
 
   // Sums over their sharers the partial gradients that lie in `range` (grads[j] = flat element
   // range.begin + j): one all-reduce per sharer group, over the ranges packed back to back. Every
@@ -29,9 +30,10 @@ class TpSharedParams {
 
  private:
   const ParamLayout& layout_;
+  Stream stream_;
   struct Group {
-    Comm comm;                       // this rank's sharers
-    mutable std::vector<float> pack; // room for every partial-gradient range of this sharer count
+    Comm comm;         // this rank's sharers
+    FlatBuffer pack;   // room for every partial-gradient range of this sharer count
   };
   std::map<int, Group> groups_;      // sharers → its group
 };

@@ -1,7 +1,8 @@
 #include "parallel/pipeline.h"
 
 #include <algorithm>
-#include <cstring>
+
+#include "kernels/ops.h"
 
 namespace megatrain {
 namespace {
@@ -18,8 +19,8 @@ int peak_held(const std::vector<PipeStep>& steps, int chunk) {
   return peak;
 }
 
-PipelineExecutor::PipelineExecutor(const Comm& pp, int64_t floats, std::vector<int> slots)
-    : pp_(pp), floats_(floats), slots_(std::move(slots)) {
+PipelineExecutor::PipelineExecutor(const Comm& pp, int64_t floats, std::vector<int> slots, const Stream& stream)
+    : pp_(pp), floats_(floats), slots_(std::move(slots)), stream_(stream) {
   MT_CHECK(!slots_.empty() && floats > 0, "pipeline executor: {} chunks of {} floats", slots_.size(), floats);
   for (int n : slots_) {
     MT_CHECK(n >= 1, "pipeline executor: a chunk with {} slots", n);
@@ -28,8 +29,8 @@ PipelineExecutor::PipelineExecutor(const Comm& pp, int64_t floats, std::vector<i
   }
   slot_of_.resize(slots_.size());
   for (auto& dir : in_)
-    for (auto& buf : dir) buf.resize(static_cast<size_t>(floats));
-  for (auto& buf : out_) buf.resize(static_cast<size_t>(floats));
+    for (auto& buf : dir) buf = FlatBuffer(floats, stream);
+  for (auto& buf : out_) buf = FlatBuffer(floats, stream);
 }
 
 int PipelineExecutor::tag_of(PipeOp op, int micro, int chunk) const {
@@ -69,7 +70,7 @@ void PipelineExecutor::run(const std::vector<PipeStep>& steps, PipelineWork& wor
     MT_CHECK(posted_buf.tag == tag_of(s.op, s.micro, s.chunk), "pipeline: the input of micro-batch {} (chunk {}) was "
              "not the one posted", s.micro, s.chunk);
     posted_buf.work.wait();
-    return Tensor(in_[d][head[d] % 2].data(), Shape{floats_});
+    return in_[d][head[d] % 2].part(0, floats_);
   };
   int micro_batches = 0;
   for (const PipeStep& s : steps) micro_batches = std::max(micro_batches, s.micro + 1);
@@ -110,7 +111,7 @@ void PipelineExecutor::run(const std::vector<PipeStep>& steps, PipelineWork& wor
         // The receiver: chunk c of rank s − 1, or chunk c − 1 of the last rank before rank 0.
         const int chunk = s.chunk - (pp_.rank() == 0 ? 1 : 0);
         out_work_[out_next_].wait();
-        std::memcpy(out_[out_next_].data(), din.f32(), sizeof(float) * static_cast<size_t>(floats_));
+        copy(stream_, out_[out_next_].part(0, floats_), din);
         out_work_[out_next_] = pp_.send(out_[out_next_].data(), floats_, (pp_.rank() + p - 1) % p,
                                         tag_of(PipeOp::backward, s.micro, chunk));
         out_next_ ^= 1;
@@ -130,7 +131,7 @@ void PipelineExecutor::run_forward(int micro_batches, PipelineWork& work) {
       Tensor in;
       if (!first(c)) {
         pp_.recv(in_[0][0].data(), floats_, (pp_.rank() + p - 1) % p, tag_of(PipeOp::forward, m, c)).wait();
-        in = Tensor(in_[0][0].data(), Shape{floats_});
+        in = in_[0][0].part(0, floats_);
       }
       forward(c, 0, m, in, work);
     }

@@ -16,6 +16,7 @@
 #pragma once
 #include <vector>
 
+#include "kernels/flat_buffer.h"
 #include "kernels/tensor.h"
 #include "parallel/comm.h"
 #include "parallel/pipeline_schedule.h"
@@ -45,8 +46,9 @@ int peak_held(const std::vector<PipeStep>& steps, int chunk = 0);
 class PipelineExecutor {
  public:
   // `pp` is the pipeline group (rank = stage); every message is `floats` floats; `slots[c]` is
-  // model chunk c's number of slots.
-  PipelineExecutor(const Comm& pp, int64_t floats, std::vector<int> slots);
+  // model chunk c's number of slots. The messages' buffers live on `stream`'s device, as the
+  // stage's activations do.
+  PipelineExecutor(const Comm& pp, int64_t floats, std::vector<int> slots, const Stream& stream = Stream::cpu());
 
   // Runs the list; returns when every step ran and every send completed.
   void run(const std::vector<PipeStep>& steps, PipelineWork& work);
@@ -70,9 +72,10 @@ class PipelineExecutor {
   std::vector<int> slots_;                       // per chunk
   std::vector<std::vector<int>> slot_of_;        // [chunk][micro-batch] → slot, −1 when none
   std::vector<std::vector<bool>> busy_;          // [chunk][slot]
-  std::vector<float> in_[2][2];                  // [forward, backward] × two receive buffers
+  Stream stream_;
+  FlatBuffer in_[2][2];                          // [forward, backward] × two receive buffers
   Posted posted_[2][2];                          // what each receive buffer is getting
-  std::vector<float> out_[2];                    // two send buffers for input gradients
+  FlatBuffer out_[2];                            // two send buffers for input gradients
   Work out_work_[2];
   std::vector<std::vector<Work>> act_sends_;     // [chunk][slot]: the send of its forward output
   int out_next_ = 0;

@@ -17,10 +17,6 @@ void from_half(Precision p, float* out, const uint16_t* in, int64_t n) {
   convert(Stream::cpu(), Tensor(out, Shape{n}), Tensor(const_cast<uint16_t*>(in), Shape{n}, dtype_of(p)));
 }
 
-void zero_floats(float* p, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
-}
 
 }  // namespace
 
@@ -39,6 +35,11 @@ ZeroState::ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOpt
   MT_CHECK(opt.max_staleness >= 0 && (opt.max_staleness == 0 || (opt.stage == 0 && opt.grad_reduce == Precision::fp32 &&
                                                                   opt.compression == GradCompression::none)),
            "max_staleness {} needs ZeRO stage 0, float32 reduction and no compression", opt.max_staleness);
+  MT_CHECK(opt.stream.device == Device::cpu ||
+               (!masters_apart() && opt.grad_reduce == Precision::fp32 && opt.compression == GradCompression::none &&
+                !opt.quantized_gradients && opt.hpz_partition_size <= 1 && opt.max_staleness == 0),
+           "ZeRO on a device holds float32 parameters and reduces in float32, without compression, ZeRO++ or "
+           "staleness ([Note: ZeRO on a device])");
   part_counts_ = counts_of(FlatRange{0, total_});
   for (const FlatRange& u : units_) {
     unit_counts_.push_back(counts_of(u));
@@ -58,11 +59,11 @@ ZeroState::ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOpt
     masters_ = FlatBuffer(optimizer_padded());
     if (opt.stage < 3) params_ = FlatBuffer(total_);
   } else {
-    params_ = FlatBuffer(held);
+    params_ = FlatBuffer(held, opt.stream);
   }
   zeropp_init();
-  grads_ = FlatBuffer(opt.stage >= 2 ? shard_ : total_);
-  if (opt.stage >= 1) received_ = FlatBuffer(shard_);
+  grads_ = FlatBuffer(opt.stage >= 2 ? shard_ : total_, opt.stream);
+  if (opt.stage >= 1) received_ = FlatBuffer(shard_, opt.stream);
   for (int k = 0; k < opt.max_staleness; ++k) spare_.emplace_back(total_);
 }
 
@@ -106,7 +107,7 @@ void ZeroState::step_begin() {
     grads_ = std::move(spare_.back());
     spare_.pop_back();
   }
-  zero_floats(grads_.data(), grads_.size());
+  zero_fill(opt_.stream, grads_.part(0, grads_.size()));
   local_nonfinite_ = false;
 }
 
@@ -142,23 +143,14 @@ void ZeroState::micro_batch_begin(bool last, int first_unit, int end_unit) {
 }
 
 // Stages 0/1 reduce the accumulated gradients once, on the last micro-batch; 2/3 every micro-batch.
-namespace {
-
-bool all_finite(const float* x, int64_t n) {
-  int bad = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static)
-  for (int64_t i = 0; i < n; ++i) bad |= std::isfinite(x[i]) ? 0 : 1;
-  return bad == 0;
-}
-
-}  // namespace
 
 void ZeroState::bucket_issue(int b) {
   Bucket& st = bucket_state_[static_cast<size_t>(b)];
   const FlatRange r = buckets_[b].range;
   float* out = st.mine.size() > 0 ? received_.data() + (st.mine.begin - part_.begin) : received_.data();
   const float* g = opt_.stage < 2 ? grads_.data() + r.begin : grad_pool_[static_cast<size_t>(st.buffer)].data();
-  if (!local_nonfinite_) local_nonfinite_ = !all_finite(g, r.size());
+  if (!local_nonfinite_)
+    local_nonfinite_ = !all_finite(opt_.stream, Tensor(const_cast<float*>(g), Shape{r.size()}).on(opt_.stream.device));
   if (compressor_) {
     compressor_->reduce(grads_.data() + r.begin, r);
     st.issued = true;
@@ -246,10 +238,11 @@ void ZeroState::bucket_complete(int b) {
     std::vector<Bf16>().swap(st.recv);
   }
   if (opt_.stage < 2 || st.buffer < 0) return;
-  const int64_t off = st.mine.begin - part_.begin;
-  float* acc = grads_.data() + off;
-  const float* in = received_.data() + off;
-  for (int64_t i = 0; i < st.mine.size(); ++i) acc[i] += in[i];
+  if (st.mine.size() > 0) {
+    const int64_t off = st.mine.begin - part_.begin;
+    const Tensor acc = grads_.part(off, st.mine.size());
+    add_forward(opt_.stream, acc, acc, received_.part(off, st.mine.size()));
+  }
   grad_free_.push_back(st.buffer);
   st.buffer = -1;
 }
@@ -266,7 +259,7 @@ int ZeroState::grad_buffer_take(int64_t n) {
       const int id = grad_free_[k];
       if (grad_pool_[static_cast<size_t>(id)].size() < n) continue;
       grad_free_.erase(grad_free_.begin() + static_cast<std::ptrdiff_t>(k));
-      zero_floats(grad_pool_[static_cast<size_t>(id)].data(), n);
+      zero_fill(opt_.stream, grad_pool_[static_cast<size_t>(id)].part(0, n));
       return id;
     }
     if (grad_pool_.size() < kGradBuffers) break;
@@ -278,7 +271,7 @@ int ZeroState::grad_buffer_take(int64_t n) {
     if (oldest < 0) break;
     bucket_complete(oldest);
   }
-  grad_pool_.emplace_back(n);
+  grad_pool_.emplace_back(n, opt_.stream);
   return static_cast<int>(grad_pool_.size()) - 1;
 }
 
@@ -288,12 +281,9 @@ double ZeroState::sum_over_partitions(double local) const {
 }
 
 double ZeroState::grad_norm() {
-  const float* g = optimizer_grads();
   const int64_t n = optimizer_range().size();
-  double sum = 0.0;
-#pragma omp parallel for simd reduction(+ : sum) schedule(static)
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(g[i]) * g[i];
-  return std::sqrt(sum_over_partitions(sum));
+  const Tensor g = (opt_.stage == 1 ? received_ : grads_).part(0, n);
+  return std::sqrt(sum_over_partitions(sum_squares(opt_.stream, g)));
 }
 
 void ZeroState::step_end() {
@@ -319,7 +309,7 @@ ZeroState::GatherSlot& ZeroState::gather_start(int unit) {
       break;
     }
   if (!slot) {
-    slots_.push_back(GatherSlot{-1, false, false, Work{}, FlatBuffer(max_unit_), {}, {}, false});
+    slots_.push_back(GatherSlot{-1, false, false, Work{}, FlatBuffer(max_unit_, opt_.stream), {}, {}, false});
     slot = &slots_.back();
     if (sixteen_bit() && opt_.stage == 3) slot->packed.resize(static_cast<size_t>(max_unit_));
     if (opt_.quantized_weights && opt_.stage == 3) slot->quantized.resize(static_cast<size_t>(unit_quant_most_));

@@ -63,6 +63,12 @@
 // gradients, so parameters stay identical. The s extra buffers are allocated up front and counted
 // in comm_buffers (s·T floats); the MPI backend's progress thread moves the reductions on while
 // the rank computes (parallel/comm_mpi.cpp [Note: progress]). At s = 0 none of this runs.
+// [Note: ZeRO on a device] With ZeroOptions::stream on a CUDA device (train.device = "cuda") every
+// buffer above is device memory (FlatBuffer on the stream), the pointers handed out are device
+// pointers, and the communicator moves device buffers (NCCL; parallel/comm_nccl.h). The zeroing,
+// the Inf/NaN scan of each bucket and the stage-2/3 accumulation are ops on the stream. This path
+// covers float32 parameters and reduction at stages 0–3; the others (16-bit parameters, bf16
+// reduction, compression, ZeRO++, bounded staleness) keep host-side steps and are refused there.
 // Protocol per step: step_begin(); for each micro-batch m: micro_batch_begin(m is last), forward,
 // backward, micro_batch_end(); grad_norm(); the optimizer over optimizer_range(); step_end().
 // Invariant: after micro_batch_end() of the last micro-batch, optimizer_grads() holds the sum over
@@ -104,6 +110,8 @@ struct ZeroOptions {
   bool quantized_gradients = false;
   int hpz_partition_size = 1;
   int64_t quant_block = 256;
+  // [Note: ZeRO on a device] Where the buffers live and the scans and sums run.
+  Stream stream = Stream::cpu();
 };
 
 // Bytes one rank holds. Model state (params, grads; the optimizer's moments are AdamW's) follows

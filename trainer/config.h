@@ -55,6 +55,9 @@ struct TrainConfig {
   // sums; master weights, gradients, optimizer state, norms, softmax and loss stay float32. fp16
   // scales the loss dynamically (trainer/loss_scaler.h, the [loss_scale] section).
   Precision precision = Precision::fp32;
+  // Where each rank computes: "cpu", or "cuda" (one GPU per rank, chosen by its local rank; the
+  // communicators move device buffers through NCCL). trainer/rank_run.h [Note: a run on a device].
+  Device device = Device::cpu;
   Recompute recompute = Recompute::none;  // model/recompute.h
   int recompute_layers = 0;               // full: blocks per stage, from its first; 0 = all
   // Stop early, after a save, with exit code 10 (trainer/stop_request.h); 0 = never.

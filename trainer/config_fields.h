@@ -25,6 +25,7 @@ constexpr Spelling<ActivationKind> kActivationSpellings[] = {{ActivationKind::ge
 constexpr Spelling<Precision> kPrecisionSpellings[] = {{Precision::fp32, "fp32"},
                                                               {Precision::bf16, "bf16"},
                                                         {Precision::fp16, "fp16"}};
+constexpr Spelling<Device> kDeviceSpellings[] = {{Device::cpu, "cpu"}, {Device::cuda, "cuda"}};
 constexpr Spelling<Recompute> kRecomputeSpellings[] = {
     {Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}};
 constexpr Spelling<DecayKind> kDecaySpellings[] = {
@@ -41,6 +42,7 @@ inline std::span<const Spelling<ActivationKind>> spellings(ActivationKind) { ret
 inline std::span<const Spelling<DecayKind>> spellings(DecayKind) { return kDecaySpellings; }
 inline std::span<const Spelling<Recompute>> spellings(Recompute) { return kRecomputeSpellings; }
 inline std::span<const Spelling<Precision>> spellings(Precision) { return kPrecisionSpellings; }
+inline std::span<const Spelling<Device>> spellings(Device) { return kDeviceSpellings; }
 inline std::span<const Spelling<RouterKind>> spellings(RouterKind) { return kRouterSpellings; }
 inline std::span<const Spelling<DropPolicy>> spellings(DropPolicy) { return kDropPolicySpellings; }
 inline std::span<const Spelling<GradCompression>> spellings(GradCompression) { return kGradCompressionSpellings; }
@@ -81,7 +83,7 @@ void for_each_field(C& c, V&& v) {
   v("train", "seq_len", t.seq_len), v("train", "micro_batch_size", t.micro_batch_size);
   v("train", "global_batch_size", t.global_batch_size), v("train", "steps", t.steps);
   v("train", "seed", t.seed), v("train", "eval_interval", t.eval_interval);
-  v("train", "eval_steps", t.eval_steps), v("train", "precision", t.precision);
+  v("train", "eval_steps", t.eval_steps), v("train", "precision", t.precision), v("train", "device", t.device);
   v("train", "recompute", t.recompute);
   v("train", "recompute_layers", t.recompute_layers);
   v("train", "exit_duration_mins", t.exit_duration_mins), v("train", "exit_after_steps", t.exit_after_steps);

@@ -30,6 +30,31 @@ void check_expert_parallel(const Config& c) {
                  "holds n_experts / ep whole experts; pick ep from the divisors of n_experts", f, ep, n);
 }
 
+// train.device = "cuda" (trainer/rank_run.h [Note: a run on a device]): what runs on a device so far.
+// Each refusal names what to change; a setting is deleted from the list when its device path lands.
+void check_device(const Config& c) {
+  const std::string& f = c.source;
+  const ParallelConfig& p = c.parallel;
+  if (c.train.device == Device::cpu) return;
+  MT_INPUT_CHECK(c.train.precision == Precision::fp32 && p.grad_reduce_dtype == Precision::fp32,
+                 "{}: train.device = \"cuda\" trains float32 parameters with float32 reductions so far, but "
+                 "train.precision = \"{}\" and parallel.grad_reduce_dtype = \"{}\"; set both to \"fp32\", or "
+                 "train.device = \"cpu\"",
+                 f, precision_name(c.train.precision), precision_name(p.grad_reduce_dtype));
+  MT_INPUT_CHECK(c.model.moe.n_experts == 0 && p.cp == 1,
+                 "{}: train.device = \"cuda\" runs dense models without context parallelism so far (MoE routing "
+                 "and the context-parallel attention exchange run on the host), but moe.n_experts = {} and "
+                 "parallel.cp = {}; set n_experts = 0 and cp = 1, or train.device = \"cpu\"",
+                 f, c.model.moe.n_experts, p.cp);
+  MT_INPUT_CHECK(p.grad_compression == GradCompression::none && !p.zero_quantized_weights &&
+                     !p.zero_quantized_gradients && p.zero_hpz_partition_size == 1 && p.max_staleness == 0,
+                 "{}: train.device = \"cuda\" reduces gradients exactly so far, but parallel.grad_compression = "
+                 "\"{}\", zero_quantized_weights = {}, zero_quantized_gradients = {}, zero_hpz_partition_size = {}, "
+                 "max_staleness = {}; set \"none\", false, false, 1 and 0, or train.device = \"cpu\"",
+                 f, grad_compression_name(p.grad_compression), p.zero_quantized_weights, p.zero_quantized_gradients,
+                 p.zero_hpz_partition_size, p.max_staleness);
+}
+
 // ZeRO++ ([Note: ZeRO++] in parallel/zero.h): the combinations that are built. Expert parameters
 // (MoE) keep the exact path, so these switches act on the dense parameters only.
 void check_zeropp(const Config& c) {
@@ -255,6 +280,7 @@ void resolve_config(Config& c, int world_size) {
                  grad_compression_name(p.grad_compression), m.moe.n_experts, p.tp, p.pp, p.cp,
                  precision_name(c.train.precision), c.health.on_spike);
   check_zeropp(c);
+  check_device(c);
   const int stages = p.pp * p.virtual_stages;  // virtual stages
   if (!p.pipeline_layers.empty()) {
     int sum = 0;

@@ -139,7 +139,7 @@ void MetricsLog::step(const StepMetrics& m) {
   j["memory_bytes"] = {{"params", b.params},           {"master_params", b.master_params}, {"grads", b.grads},
                        {"optimizer", b.optimizer},     {"activations", b.activations},
                        {"comm_buffers", b.comm_buffers}, {"gemm_scratch", b.gemm_scratch},
-                       {"peak_rss", b.peak_rss}};
+                       {"peak_rss", b.peak_rss},       {"device_peak", b.device_peak}};
   j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
   j["precision"] = m.precision;
   j["loss_scale"] = m.loss_scale ? nlohmann::json(*m.loss_scale) : nlohmann::json(nullptr);
@@ -177,6 +177,7 @@ void MetricsLog::memory(int64_t step, const MemoryMetrics& m) {
              static_cast<double>(m.optimizer) / MiB, static_cast<double>(m.activations) / MiB,
              static_cast<double>(m.comm_buffers) / MiB,
              static_cast<double>(m.gemm_scratch) / MiB, static_cast<double>(m.peak_rss) / MiB);
+  if (m.device_peak > 0) fmt::print("device memory peak {:.2f} MiB\n", static_cast<double>(m.device_peak) / MiB);
   std::fflush(stdout);
 }
 

@@ -19,6 +19,9 @@ namespace megatrain {
 struct MemoryMetrics {
   int64_t params = 0, master_params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
   int64_t gemm_scratch = 0, peak_rss = 0;
+  // train.device = "cuda": the most device memory handed out at once (the caching allocator's
+  // peak; everything above that lives on the device is in it). 0 on CPU.
+  int64_t device_peak = 0;
 };
 
 int64_t peak_rss_bytes();

@@ -3,6 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cuda/backend.h"
+#include "kernels/ops.h"
+#ifdef MEGATRAIN_HAS_CUDA
+#include "parallel/comm_nccl.h"
+#endif
+
 namespace megatrain {
 namespace {
 
@@ -13,8 +19,41 @@ ParallelDims parallel_dims(const Config& c) {
 
 ZeroOptions zero_options(const Config& c) {
   const auto floats = static_cast<int64_t>(c.parallel.bucket_size_mb * 1024.0 * 1024.0 / sizeof(float));
-  return {c.parallel.zero_stage, std::max<int64_t>(1, floats), c.parallel.overlap_grad_reduce, c.train.precision,
-          c.parallel.grad_reduce_dtype};
+  ZeroOptions z{c.parallel.zero_stage, std::max<int64_t>(1, floats), c.parallel.overlap_grad_reduce, c.train.precision,
+                c.parallel.grad_reduce_dtype};
+  z.stream = Stream{c.train.device, nullptr, c.train.precision};
+  return z;
+}
+
+// The device backend of a run on a device, or an InputError naming the config key and the fix.
+DeviceBackend& run_backend(const Config& c) {
+  try {
+    return cuda_backend();
+  } catch (const Error& e) {
+    throw InputError(fmt::format("{}: train.device = \"cuda\", but {}; set train.device = \"cpu\" to train on the "
+                                 "CPU",
+                                 c.source, e.what()));
+  }
+}
+
+// The communicators ([Note: a run on a device]): MPI's, or NCCL's for a GPU's memory.
+ProcessGroups process_groups(const Config& c, const Comm& world) {
+  if (c.train.device == Device::cpu || run_backend(c).host_addressable()) return ProcessGroups(world, parallel_dims(c));
+#ifdef MEGATRAIN_HAS_CUDA
+  // The pipeline executor posts each direction's next receives ahead of its sends; on NCCL one
+  // communicator's point-to-point calls run in issue order on its stream, so a stage's send would
+  // wait behind a receive its peer cannot satisfy yet. Pairing a step's send and receive in one
+  // NCCL group (as Megatron's batched isend/irecv does) is what pp needs there.
+  MT_INPUT_CHECK(c.parallel.pp == 1,
+                 "{}: parallel.pp = {} with train.device = \"cuda\": the pipeline's messages do not run on NCCL "
+                 "yet (its receives are posted ahead of its sends, which one NCCL stream would serialise into a "
+                 "wait between stages); set parallel.pp = 1 (tensor and data parallelism run on the GPU), or "
+                 "train.device = \"cpu\"",
+                 c.source, c.parallel.pp);
+  return nccl_process_groups(world, parallel_dims(c));
+#else
+  MT_CHECK(false, "a device backend without NCCL in a build without CUDA");
+#endif
 }
 
 // The dense ZeroState's options: with gradient compression, the layout's 2-D tensors.
@@ -97,7 +136,7 @@ StageRange virtual_stage_range(const Config& c, int vs) {
 }
 
 RankRun::RankRun(const Config& c, const Comm& world_comm)
-    : cfg(c), groups(world_comm, parallel_dims(c)), dp_comm(groups.dp()), tp_comm(groups.tp()), pp_comm(groups.pp()),
+    : cfg(c), stream{c.train.device, nullptr, c.train.precision}, groups(process_groups(c, world_comm)), dp_comm(groups.dp()), tp_comm(groups.tp()), pp_comm(groups.pp()),
       world(world_comm), dp_rank(dp_comm.rank()), dp(dp_comm.size()), data(c, dp_rank, dp), ranges(chunk_ranges(c, pp_comm.rank())),
       steps(pipeline_schedule(c.parallel.pipeline_schedule, pp_comm.rank(),
                               PipeShape{pp_comm.size(), data.train().micro_batches_per_step(), c.parallel.virtual_stages})),
@@ -108,12 +147,21 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
       // Gradient buckets break where each chunk after the first starts.
       zero(gpt_param_units(layout, ranges), dp_comm, dense_zero_options(c, layout),
            std::vector<int>(chunk_units.begin() + 1, chunk_units.end() - 1)),
-      optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded()),
+      optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded(), stream),
       split_backward_(splits_backward(steps)),
-      tp_shared_(layout, tp_comm),
+      tp_shared_(layout, tp_comm, stream),
       inputs_(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
       targets_(inputs_.size()) {
-  init_params_range(layout, zero.held_params(), zero.held_params_range(), c.model, c.train.seed);
+  if (on_device()) {
+    const FlatRange held = zero.held_params_range(), opt = optimizer.range();
+    host_state_ = std::make_unique<HostState>();
+    host_state_->params.resize(static_cast<size_t>(held.size()));
+    host_state_->exp_avg.resize(static_cast<size_t>(opt.size()));
+    host_state_->exp_avg_sq.resize(static_cast<size_t>(opt.size()));
+    init_params_range(layout, host_state_->params.data(), held, c.model, c.train.seed);
+  } else {
+    init_params_range(layout, zero.held_params(), zero.held_params_range(), c.model, c.train.seed);
+  }
   if (!moe_expert_units(layout, ranges).empty()) {
     experts = std::make_unique<Experts>(layout, ranges, groups.edp(), zero_options(c), adamw_options(c));
     init_params_range(layout, experts->zero.held_params(), shifted(experts->zero.held_params_range(), experts->begin),
@@ -128,7 +176,7 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
     ch.units = std::make_unique<UnitSlice>(zero, chunk_units[k]);
     slots.push_back(peak_held(steps, static_cast<int>(k)));
     const StageOptions options{slots.back(), split_backward_, c.train.recompute, c.train.recompute_layers,
-                               c.train.precision};
+                               c.train.precision, c.train.device};
     StageExperts stage_experts;
     if (experts) {
       ch.expert_units = std::make_unique<UnitSlice>(experts->zero, experts->chunk_units[k]);
@@ -140,7 +188,7 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
     chunks_.push_back(std::move(ch));
   }
   for (int n : slots) peak_held_all_ += n;
-  pipeline_ = std::make_unique<PipelineExecutor>(pp_comm, chunks_[0].stage->output(0).numel(), slots);
+  pipeline_ = std::make_unique<PipelineExecutor>(pp_comm, chunks_[0].stage->output(0).numel(), slots, stream);
   const bool embedding = ranges.front().embedding, head = ranges.back().head;
   if (c.model.tie_embeddings && pp_comm.size() > 1) {
     Comm group = pp_comm.split(embedding || head ? 0 : 1, pp_comm.rank(), "embedding");
@@ -217,10 +265,18 @@ double RankRun::mean_over_replicas(double sum, int micro) const {
 
 CheckpointTensors RankRun::checkpoint_tensors() {
   const FlatRange held = zero.held_params_range(), opt = optimizer.range(), part = zero.partition();
+  float *params = zero.held_params(), *exp_avg = optimizer.exp_avg(), *exp_avg_sq = optimizer.exp_avg_sq();
+  if (on_device()) {
+    HostState& h = *host_state_;
+    copy_to_host(stream, h.params.data(), Tensor(params, Shape{held.size()}).on(stream.device));
+    copy_to_host(stream, h.exp_avg.data(), Tensor(exp_avg, Shape{opt.size()}).on(stream.device));
+    copy_to_host(stream, h.exp_avg_sq.data(), Tensor(exp_avg_sq, Shape{opt.size()}).on(stream.device));
+    params = h.params.data(), exp_avg = h.exp_avg.data(), exp_avg_sq = h.exp_avg_sq.data();
+  }
   CheckpointTensors t{&layout,
-                      {zero.held_params(), held.begin, held.end},
-                      {optimizer.exp_avg(), opt.begin, opt.end},
-                      {optimizer.exp_avg_sq(), opt.begin, opt.end},
+                      {params, held.begin, held.end},
+                      {exp_avg, opt.begin, opt.end},
+                      {exp_avg_sq, opt.begin, opt.end},
                       part.begin,
                       part.end,
                       &stored_layout};
@@ -237,24 +293,6 @@ CheckpointTensors RankRun::checkpoint_tensors() {
   return t;
 }
 
-void RankRun::update_router_biases() {
-  const MoeConfig& moe = cfg.model.moe;
-  if (moe.aux_free_bias <= 0.0f) return;
-  const FlatRange mine = zero.optimizer_range();
-  std::vector<float> bias(static_cast<size_t>(moe.n_experts));
-  for (Chunk& ch : chunks_)
-    for (const MoeLayerStats& m : ch.stage->moe_stats()) {
-      std::vector<int64_t> load = m.step_tokens;  // tp ranks route the same rows: summed over dp only
-      if (dp > 1) dp_comm.all_reduce(load.data(), moe.n_experts).wait();
-      const size_t i = layout.index_of("layers." + std::to_string(m.layer) + ".moe.router.bias");
-      const FlatRange t{layout.offset(i), layout.offset(i) + moe.n_experts};
-      std::fill(bias.begin(), bias.end(), 0.0f);
-      moe_update_bias(bias.data(), load.data(), moe.n_experts, moe.aux_free_bias);  // the step of each bias
-      for (int64_t g = std::max(t.begin, mine.begin); g < std::min(t.end, mine.end); ++g)
-        zero.optimizer_params()[g - mine.begin] += bias[static_cast<size_t>(g - t.begin)];
-    }
-}
-
 void RankRun::optimizer_step(float lr, double norm, float unscale) {
   optimizer.step(zero.optimizer_params(), zero.optimizer_grads(), lr, norm, unscale);
   update_router_biases();  // before step_end, which hands the updated values to every rank
@@ -265,6 +303,13 @@ void RankRun::optimizer_step(float lr, double norm, float unscale) {
 }
 
 void RankRun::params_written() {
+  if (on_device()) {
+    const HostState& h = *host_state_;
+    const FlatRange held = zero.held_params_range(), opt = optimizer.range();
+    copy_from_host(stream, Tensor(zero.held_params(), Shape{held.size()}).on(stream.device), h.params.data());
+    copy_from_host(stream, Tensor(optimizer.exp_avg(), Shape{opt.size()}).on(stream.device), h.exp_avg.data());
+    copy_from_host(stream, Tensor(optimizer.exp_avg_sq(), Shape{opt.size()}).on(stream.device), h.exp_avg_sq.data());
+  }
   zero.params_written();
   if (experts) experts->zero.params_written();
 }
@@ -272,45 +317,6 @@ void RankRun::params_written() {
 void RankRun::set_step_count(int64_t t) {
   optimizer.set_step_count(t);
   if (experts) experts->optimizer.set_step_count(t);
-}
-
-double RankRun::moe_dispatch_ms() const {
-  double ms = 0.0;
-  for (const Chunk& ch : chunks_) ms += ch.stage->moe_dispatch_ms();
-  return ms;
-}
-
-std::vector<MoeLayerStats> RankRun::moe_stats() {
-  std::vector<MoeLayerStats> all;
-  for (int l = 0; l < cfg.model.n_layers; ++l)
-    if (cfg.model.moe.is_moe_layer(l))
-      all.push_back({l, std::vector<int64_t>(static_cast<size_t>(cfg.model.moe.n_experts)), {}});
-  if (all.empty()) return all;
-  // Every value of every layer in one sum over the world; tp ranks route the same rows, so only
-  // tp rank 0 of each stage adds its own.
-  const size_t E = static_cast<size_t>(cfg.model.moe.n_experts), per = E + 5;
-  std::vector<double> sums(all.size() * per, 0.0);
-  for (Chunk& ch : chunks_) {
-    for (const MoeLayerStats& m : ch.stage->moe_stats()) {
-      size_t i = 0;
-      while (all[i].layer != m.layer) ++i;
-      double* v = sums.data() + i * per;
-      if (tp_comm.rank() == 0) {
-        for (size_t e = 0; e < E; ++e) v[e] = static_cast<double>(m.tokens[e]);
-        v[E] = static_cast<double>(m.dropped), v[E + 1] = static_cast<double>(m.assignments);
-        v[E + 2] = m.aux, v[E + 3] = m.z, v[E + 4] = static_cast<double>(m.micro_batches);
-      }
-    }
-    ch.stage->reset_moe_stats();
-  }
-  world.all_reduce(sums.data(), static_cast<int64_t>(sums.size())).wait();
-  for (size_t i = 0; i < all.size(); ++i) {
-    const double* v = sums.data() + i * per;
-    for (size_t e = 0; e < E; ++e) all[i].tokens[e] = static_cast<int64_t>(v[e]);
-    all[i].dropped = static_cast<int64_t>(v[E]), all[i].assignments = static_cast<int64_t>(v[E + 1]);
-    all[i].aux = v[E + 2], all[i].z = v[E + 3], all[i].micro_batches = static_cast<int64_t>(v[E + 4]);
-  }
-  return all;
 }
 
 size_t RankRun::activation_bytes() const {
@@ -334,8 +340,9 @@ MemoryMetrics RankRun::memory() const {
     m.optimizer += experts->optimizer.state_bytes();
     m.comm_buffers += e.comm_buffers;
   }
-  m.gemm_scratch = matmul_scratch_bytes(Stream::cpu());
+  m.gemm_scratch = matmul_scratch_bytes(stream);
   m.peak_rss = peak_rss_bytes();
+  if (on_device()) m.device_peak = cuda_backend().memory_stats().peak_allocated;
   return m;
 }
 
@@ -379,17 +386,13 @@ double RankRun::grad_norm() {
 }
 
 RankRun::Overflow RankRun::first_overflow(bool loss_nonfinite) {
-  const float* g = zero.optimizer_grads();
-  const int64_t n = zero.optimizer_range().size();
-  int reduced_bad = 0;
-#pragma omp parallel for reduction(| : reduced_bad) schedule(static)
-  for (int64_t i = 0; i < n; ++i) reduced_bad |= std::isfinite(g[i]) ? 0 : 1;
+  const auto finite = [&](ZeroState& z) {
+    return all_finite(stream, Tensor(z.optimizer_grads(), Shape{z.optimizer_range().size()}).on(stream.device));
+  };
+  bool reduced_bad = !finite(zero);
   bool local_bad = zero.local_nonfinite();
   if (experts) {
-    const float* eg = experts->zero.optimizer_grads();
-    const int64_t en = experts->zero.optimizer_range().size();
-#pragma omp parallel for reduction(| : reduced_bad) schedule(static)
-    for (int64_t i = 0; i < en; ++i) reduced_bad |= std::isfinite(eg[i]) ? 0 : 1;
+    reduced_bad = !finite(experts->zero) || reduced_bad;
     local_bad = local_bad || experts->zero.local_nonfinite();
   }
   // One all-reduce (max) of a key that ranks the causes: own loss, own gradients, reduced gradients,

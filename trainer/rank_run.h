@@ -2,6 +2,17 @@
 // stages of an interleaved pipeline, over one parameter layout and one ZeRO state), the optimizer
 // over its shard, and the PipelineWork the executor drives through a step's schedule. The step
 // loop (trainer/train.cpp) calls train_step, grad_norm, the optimizer and evaluate.
+//
+// [Note: a run on a device] With train.device = "cuda" the rank's compute stream is the device's
+// default stream: the stages' activations, ZeRO's buffers (parallel/zero.h [Note: ZeRO on a
+// device]), the optimizer's moments, the pipeline's message buffers and the tensor-parallel
+// packing buffer are device memory, and the gradient checks (Inf/NaN, Σ g²) are ops on the stream.
+// The communicators move device buffers: NCCL's (parallel/comm_nccl.h, which also picks the rank's
+// GPU by its local rank), or MPI's where the backend's memory is host memory (the host emulation
+// of the tests, kernels/cuda/backend.h host_addressable). Tokens go up per micro-batch; the loss
+// comes down per micro-batch, norms and flags per step. What reads or writes the state on the host
+// (checkpoints, the replica check, fault injection) goes through checkpoint_tensors(), which on a
+// device is a host copy made by the call, and params_written(), which first sends that copy back.
 #pragma once
 #include <deque>
 #include <memory>
@@ -56,7 +67,8 @@ class RankRun final : public PipelineWork {
   // The optimizer's update of every parameter this rank updates (dense and expert), then ZeRO's
   // step_end: lr, the global norm of the unscaled gradient (for clipping), 1 / the loss scale.
   void optimizer_step(float lr, double norm, float unscale);
-  // After the parameters were written (initialisation, a checkpoint loaded): hand them to ZeRO.
+  // After the parameters (and moments) were written through checkpoint_tensors() or at
+  // initialisation: on a device, send the host copy up; then hand the parameters to ZeRO.
   void params_written();
   void set_step_count(int64_t t);  // the optimizer's update count, when resuming
   // Per MoE block of the model: its routing this step, summed over every replica's micro-batches
@@ -67,6 +79,8 @@ class RankRun final : public PipelineWork {
   // Mean loss over the first eval_steps global batches of the validation set (same each time).
   double evaluate();
 
+  // This rank's parameters and moments for checkpoints, in host memory: on a device a copy made
+  // now ([Note: a run on a device]); write through it, then call params_written().
   CheckpointTensors checkpoint_tensors();
   MemoryMetrics memory() const;
   size_t activation_bytes() const;
@@ -81,6 +95,7 @@ class RankRun final : public PipelineWork {
   void weight(int chunk, int slot) override;
 
   const Config& cfg;
+  const Stream stream;  // where this rank computes ([Note: a run on a device])
   ProcessGroups groups;
   const Comm& dp_comm;
   const Comm& tp_comm;
@@ -135,6 +150,12 @@ class RankRun final : public PipelineWork {
   void update_router_biases();
   bool chunk_has_experts(int chunk) const;
 
+  // [Note: a run on a device]: the host copy of the held parameters and the moments.
+  struct HostState {
+    std::vector<float> params, exp_avg, exp_avg_sq;
+  };
+  std::unique_ptr<HostState> host_state_;
+  bool on_device() const { return stream.device != Device::cpu; }
   bool split_backward_;             // the schedule has weight steps (zero-bubble)
   std::vector<Chunk> chunks_;
   TpSharedParams tp_shared_;

@@ -20,6 +20,7 @@
 #include "health/straggler.h"
 #include "health/timeline.h"
 #include "health/watchdog.h"
+#include "kernels/cuda/backend.h"
 #include "kernels/ops.h"
 #include "parallel/comm_gather.h"
 #include "parallel/flight_recorder.h"
@@ -72,14 +73,15 @@ void flip_a_bit(const Fault& f, RankRun& run, int64_t step) {
                  "MEGATRAIN_FAULT bitflip: tensor \"{}\" is not a dense parameter of rank {} (e.g. \"{}\")", f.detail,
                  run.world.rank(), run.layout.spec(0).name);
   log_injection(f, run.world.rank(), step, "tensor=" + f.detail);
-  const FlatRange held = run.zero.held_params_range();
+  const FlatSlice held = run.checkpoint_tensors().params;  // on a device, a host copy
   const int64_t at = run.layout.offset(run.layout.index_of(f.detail));
   if (at < held.begin || at >= held.end) return;
   uint32_t bits;
-  float* x = run.zero.held_params() + (at - held.begin);
+  float* x = held.data + (at - held.begin);
   std::memcpy(&bits, x, 4);
   bits ^= 1u << 22;
   std::memcpy(x, &bits, 4);  // at 16 bits the master: the next update's rounding carries it to compute
+  if (run.stream.device != Device::cpu) run.params_written();
 }
 
 // Where a loaded checkpoint puts training: the steps done, the global batches skipped by spike
@@ -164,7 +166,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   watchdog.set_peers(gather_peer_addresses(world, hosts, listener));
   RankRun run(cfg, world);
   StartupTimes::instance().mark("model and data");
-  const CheckpointTensors state = run.checkpoint_tensors();
+  const CheckpointTensors state = run.checkpoint_tensors();  // where loads write (then params_written)
   const int64_t G = cfg.train.global_batch_size;
   int64_t start_step = 0, skipped = 0, data_skip = 0, nonfinite_in_a_row = 0;
   int rollbacks = 0;
@@ -189,6 +191,11 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
                    "{1}; gradients and optimizer state are float32{2}",
                    precision_name(cfg.train.precision), matmul_path(Stream::cpu(cfg.train.precision)),
                    scaler ? fmt::format("; dynamic loss scale from {:g}", scaler->scale()) : "");
+    if (cfg.train.device != Device::cpu)
+      spdlog::info("train.device = \"cuda\": one device per rank; GEMMs: {}; the communicators move device buffers "
+                   "through {}",
+                   matmul_path(run.stream),
+                   cuda_backend().host_addressable() ? "MPI (this backend's memory is host memory)" : "NCCL");
     spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} chunk(s) per rank, {} "
                  "micro-batch slots on rank 0), dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",
                  run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.tp_comm.size(),
@@ -362,7 +369,8 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
         ts.loss_scale = l.scale, ts.loss_scale_growth_tracker = l.growth_tracker;
         ts.loss_scale_hysteresis_tracker = l.hysteresis_tracker;
       }
-      const bool done = checkpointer->save(state, ts, if_busy);
+      // Taken now: on a device, the host copy of this step's state (rank_run.h [Note: a run on a device]).
+      const bool done = checkpointer->save(run.checkpoint_tensors(), ts, if_busy);
       have_checkpoint = have_checkpoint || done;
       return done;
     };

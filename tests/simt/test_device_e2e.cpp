@@ -1,0 +1,132 @@
+// train.device = "cuda" end to end, without a GPU: megatrain_simt is the megatrain binary whose
+// Device::cuda ops run the CUDA kernels' own source under the host SIMT emulation
+// (megatrain_simt.cpp). Each layout trains on device memory — stages, ZeRO buffers, optimizer
+// moments, pipeline messages — and is held to the CPU binary's single process: loss, gradient norm
+// and validation loss of every step within 1e-5 relative (the kernels sum in other orders than
+// the CPU ops; dropout is on, so the masks are the CPU's too). A device checkpoint resumes bitwise,
+// and settings the device path does not run yet are refused naming the fix.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "health/exit_codes.h"
+#include "tests/e2e/e2e_fixture.h"
+#include "tests/expect_contains.h"
+
+namespace megatrain {
+namespace {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Small enough for the emulation (every GPU thread a fiber): 4 steps of 2 micro-batches of 2
+// sequences of 32 tokens, a validation after steps 2 and 4.
+constexpr const char* kShort =
+    "--set train.steps=4 --set train.seq_len=32 --set train.micro_batch_size=2 --set train.global_batch_size=4 "
+    "--set train.eval_interval=2 --set train.eval_steps=1 --set optimizer.warmup_steps=1 --set parallel.bucket_size_mb=0.05";
+constexpr const char* kOnDevice = "--set train.device='\"cuda\"'";
+constexpr double kRel = 1e-5;
+
+class DeviceE2E : public test::TrainE2E {
+ protected:
+  // `np` ranks of `bin` with `extra` flags; the metrics' JSON lines.
+  // `np` ranks of `bin` with `extra` flags; the metrics' JSON lines (the log in log_).
+  std::vector<json> run(const std::string& bin, int np, const std::string& extra, const std::string& name) {
+    const fs::path metrics = dir_ / (name + ".jsonl");
+    const std::string cmd =
+        fmt::format("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np {} "
+                    "-x OMP_NUM_THREADS=1 {} train --config {} --set log.metrics_file={} {} {}",
+                    np, bin, config_.string(), metrics.string(), kShort, extra);
+    const auto r = test::run_shell(cmd, 600);
+    EXPECT_EQ(r.code, 0) << cmd << "\n" << r.output;
+    log_ = r.output;
+    return test::metrics_lines(metrics);
+  }
+  std::vector<json> on_cpu(const std::string& extra, const std::string& name) {
+    return run(test::megatrain_bin(), 1, extra, name);
+  }
+  std::vector<json> on_device(int np, const std::string& extra, const std::string& name) {
+    return run(MEGATRAIN_SIMT_BIN, np, std::string(kOnDevice) + " " + extra, name);
+  }
+  std::string log_;
+};
+
+// The bytes of the model state a step row counts (parameters, gradients, moments) and the device
+// memory peak it reports.
+std::pair<int64_t, int64_t> state_and_device_bytes(const json& row) {
+  const json& m = row.at("memory_bytes");
+  return {m.at("params").get<int64_t>() + m.at("grads").get<int64_t>() + m.at("optimizer").get<int64_t>(),
+          m.at("device_peak").get<int64_t>()};
+}
+
+// 4 steps and 2 validations: 4·2 + 2 values compared.
+constexpr int kCompared = 4 * 2 + 2;
+
+// The device run really ran there: its state and activations were handed out by the device
+// backend (the CPU run reports none), and the log says how its buffers move.
+TEST_F(DeviceE2E, OneRankTrainsLikeTheCpu) {
+  const auto cpu = on_cpu("", "cpu");
+  ASSERT_EQ(cpu.size(), 6u);
+  EXPECT_EQ(state_and_device_bytes(cpu[0]).second, 0);
+  const auto device = on_device(1, "", "device");
+  EXPECT_EQ(test::compare_runs(cpu, device, kRel, "device vs cpu"), kCompared);
+  const auto [state, on_device] = state_and_device_bytes(device.at(0));
+  EXPECT_GT(on_device, state + device[0]["memory_bytes"]["activations"].get<int64_t>());
+  EXPECT_CONTAINS(log_, "the communicators move device buffers through MPI (this backend's memory is host memory)");
+}
+
+// Llama-style (RMSNorm, RoPE, SwiGLU, grouped key/value heads, untied head) with full recompute.
+TEST_F(DeviceE2E, LlamaWithRecomputeTrainsLikeTheCpu) {
+  const std::string llama =
+      "--set model.norm='\"rmsnorm\"' --set model.position='\"rope\"' --set model.activation='\"swiglu\"' "
+      "--set model.bias=false --set model.tie_embeddings=false --set model.n_kv_heads=2 "
+      "--set train.recompute='\"full\"'";
+  EXPECT_EQ(test::compare_runs(on_cpu(llama, "cpu"), on_device(1, llama, "device"), kRel, "llama"), kCompared);
+}
+
+// Two ranks exchanging device buffers: data parallel with ZeRO 3 (parameters gathered per unit,
+// gradients reduce-scattered per bucket), tensor parallel with sequence parallelism, a two-stage
+// pipeline (activations and their gradients sent between stages, the tied embedding's gradient
+// summed over both).
+TEST_F(DeviceE2E, TwoRankLayoutsMatchOneCpuProcess) {
+  const auto cpu = on_cpu("", "cpu");
+  for (const auto& [name, set] :
+       {std::pair{"dp2_zero3", "--set parallel.zero_stage=3"},
+        std::pair{"tp2_sp", "--set parallel.tp=2 --set parallel.sequence_parallel=true"},
+        std::pair{"pp2", "--set parallel.pp=2"}}) {
+    EXPECT_EQ(test::compare_runs(cpu, on_device(2, set, name), kRel, name), kCompared);
+  }
+}
+
+// Saved on the device at dp 2, ZeRO 1 (each rank's optimizer shard copied down) after step 2;
+// resumed there (copied up), steps 3–4 and the validation at 4 equal the uninterrupted run's.
+TEST_F(DeviceE2E, ACheckpointResumesBitwise) {
+  const fs::path ckpt = dir_ / "ckpt";
+  const std::string layout = "--set parallel.zero_stage=1 ";
+  const auto full = on_device(
+      2, layout + "--set checkpoint.save_interval=2 --set checkpoint.dir=" + ckpt.string(), "full");
+  ASSERT_TRUE(fs::exists(ckpt / "step_0000002" / "model.h5"));
+  std::vector<json> tail;
+  for (const json& j : full)
+    if (j["step"].get<int64_t>() > 2) tail.push_back(j);
+  const auto resumed =
+      on_device(2, layout + "--set checkpoint.load=" + (ckpt / "step_0000002").string(), "resumed");
+  EXPECT_EQ(test::compare_runs(tail, resumed, 0.0, "resumed"), 2 * 2 + 1);
+}
+
+TEST_F(DeviceE2E, SettingsNotOnTheDeviceYetAreRefusedNamingTheFix) {
+  const std::string base = "train --config " + config_.string() + " " + kOnDevice + " ";
+  auto r = test::run_shell(std::string(MEGATRAIN_SIMT_BIN) + " " + base + "--set train.precision='\"bf16\"'");
+  EXPECT_EQ(r.code, kExitUsage) << r.output;
+  EXPECT_CONTAINS(r.output, "train.device = \"cuda\" trains float32 parameters with float32 reductions so far");
+  r = test::run_shell(std::string(MEGATRAIN_SIMT_BIN) + " " + base + "--set moe.n_experts=4");
+  EXPECT_EQ(r.code, kExitUsage) << r.output;
+  EXPECT_CONTAINS(r.output, "set n_experts = 0 and cp = 1, or train.device = \"cpu\"");
+  // The production binary on this machine: no GPU (or no CUDA backend in the build) is a usage
+  // error naming the key, before any rank waits for another.
+  r = test::run_megatrain(base);
+  EXPECT_EQ(r.code, kExitUsage) << r.output;
+  EXPECT_CONTAINS(r.output, "train.device = \"cuda\", but ");
+  EXPECT_CONTAINS(r.output, "set train.device = \"cpu\" to train on the CPU");
+}
+
+}  // namespace
+}  // namespace megatrain
