@@ -52,7 +52,7 @@ ProcessGroups process_groups(const Config& c, const Comm& world) {
                  c.source, c.parallel.pp);
   return nccl_process_groups(world, parallel_dims(c));
 #else
-  MT_CHECK(false, "a device backend without NCCL in a build without CUDA");
+  throw Error("train.device = \"cuda\" on a GPU backend in a build without NCCL (reconfigure with -DMEGATRAIN_CUDA=ON)");
 #endif
 }
 
@@ -136,8 +136,9 @@ StageRange virtual_stage_range(const Config& c, int vs) {
 }
 
 RankRun::RankRun(const Config& c, const Comm& world_comm)
-    : cfg(c), stream{c.train.device, nullptr, c.train.precision}, groups(process_groups(c, world_comm)), dp_comm(groups.dp()), tp_comm(groups.tp()), pp_comm(groups.pp()),
-      world(world_comm), dp_rank(dp_comm.rank()), dp(dp_comm.size()), data(c, dp_rank, dp), ranges(chunk_ranges(c, pp_comm.rank())),
+    : cfg(c), stream{c.train.device, nullptr, c.train.precision}, groups(process_groups(c, world_comm)),
+      dp_comm(groups.dp()), tp_comm(groups.tp()), pp_comm(groups.pp()), world(world_comm), dp_rank(dp_comm.rank()),
+      dp(dp_comm.size()), data(c, dp_rank, dp), ranges(chunk_ranges(c, pp_comm.rank())),
       steps(pipeline_schedule(c.parallel.pipeline_schedule, pp_comm.rank(),
                               PipeShape{pp_comm.size(), data.train().micro_batches_per_step(), c.parallel.virtual_stages})),
       layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel, ranges,
