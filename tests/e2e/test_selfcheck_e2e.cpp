@@ -57,7 +57,7 @@ TEST_F(SelfCheckE2E, ASlowRankAndUnwritableStorageFailWithReasons) {
   EXPECT_EQ(r.code, 75) << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("selfcheck gemm +FAIL .* 2: [0-9.]+ GFLOP/s score=0\\.(1|2|3)\\d")))
       << r.output;
-  EXPECT_EQ(report()["failing_ranks"], json::array({2}));
+  EXPECT_EQ(report()["failing_ranks"], json::array({2})) << report().dump(1) << "\n" << r.output;
   std::ifstream exclude(dir_ / "run" / "reports" / "exclude.txt");
   std::string host;
   exclude >> host;

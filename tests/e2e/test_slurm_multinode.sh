@@ -30,6 +30,8 @@ cleanup() { "$cluster" down >/dev/null 2>&1 || true; [ -n "${KEEP:-}" ] || rm -r
 trap cleanup EXIT
 fail() {
   echo "FAIL: $*"
+  # What a crashed rank said first (the signal, the top of its stack), then the end of the output.
+  [ -f "${out:-/dev/null}" ] && grep -m 20 -E "error|[Ss]ignal|\] \[ ?[0-8]\]" "$out"  || true
   [ -f "${out:-/dev/null}" ] && tail -30 "$out"
   [ -n "${job:-}" ] && "$cluster" run scontrol show job "$job" 2>&1 | head -20
   tail -20 "$SIMCLUSTER_DIR/log/slurmctld.log" 2>/dev/null
