@@ -17,7 +17,6 @@ void from_half(Precision p, float* out, const uint16_t* in, int64_t n) {
   convert(Stream::cpu(), Tensor(out, Shape{n}), Tensor(const_cast<uint16_t*>(in), Shape{n}, dtype_of(p)));
 }
 
-
 }  // namespace
 
 ZeroState::ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOptions& opt,
@@ -143,14 +142,14 @@ void ZeroState::micro_batch_begin(bool last, int first_unit, int end_unit) {
 }
 
 // Stages 0/1 reduce the accumulated gradients once, on the last micro-batch; 2/3 every micro-batch.
-
 void ZeroState::bucket_issue(int b) {
   Bucket& st = bucket_state_[static_cast<size_t>(b)];
   const FlatRange r = buckets_[b].range;
   float* out = st.mine.size() > 0 ? received_.data() + (st.mine.begin - part_.begin) : received_.data();
-  const float* g = opt_.stage < 2 ? grads_.data() + r.begin : grad_pool_[static_cast<size_t>(st.buffer)].data();
-  if (!local_nonfinite_)
-    local_nonfinite_ = !all_finite(opt_.stream, Tensor(const_cast<float*>(g), Shape{r.size()}).on(opt_.stream.device));
+  const Tensor grad = opt_.stage < 2 ? grads_.part(r.begin, r.size())
+                                     : grad_pool_[static_cast<size_t>(st.buffer)].part(0, r.size());
+  const float* g = grad.f32();
+  if (!local_nonfinite_) local_nonfinite_ = !all_finite(opt_.stream, grad);
   if (compressor_) {
     compressor_->reduce(grads_.data() + r.begin, r);
     st.issued = true;
@@ -280,10 +279,12 @@ double ZeroState::sum_over_partitions(double local) const {
   return local;
 }
 
+Tensor ZeroState::optimizer_grads_tensor() const {
+  return Tensor(const_cast<float*>(optimizer_grads()), Shape{optimizer_range().size()}).on(opt_.stream.device);
+}
+
 double ZeroState::grad_norm() {
-  const int64_t n = optimizer_range().size();
-  const Tensor g = (opt_.stage == 1 ? received_ : grads_).part(0, n);
-  return std::sqrt(sum_over_partitions(sum_squares(opt_.stream, g)));
+  return std::sqrt(sum_over_partitions(sum_squares(opt_.stream, optimizer_grads_tensor())));
 }
 
 void ZeroState::step_end() {

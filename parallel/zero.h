@@ -146,6 +146,8 @@ class ZeroState final : public UnitState {
   float* optimizer_params();
   const float* optimizer_grads() const;
   float* optimizer_grads() { return const_cast<float*>(std::as_const(*this).optimizer_grads()); }
+  // optimizer_grads() as a tensor of optimizer_range().size() floats on the state's device.
+  Tensor optimizer_grads_tensor() const;
   // What this rank holds of the float32 parameters (element 0 = the range's first flat element):
   // [0, T) at stages 0–2 and the partition at stage 3; at 16-bit, the masters (optimizer_range()).
   // After writing them (initialisation, a checkpoint), call params_written().

@@ -17,11 +17,14 @@ ParallelDims parallel_dims(const Config& c) {
   return ParallelDims{.tp = p.tp, .cp = p.cp, .ep = p.ep, .dp = p.dp, .pp = p.pp};
 }
 
+// Where the rank computes ([Note: a run on a device]): the device's default stream.
+Stream run_stream(const Config& c) { return Stream{c.train.device, nullptr, c.train.precision}; }
+
 ZeroOptions zero_options(const Config& c) {
   const auto floats = static_cast<int64_t>(c.parallel.bucket_size_mb * 1024.0 * 1024.0 / sizeof(float));
   ZeroOptions z{c.parallel.zero_stage, std::max<int64_t>(1, floats), c.parallel.overlap_grad_reduce, c.train.precision,
                 c.parallel.grad_reduce_dtype};
-  z.stream = Stream{c.train.device, nullptr, c.train.precision};
+  z.stream = run_stream(c);
   return z;
 }
 
@@ -52,7 +55,8 @@ ProcessGroups process_groups(const Config& c, const Comm& world) {
                  c.source, c.parallel.pp);
   return nccl_process_groups(world, parallel_dims(c));
 #else
-  throw Error("train.device = \"cuda\" on a GPU backend in a build without NCCL (reconfigure with -DMEGATRAIN_CUDA=ON)");
+  throw Error(
+      "train.device = \"cuda\" on a GPU backend in a build without NCCL (reconfigure with -DMEGATRAIN_CUDA=ON)");
 #endif
 }
 
@@ -136,7 +140,7 @@ StageRange virtual_stage_range(const Config& c, int vs) {
 }
 
 RankRun::RankRun(const Config& c, const Comm& world_comm)
-    : cfg(c), stream{c.train.device, nullptr, c.train.precision}, groups(process_groups(c, world_comm)),
+    : cfg(c), stream(run_stream(c)), groups(process_groups(c, world_comm)),
       dp_comm(groups.dp()), tp_comm(groups.tp()), pp_comm(groups.pp()), world(world_comm), dp_rank(dp_comm.rank()),
       dp(dp_comm.size()), data(c, dp_rank, dp), ranges(chunk_ranges(c, pp_comm.rank())),
       steps(pipeline_schedule(c.parallel.pipeline_schedule, pp_comm.rank(),
@@ -387,13 +391,10 @@ double RankRun::grad_norm() {
 }
 
 RankRun::Overflow RankRun::first_overflow(bool loss_nonfinite) {
-  const auto finite = [&](ZeroState& z) {
-    return all_finite(stream, Tensor(z.optimizer_grads(), Shape{z.optimizer_range().size()}).on(stream.device));
-  };
-  bool reduced_bad = !finite(zero);
+  bool reduced_bad = !all_finite(stream, zero.optimizer_grads_tensor());
   bool local_bad = zero.local_nonfinite();
   if (experts) {
-    reduced_bad = !finite(experts->zero) || reduced_bad;
+    reduced_bad = !all_finite(stream, experts->zero.optimizer_grads_tensor()) || reduced_bad;
     local_bad = local_bad || experts->zero.local_nonfinite();
   }
   // One all-reduce (max) of a key that ranks the causes: own loss, own gradients, reduced gradients,

@@ -96,6 +96,7 @@ class RankRun final : public PipelineWork {
 
   const Config& cfg;
   const Stream stream;  // where this rank computes ([Note: a run on a device])
+  bool on_device() const { return stream.device != Device::cpu; }
   ProcessGroups groups;
   const Comm& dp_comm;
   const Comm& tp_comm;
@@ -155,7 +156,6 @@ class RankRun final : public PipelineWork {
     std::vector<float> params, exp_avg, exp_avg_sq;
   };
   std::unique_ptr<HostState> host_state_;
-  bool on_device() const { return stream.device != Device::cpu; }
   bool split_backward_;             // the schedule has weight steps (zero-bubble)
   std::vector<Chunk> chunks_;
   TpSharedParams tp_shared_;

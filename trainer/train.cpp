@@ -81,7 +81,7 @@ void flip_a_bit(const Fault& f, RankRun& run, int64_t step) {
   std::memcpy(&bits, x, 4);
   bits ^= 1u << 22;
   std::memcpy(x, &bits, 4);  // at 16 bits the master: the next update's rounding carries it to compute
-  if (run.stream.device != Device::cpu) run.params_written();
+  if (run.on_device()) run.params_written();
 }
 
 // Where a loaded checkpoint puts training: the steps done, the global batches skipped by spike
