@@ -48,17 +48,22 @@ submit() {  # submit NAME STEPS: a job of 2 nodes × 1 task; prints its id
 }
 state() { "$cluster" run scontrol show job "$1" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
 wait_done() {  # wait_done JOB SECONDS: until COMPLETED (or fail on another end state that lasts 10 s)
-  local ended=0
+  local ended=0 pending=0
   for _ in $(seq 1 "$2"); do
     case "$(state "$1")" in
       COMPLETED) return 0 ;;
       # A job that requeues itself can show its incarnation's end state for a moment before it is
       # pending again (CI saw FAILED right after "DUE TO JOB REQUEUE"): an end state must last.
       FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY)
-        ended=$((ended + 1))
+        ended=$((ended + 1)); pending=0
         [ "$ended" -lt 10 ] || fail "job $1 ended $(state "$1")" ;;
-      PENDING) ended=0; "$cluster" run scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 || true ;;  # a requeued job waits 2 min otherwise
-      *) ended=0 ;;
+      # A requeued job waits 2 min unless told to start; but not within the second its last
+      # incarnation's credential was revoked: slurmd refuses a credential made in that second
+      # ("Job credential revoked", CI saw the job fail so), hence 3 s pending first.
+      PENDING)
+        ended=0; pending=$((pending + 1))
+        [ "$pending" -ne 3 ] || "$cluster" run scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 || true ;;
+      *) ended=0; pending=0 ;;
     esac
     sleep 1
   done
