@@ -154,6 +154,14 @@ void cross_entropy_finish(const Stream& s, Tensor losses,  // (N)
 
 // ---- optimizer primitives over flat ranges ----
 double sum_squares(const Stream& s, Tensor x);  // Σ x² in double
+// Σ x² over every tensor of the list, in double: on CUDA one launch (per 96 tensors) and one wait
+// for the sum, not one per tensor (a rank's owned gradient ranges, model/tp_shared.h).
+double sum_squares(const Stream& s, const std::vector<Tensor>& list);
+// One float range (the device backend's form of a sum_squares list entry).
+struct FloatRange {
+  const float* data;
+  int64_t n;
+};
 // Whether x holds no NaN or ±Inf (the gradient checks of mixed precision and robustness).
 bool all_finite(const Stream& s, Tensor x);
 // Every byte of x set to 0 (any dtype): a gradient buffer's start of a step.

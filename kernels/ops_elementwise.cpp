@@ -2,6 +2,7 @@
 // the pattern).
 #include <array>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/ops.h"
@@ -46,9 +47,21 @@ void dropout_apply(const Stream& s, Tensor x, float p, const RngKey& key) {
   cpu::dropout_apply(x.f32(), x.numel(), p, key);
 }
 
-double sum_squares(const Stream& s, Tensor x) {
-  if (DeviceBackend* dev = backend_for(s, "sum_squares", {x})) return dev->sum_squares(s, x.f32(), x.numel());
-  return cpu::sum_squares(x.f32(), x.numel());
+double sum_squares(const Stream& s, Tensor x) { return sum_squares(s, std::vector<Tensor>{x}); }
+
+double sum_squares(const Stream& s, const std::vector<Tensor>& list) {
+  DeviceBackend* dev = backend_for(s, "sum_squares", {});
+  std::vector<FloatRange> ranges;
+  double sum = 0.0;
+  for (const Tensor& x : list) {
+    backend_for(s, "sum_squares", {x});
+    expect_f32(x, "sum_squares: a tensor of the list", x.numel());
+    if (dev)
+      ranges.push_back(FloatRange{x.f32(), x.numel()});
+    else
+      sum += cpu::sum_squares(x.f32(), x.numel());
+  }
+  return dev ? dev->sum_squares(s, ranges.data(), static_cast<int>(ranges.size())) : sum;
 }
 
 bool all_finite(const Stream& s, Tensor x) {

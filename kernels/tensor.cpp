@@ -130,5 +130,6 @@ void* Arena::alloc_bytes(size_t bytes) {
 
 float* Arena::alloc_f32(int64_t n) { return static_cast<float*>(alloc_bytes(static_cast<size_t>(n) * 4)); }
 int32_t* Arena::alloc_i32(int64_t n) { return static_cast<int32_t*>(alloc_bytes(static_cast<size_t>(n) * 4)); }
+uint16_t* Arena::alloc_u16(int64_t n) { return static_cast<uint16_t*>(alloc_bytes(static_cast<size_t>(n) * 2)); }
 
 }  // namespace megatrain

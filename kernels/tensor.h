@@ -77,6 +77,7 @@ class Arena {
 
   float* alloc_f32(int64_t n);
   int32_t* alloc_i32(int64_t n);
+  uint16_t* alloc_u16(int64_t n);
   Tensor tensor(Shape s) { return Tensor(alloc_f32(s.numel()), s).on(device()); }
   Tensor tensor_i32(Shape s) { return Tensor(alloc_i32(s.numel()), s).on(device()); }
   Device device() const { return block_.get_deleter().device; }

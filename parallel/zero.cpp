@@ -9,13 +9,14 @@
 namespace megatrain {
 namespace {
 
-// n float32 values into 16-bit ones of precision p, or back (kernels/ops.h convert).
-void to_half(Precision p, uint16_t* out, const float* in, int64_t n) {
-  convert(Stream::cpu(), Tensor(out, Shape{n}, dtype_of(p)), Tensor(const_cast<float*>(in), Shape{n}));
+// Float32 values into the 16-bit tensor `out`, or the 16-bit tensor `in` widened into float32
+// (kernels/ops.h convert), on the stream's device.
+void to_half(const Stream& s, Tensor out, const float* in) {
+  convert(s, out, Tensor(const_cast<float*>(in), out.shape).on(s.device));
 }
-void from_half(Precision p, float* out, const uint16_t* in, int64_t n) {
-  convert(Stream::cpu(), Tensor(out, Shape{n}), Tensor(const_cast<uint16_t*>(in), Shape{n}, dtype_of(p)));
-}
+void from_half(const Stream& s, float* out, Tensor in) { convert(s, Tensor(out, in.shape).on(s.device), in); }
+
+Bf16* bf16_data(const HalfBuffer& b) { return reinterpret_cast<Bf16*>(b.data()); }
 
 }  // namespace
 
@@ -35,10 +36,10 @@ ZeroState::ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOpt
                                                                   opt.compression == GradCompression::none)),
            "max_staleness {} needs ZeRO stage 0, float32 reduction and no compression", opt.max_staleness);
   MT_CHECK(opt.stream.device == Device::cpu ||
-               (!masters_apart() && opt.grad_reduce == Precision::fp32 && opt.compression == GradCompression::none &&
-                !opt.quantized_gradients && opt.hpz_partition_size <= 1 && opt.max_staleness == 0),
-           "ZeRO on a device holds float32 parameters and reduces in float32, without compression, ZeRO++ or "
-           "staleness ([Note: ZeRO on a device])");
+               (!opt.quantized_weights && opt.compression == GradCompression::none && !opt.quantized_gradients &&
+                opt.hpz_partition_size <= 1 && opt.max_staleness == 0),
+           "ZeRO on a device reduces gradients exactly, without compression, ZeRO++ or staleness ([Note: ZeRO on a "
+           "device])");
   part_counts_ = counts_of(FlatRange{0, total_});
   for (const FlatRange& u : units_) {
     unit_counts_.push_back(counts_of(u));
@@ -52,8 +53,8 @@ ZeroState::ZeroState(std::vector<FlatRange> units, const Comm& dp, const ZeroOpt
   }
   const int64_t held = opt.stage == 3 ? shard_ : total_;
   if (sixteen_bit()) {
-    masters_ = FlatBuffer(optimizer_padded());
-    params16_.assign(static_cast<size_t>(held), 0);
+    masters_ = FlatBuffer(optimizer_padded(), opt.stream);
+    params16_ = HalfBuffer(held, opt.params, opt.stream);
   } else if (opt.quantized_weights) {  // [Note: ZeRO++] qwZ
     masters_ = FlatBuffer(optimizer_padded());
     if (opt.stage < 3) params_ = FlatBuffer(total_);
@@ -90,9 +91,9 @@ void ZeroState::params_written() {
 void ZeroState::publish_masters() {
   if (opt_.quantized_weights) return publish_quantized();
   const FlatRange r = optimizer_range();
-  uint16_t* mine = params16_.data() + (opt_.stage == 3 ? 0 : r.begin);
-  to_half(opt_.params, mine, masters_.data(), r.size());
-  if (opt_.stage == 1 || opt_.stage == 2) dp_.all_gather(params16_.data(), mine, part_counts_).wait();
+  const int64_t at = opt_.stage == 3 ? 0 : r.begin;
+  to_half(opt_.stream, params16_.part(at, r.size()), masters_.data());
+  if (opt_.stage == 1 || opt_.stage == 2) dp_.all_gather(params16_.data(), params16_.data() + at, part_counts_).wait();
 }
 
 // Stage 1 keeps the full accumulated gradients in grads_ and receives its reduced partition into
@@ -161,13 +162,13 @@ void ZeroState::bucket_issue(int b) {
     return;
   }
   if (opt_.grad_reduce == Precision::bf16) {
-    st.send.resize(static_cast<size_t>(r.size()));
-    to_half(Precision::bf16, reinterpret_cast<uint16_t*>(st.send.data()), g, r.size());
-    if (opt_.stage > 0) st.recv.resize(static_cast<size_t>(st.mine.size()));
-    reduce16_bytes_ += 2 * static_cast<int64_t>(st.send.size() + st.recv.size());
+    st.send = HalfBuffer(r.size(), Precision::bf16, opt_.stream);
+    to_half(opt_.stream, st.send.part(0, r.size()), g);
+    if (opt_.stage > 0) st.recv = HalfBuffer(st.mine.size(), Precision::bf16, opt_.stream);
+    reduce16_bytes_ += 2 * (st.send.size() + st.recv.size());
     reduce16_peak_ = std::max(reduce16_peak_, reduce16_bytes_);
-    st.work = opt_.stage == 0 ? dp_.all_reduce(st.send.data(), r.size())
-                              : dp_.reduce_scatter(st.recv.data(), st.send.data(), st.counts);
+    st.work = opt_.stage == 0 ? dp_.all_reduce(bf16_data(st.send), r.size())
+                              : dp_.reduce_scatter(bf16_data(st.recv), bf16_data(st.send), st.counts);
     st.issued = true;
     return;
   }
@@ -225,16 +226,15 @@ void ZeroState::bucket_complete(int b) {
   st.work.wait();
   st.work = Work{};
   if (!st.qsend.empty()) qgz_complete(st, received_.data() + (st.mine.size() > 0 ? st.mine.begin - part_.begin : 0));
-  if (!st.send.empty()) {  // [Note: bf16 reduction]: widen the result into where float32 would be
+  if (st.send.size() > 0) {  // [Note: bf16 reduction]: widen the result into where float32 would be
     const FlatRange r = buckets_[b].range;
     if (opt_.stage == 0)
-      from_half(Precision::bf16, grads_.data() + r.begin, reinterpret_cast<uint16_t*>(st.send.data()), r.size());
+      from_half(opt_.stream, grads_.data() + r.begin, st.send.part(0, r.size()));
     else if (st.mine.size() > 0)
-      from_half(Precision::bf16, received_.data() + (st.mine.begin - part_.begin),
-                       reinterpret_cast<uint16_t*>(st.recv.data()), st.mine.size());
-    reduce16_bytes_ -= 2 * static_cast<int64_t>(st.send.size() + st.recv.size());
-    std::vector<Bf16>().swap(st.send);
-    std::vector<Bf16>().swap(st.recv);
+      from_half(opt_.stream, received_.data() + (st.mine.begin - part_.begin), st.recv.part(0, st.mine.size()));
+    reduce16_bytes_ -= 2 * (st.send.size() + st.recv.size());
+    st.send = HalfBuffer();
+    st.recv = HalfBuffer();
   }
   if (opt_.stage < 2 || st.buffer < 0) return;
   if (st.mine.size() > 0) {
@@ -312,7 +312,7 @@ ZeroState::GatherSlot& ZeroState::gather_start(int unit) {
   if (!slot) {
     slots_.push_back(GatherSlot{-1, false, false, Work{}, FlatBuffer(max_unit_, opt_.stream), {}, {}, false});
     slot = &slots_.back();
-    if (sixteen_bit() && opt_.stage == 3) slot->packed.resize(static_cast<size_t>(max_unit_));
+    if (sixteen_bit() && opt_.stage == 3) slot->packed = HalfBuffer(max_unit_, opt_.params, opt_.stream);
     if (opt_.quantized_weights && opt_.stage == 3) slot->quantized.resize(static_cast<size_t>(unit_quant_most_));
   }
   slot->unit = unit;
@@ -355,8 +355,8 @@ float* ZeroState::unit_params(int unit) {
     if (opt_.quantized_weights) {
       unpack_quantized(*slot, unit);
     } else if (sixteen_bit()) {
-      const uint16_t* bits = opt_.stage == 3 ? slot->packed.data() : params16_.data() + u.begin;
-      from_half(opt_.params, slot->buffer.data(), bits, u.size());
+      from_half(opt_.stream, slot->buffer.data(),
+                opt_.stage == 3 ? slot->packed.part(0, u.size()) : params16_.part(u.begin, u.size()));
     }
     slot->widened = true;
   }
@@ -394,7 +394,7 @@ void ZeroState::unit_grads_done(int unit) {
 ZeroMemory ZeroState::memory() const {
   const int64_t f = sizeof(float), h = sizeof(uint16_t);
   ZeroMemory m;
-  m.params = params_.size() * f + static_cast<int64_t>(params16_.size()) * h + secondary_.size() * f;
+  m.params = params_.size() * f + params16_.size() * h + secondary_.size() * f;
   // qwZ: at stage 3 the packed shard is the parameters; at stages 1–2 the gather's buffer.
   (opt_.stage == 3 ? m.params : m.comm_buffers) += static_cast<int64_t>(quantized_.size());
   m.master_params = masters_.size() * f;
@@ -403,7 +403,7 @@ ZeroMemory ZeroState::memory() const {
                     opt_.max_staleness * total_ * f;  // [Note: bounded staleness]
   for (const FlatBuffer& b : grad_pool_) m.comm_buffers += b.size() * f;
   for (const GatherSlot& s : slots_)
-    m.comm_buffers += s.buffer.size() * f + static_cast<int64_t>(s.packed.size()) * h +
+    m.comm_buffers += s.buffer.size() * f + s.packed.size() * h +
                       static_cast<int64_t>(s.quantized.size());
   return m;
 }

@@ -20,8 +20,8 @@
 // reads a 16-bit copy derived from them (rounded, never stored in checkpoints): the full copy at
 // stages 0–2, the partition at stage 3. After each step the updated masters are rounded and, at
 // stages 1–3, the 16-bit values are what is all-gathered (half the bytes of float32). A unit's
-// parameters reach the model widened into a unit-sized float32 buffer, since the CPU kernels read
-// float32 (the values are exactly the 16-bit ones).
+// parameters reach the model widened into a unit-sized float32 buffer, since the kernels read
+// float32 (the values are exactly the 16-bit ones; the GEMMs round their operands to 16 bits).
 // [Note: bf16 reduction] With ZeroOptions::grad_reduce = bf16 a bucket's float32 gradients are
 // rounded to bfloat16 and reduced as Bf16 (parallel/comm.h: each addition in float32, rounded),
 // half the bytes; the result is widened back and accumulated in float32 as usual. The working
@@ -66,9 +66,9 @@
 // [Note: ZeRO on a device] With ZeroOptions::stream on a CUDA device (train.device = "cuda") every
 // buffer above is device memory (FlatBuffer on the stream), the pointers handed out are device
 // pointers, and the communicator moves device buffers (NCCL; parallel/comm_nccl.h). The zeroing,
-// the Inf/NaN scan of each bucket and the stage-2/3 accumulation are ops on the stream. This path
-// covers float32 parameters and reduction at stages 0–3; the others (16-bit parameters, bf16
-// reduction, compression, ZeRO++, bounded staleness) keep host-side steps and are refused there.
+// the Inf/NaN scan of each bucket, the stage-2/3 accumulation and the 16-bit rounding and widening
+// (16-bit parameters, bf16 reduction) are ops on the stream. Compression, ZeRO++ and bounded
+// staleness keep host-side steps and are refused there.
 // Protocol per step: step_begin(); for each micro-batch m: micro_batch_begin(m is last), forward,
 // backward, micro_batch_end(); grad_norm(); the optimizer over optimizer_range(); step_end().
 // Invariant: after micro_batch_end() of the last micro-batch, optimizer_grads() holds the sum over
@@ -210,7 +210,7 @@ class ZeroState final : public UnitState {
     int buffer = -1;        // stages 2/3: index into grad_pool_
     std::vector<int64_t> counts;
     FlatRange mine;         // its intersection with this rank's partition
-    std::vector<Bf16> send, recv;  // [Note: bf16 reduction]: the rounded bucket, the reduced part
+    HalfBuffer send, recv;  // [Note: bf16 reduction]: the rounded bucket, the reduced part
     std::vector<float> qsend, qrecv;  // qgZ: packed runs as words, to each rank and from each rank
     std::vector<int64_t> qsend_counts, qrecv_counts;  // qgZ: their sizes in words
   };
@@ -221,7 +221,7 @@ class ZeroState final : public UnitState {
     bool widened = false;   // 16-bit: buffer holds the unit's values
     Work work;
     FlatBuffer buffer;
-    std::vector<uint16_t> packed;  // 16-bit at stage 3: the gathered bits
+    HalfBuffer packed;             // 16-bit at stage 3: the gathered bits
     std::vector<uint8_t> quantized;  // qwZ at stage 3: the gathered packed runs
     bool keep_secondary = false;     // hpZ: a gather over all dp ranks, whose slice is to be kept
   };
@@ -263,7 +263,7 @@ class ZeroState final : public UnitState {
   // Persistent state.
   FlatBuffer params_;      // float32: stages 0–2 full (T), stage 3 the shard (s); empty at 16-bit
   FlatBuffer masters_;     // 16-bit: float32 masters of optimizer_range(), padded to optimizer_padded()
-  std::vector<uint16_t> params16_;  // 16-bit: stages 0–2 full (T), stage 3 the shard (s)
+  HalfBuffer params16_;    // 16-bit: stages 0–2 full (T), stage 3 the shard (s)
   FlatBuffer grads_;       // stages 0–1: full (T); stages 2–3: the shard (s)
   FlatBuffer received_;    // stages ≥ 1: reduce-scatter destination, this rank's partition (s)
   // Working buffers, reused; they only grow.

@@ -188,7 +188,7 @@ void Checkpointer::write_keeping_failure(const CheckpointTensors& t, const Check
   writing_ = false;
 }
 
-bool Checkpointer::save(const CheckpointTensors& t, const TrainState& state, IfBusy if_busy) {
+bool Checkpointer::save(const std::function<CheckpointTensors()>& take, const TrainState& state, IfBusy if_busy) {
   const auto t0 = Clock::now();
   if (worker_.joinable() && if_busy == IfBusy::skip) {
     int64_t busy = writing_ ? 1 : 0;  // on any rank: every rank skips alike
@@ -203,10 +203,11 @@ bool Checkpointer::save(const CheckpointTensors& t, const TrainState& state, IfB
   }
   join();
   report();
-  const Stall stall{seconds_since(t0), 0.0};
+  const double waited = seconds_since(t0);
+  const CheckpointTensors t = take();  // on a device, the copy to the host: part of stage 1
   const CheckpointMeta meta{state, config_toml_, layout_json_};
   if (!cfg_.checkpoint.async) {
-    write_keeping_failure(t, meta, stall);
+    write_keeping_failure(t, meta, Stall{seconds_since(t0), 0.0});
     join();
     report();
     return true;
@@ -226,7 +227,7 @@ bool Checkpointer::save(const CheckpointTensors& t, const TrainState& state, IfB
       copy_piece(host_dense_, {t.params, t.exp_avg, t.exp_avg_sq, t.part_begin, t.part_end});
   CheckpointTensors copy{t.layout, dense.params, dense.exp_avg, dense.exp_avg_sq, t.part_begin, t.part_end, t.stored};
   if (t.experts) copy.experts = copy_piece(host_experts_, *t.experts);
-  const Stall copied{stall.waiting_s, seconds_since(t0) - stall.waiting_s};
+  const Stall copied{waited, seconds_since(t0) - waited};
   writing_ = true;
   worker_ = std::thread([this, copy, meta, copied] { write_keeping_failure(copy, meta, copied); });
   return true;

@@ -12,6 +12,7 @@
 #pragma once
 #include <array>
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -53,8 +54,10 @@ class Checkpointer {
   // Collective over `world` (whose ranks partition the state, see CheckpointTensors). First
   // reports the previous save's failure, if it failed (throws CheckpointSaveFailed under
   // on_save_fail = "exit"). Rank 0 logs the save's stall and stage 2 when it is committed. Returns
-  // false when it skipped (IfBusy::skip, the previous save still being written).
-  bool save(const CheckpointTensors& t, const TrainState& state, IfBusy if_busy);
+  // false when it skipped (IfBusy::skip, the previous save still being written). `take` gives the
+  // state to save; it is called only when the save goes ahead (on a device it copies the state
+  // to the host, trainer/rank_run.h).
+  bool save(const std::function<CheckpointTensors()>& take, const TrainState& state, IfBusy if_busy);
   // Collective: waits for the save in flight and reports its failure as save() does.
   void wait();
 

@@ -36,11 +36,6 @@ void check_device(const Config& c) {
   const std::string& f = c.source;
   const ParallelConfig& p = c.parallel;
   if (c.train.device == Device::cpu) return;
-  MT_INPUT_CHECK(c.train.precision == Precision::fp32 && p.grad_reduce_dtype == Precision::fp32,
-                 "{}: train.device = \"cuda\" trains float32 parameters with float32 reductions so far, but "
-                 "train.precision = \"{}\" and parallel.grad_reduce_dtype = \"{}\"; set both to \"fp32\", or "
-                 "train.device = \"cpu\"",
-                 f, precision_name(c.train.precision), precision_name(p.grad_reduce_dtype));
   MT_INPUT_CHECK(c.model.moe.n_experts == 0 && p.cp == 1,
                  "{}: train.device = \"cuda\" runs dense models without context parallelism so far (MoE routing "
                  "and the context-parallel attention exchange run on the host), but moe.n_experts = {} and "

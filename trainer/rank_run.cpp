@@ -268,18 +268,27 @@ double RankRun::mean_over_replicas(double sum, int micro) const {
   return sum / (micro * dp);
 }
 
+FlatSlice RankRun::held_params_host() {
+  const FlatRange held = zero.held_params_range();
+  float* params = zero.held_params();
+  if (on_device()) {
+    copy_to_host(stream, host_state_->params.data(), Tensor(params, Shape{held.size()}).on(stream.device));
+    params = host_state_->params.data();
+  }
+  return {params, held.begin, held.end};
+}
+
 CheckpointTensors RankRun::checkpoint_tensors() {
-  const FlatRange held = zero.held_params_range(), opt = optimizer.range(), part = zero.partition();
-  float *params = zero.held_params(), *exp_avg = optimizer.exp_avg(), *exp_avg_sq = optimizer.exp_avg_sq();
+  const FlatRange opt = optimizer.range(), part = zero.partition();
+  float *exp_avg = optimizer.exp_avg(), *exp_avg_sq = optimizer.exp_avg_sq();
   if (on_device()) {
     HostState& h = *host_state_;
-    copy_to_host(stream, h.params.data(), Tensor(params, Shape{held.size()}).on(stream.device));
     copy_to_host(stream, h.exp_avg.data(), Tensor(exp_avg, Shape{opt.size()}).on(stream.device));
     copy_to_host(stream, h.exp_avg_sq.data(), Tensor(exp_avg_sq, Shape{opt.size()}).on(stream.device));
-    params = h.params.data(), exp_avg = h.exp_avg.data(), exp_avg_sq = h.exp_avg_sq.data();
+    exp_avg = h.exp_avg.data(), exp_avg_sq = h.exp_avg_sq.data();
   }
   CheckpointTensors t{&layout,
-                      {params, held.begin, held.end},
+                      held_params_host(),
                       {exp_avg, opt.begin, opt.end},
                       {exp_avg_sq, opt.begin, opt.end},
                       part.begin,
@@ -309,14 +318,22 @@ void RankRun::optimizer_step(float lr, double norm, float unscale) {
 
 void RankRun::params_written() {
   if (on_device()) {
-    const HostState& h = *host_state_;
-    const FlatRange held = zero.held_params_range(), opt = optimizer.range();
-    copy_from_host(stream, Tensor(zero.held_params(), Shape{held.size()}).on(stream.device), h.params.data());
-    copy_from_host(stream, Tensor(optimizer.exp_avg(), Shape{opt.size()}).on(stream.device), h.exp_avg.data());
-    copy_from_host(stream, Tensor(optimizer.exp_avg_sq(), Shape{opt.size()}).on(stream.device), h.exp_avg_sq.data());
+    const FlatRange held = zero.held_params_range();
+    copy_from_host(stream, Tensor(zero.held_params(), Shape{held.size()}).on(stream.device),
+                   host_state_->params.data());
   }
   zero.params_written();
   if (experts) experts->zero.params_written();
+}
+
+void RankRun::state_written() {
+  if (on_device()) {
+    const HostState& h = *host_state_;
+    const FlatRange opt = optimizer.range();
+    copy_from_host(stream, Tensor(optimizer.exp_avg(), Shape{opt.size()}).on(stream.device), h.exp_avg.data());
+    copy_from_host(stream, Tensor(optimizer.exp_avg_sq(), Shape{opt.size()}).on(stream.device), h.exp_avg_sq.data());
+  }
+  params_written();
 }
 
 void RankRun::set_step_count(int64_t t) {

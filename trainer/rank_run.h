@@ -11,8 +11,9 @@
 // GPU by its local rank), or MPI's where the backend's memory is host memory (the host emulation
 // of the tests, kernels/cuda/backend.h host_addressable). Tokens go up per micro-batch; the loss
 // comes down per micro-batch, norms and flags per step. What reads or writes the state on the host
-// (checkpoints, the replica check, fault injection) goes through checkpoint_tensors(), which on a
-// device is a host copy made by the call, and params_written(), which first sends that copy back.
+// (checkpoints, the replica check, fault injection) goes through checkpoint_tensors() or
+// held_params_host(), which on a device are host copies made by the call (the parameters and
+// moments, or the parameters alone), and state_written() or params_written(), which send them back.
 #pragma once
 #include <deque>
 #include <memory>
@@ -67,9 +68,12 @@ class RankRun final : public PipelineWork {
   // The optimizer's update of every parameter this rank updates (dense and expert), then ZeRO's
   // step_end: lr, the global norm of the unscaled gradient (for clipping), 1 / the loss scale.
   void optimizer_step(float lr, double norm, float unscale);
-  // After the parameters (and moments) were written through checkpoint_tensors() or at
-  // initialisation: on a device, send the host copy up; then hand the parameters to ZeRO.
+  // After the parameters were written through held_params_host() or checkpoint_tensors(), or at
+  // initialisation: on a device, send the host copy of the parameters up; then hand them to ZeRO.
   void params_written();
+  // After a load wrote parameters and moments through checkpoint_tensors(): on a device, send the
+  // moments up too; then params_written().
+  void state_written();
   void set_step_count(int64_t t);  // the optimizer's update count, when resuming
   // Per MoE block of the model: its routing this step, summed over every replica's micro-batches
   // (the same on every rank; collective over the world). Empty for a dense model.
@@ -80,8 +84,11 @@ class RankRun final : public PipelineWork {
   double evaluate();
 
   // This rank's parameters and moments for checkpoints, in host memory: on a device a copy made
-  // now ([Note: a run on a device]); write through it, then call params_written().
+  // now ([Note: a run on a device]); write through it, then call state_written().
   CheckpointTensors checkpoint_tensors();
+  // The parameters alone (zero.held_params_range()), in host memory: on a device a copy of them
+  // made now, the moments left where they are (the replica check, fault injection).
+  FlatSlice held_params_host();
   MemoryMetrics memory() const;
   size_t activation_bytes() const;
   int64_t tokens_per_step() const {

@@ -34,7 +34,7 @@ void ReplicaCheck::after_step(int64_t step) {
   const size_t n = layout.size();
   const auto p = static_cast<size_t>(run_.dp_comm.size());
   std::vector<int64_t> mine(n), all(n * p);
-  const float* base = run_.checkpoint_tensors().params.data;  // held from flat element 0 (the constructor)
+  const float* base = run_.held_params_host().data;  // held from flat element 0 (the constructor)
   for (size_t i = 0; i < n; ++i)
     mine[i] = ckpt::crc_floats(base + layout.offset(i), layout.local_shape(i).numel());
   run_.dp_comm.all_gather(all.data(), mine.data(), std::vector<int64_t>(p, static_cast<int64_t>(n))).wait();

@@ -73,7 +73,7 @@ void flip_a_bit(const Fault& f, RankRun& run, int64_t step) {
                  "MEGATRAIN_FAULT bitflip: tensor \"{}\" is not a dense parameter of rank {} (e.g. \"{}\")", f.detail,
                  run.world.rank(), run.layout.spec(0).name);
   log_injection(f, run.world.rank(), step, "tensor=" + f.detail);
-  const FlatSlice held = run.checkpoint_tensors().params;  // on a device, a host copy
+  const FlatSlice held = run.held_params_host();  // on a device, a host copy
   const int64_t at = run.layout.offset(run.layout.index_of(f.detail));
   if (at < held.begin || at >= held.end) return;
   uint32_t bits;
@@ -94,7 +94,7 @@ struct Position {
 // position (checked against the global batch size and the batches the loader reserves).
 Position adopt(const CheckpointMeta& meta, const Config& cfg, RankRun& run, std::optional<DynamicLossScaler>& scaler,
                bool rank0) {
-  run.params_written();
+  run.state_written();
   const int64_t G = cfg.train.global_batch_size, step = meta.state.step, consumed = meta.state.consumed_samples;
   MT_INPUT_CHECK(consumed % G == 0 && consumed / G >= step,
                  "{}: the checkpoint consumed {} samples in {} steps, which train.global_batch_size = {} cannot "
@@ -166,7 +166,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   watchdog.set_peers(gather_peer_addresses(world, hosts, listener));
   RankRun run(cfg, world);
   StartupTimes::instance().mark("model and data");
-  const CheckpointTensors state = run.checkpoint_tensors();  // where loads write (then params_written)
+  const CheckpointTensors state = run.checkpoint_tensors();  // where loads write (then state_written)
   const int64_t G = cfg.train.global_batch_size;
   int64_t start_step = 0, skipped = 0, data_skip = 0, nonfinite_in_a_row = 0;
   int rollbacks = 0;
@@ -189,7 +189,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     if (cfg.train.precision != Precision::fp32)
       spdlog::info("precision {0}: compute reads a {0} copy of the float32 master weights; the linear layers' GEMMs: "
                    "{1}; gradients and optimizer state are float32{2}",
-                   precision_name(cfg.train.precision), matmul_path(Stream::cpu(cfg.train.precision)),
+                   precision_name(cfg.train.precision), matmul_path(run.stream),
                    scaler ? fmt::format("; dynamic loss scale from {:g}", scaler->scale()) : "");
     if (cfg.train.device != Device::cpu)
       spdlog::info("train.device = \"cuda\": one device per rank; GEMMs: {}; the communicators move device buffers "
@@ -370,7 +370,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
         ts.loss_scale_hysteresis_tracker = l.hysteresis_tracker;
       }
       // Taken now: on a device, the host copy of this step's state (rank_run.h [Note: a run on a device]).
-      const bool done = checkpointer->save(run.checkpoint_tensors(), ts, if_busy);
+      const bool done = checkpointer->save([&] { return run.checkpoint_tensors(); }, ts, if_busy);
       have_checkpoint = have_checkpoint || done;
       return done;
     };

@@ -101,7 +101,7 @@ class DeviceBackend {
                                     const float* sum_exp, const float* target_logit, const int32_t* targets,
                                     int64_t N, int V, int valid, int vocab_begin, float dlogits_scale) = 0;
   // Waits for the sum (it returns to the host).
-  virtual double sum_squares(const Stream& s, const float* x, int64_t n) = 0;
+  virtual double sum_squares(const Stream& s, const FloatRange* ranges, int count) = 0;
   virtual void scale_inplace(const Stream& s, float* x, int64_t n, float factor) = 0;
   virtual bool all_finite(const Stream& s, const float* x, int64_t n) = 0;  // waits for the flag
   virtual void adamw_update(const Stream& s, const AdamWRange* ranges, int count, const AdamWStep& st) = 0;

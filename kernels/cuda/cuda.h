@@ -20,6 +20,7 @@ typedef struct CUevent_st* cudaEvent_t;
 namespace megatrain {
 struct AdamWStep;   // kernels/ops.h
 struct AdamWRange;  // kernels/ops.h
+struct FloatRange;  // kernels/ops.h
 }
 
 // megatrain::cuda, or megatrain::cuda_simt in a test that compiles the kernels under the host SIMT
@@ -139,10 +140,7 @@ using megatrain::AdamWRange;  // kernels/ops.h
 void adamw_update(cudaStream_t stream, const AdamWRange* ranges, int count, const AdamWStep& st);
 
 // ---- gradient norm and finiteness (kernels/cuda/grad_norm.cu) ----
-struct FloatRange {
-  const float* data;
-  int64_t n;
-};
+using megatrain::FloatRange;  // kernels/ops.h
 // *out (device) = Σ x² over all the ranges, in double, bitwise reproducible for a given list;
 // scratch: sum_squares_scratch_doubles(ranges, count) doubles of device memory.
 size_t sum_squares_scratch_doubles(const FloatRange* ranges, int count);

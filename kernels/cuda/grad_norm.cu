@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/ops.h"
 
 namespace megatrain::MT_CUDA_NS {
 namespace {

@@ -154,10 +154,9 @@ void KernelBackend::cross_entropy_finish(const Stream& s, float* losses, float* 
                           vocab_begin, dlogits_scale);
 }
 
-double KernelBackend::sum_squares(const Stream& s, const float* x, int64_t n) {
-  const FloatRange range{x, n};
-  Scratch<double> partials(*this, s, k::sum_squares_scratch_doubles(&range, 1)), total(*this, s, 1);
-  k::sum_squares(stream_of(s), total.get(), &range, 1, partials.get());
+double KernelBackend::sum_squares(const Stream& s, const FloatRange* ranges, int count) {
+  Scratch<double> partials(*this, s, k::sum_squares_scratch_doubles(ranges, count)), total(*this, s, 1);
+  k::sum_squares(stream_of(s), total.get(), ranges, count, partials.get());
   double sum = 0.0;
   copy_to_host(s, &sum, total.get(), sizeof sum);
   return sum;

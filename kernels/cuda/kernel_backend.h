@@ -52,7 +52,7 @@ class KernelBackend : public DeviceBackend {
   void cross_entropy_finish(const Stream& s, float* losses, float* dlogits, const float* row_max,
                             const float* sum_exp, const float* target_logit, const int32_t* targets, int64_t N, int V,
                             int valid, int vocab_begin, float dlogits_scale) override;
-  double sum_squares(const Stream& s, const float* x, int64_t n) override;
+  double sum_squares(const Stream& s, const FloatRange* ranges, int count) override;
   void scale_inplace(const Stream& s, float* x, int64_t n, float factor) override;
   bool all_finite(const Stream& s, const float* x, int64_t n) override;
   void adamw_update(const Stream& s, const AdamWRange* ranges, int count, const AdamWStep& st) override;

@@ -233,6 +233,14 @@ TEST_F(OpsParity, SumSquaresAndAdamW) {
   // The CPU adds float lanes of up to 4096 squares before going to double, the kernel adds in
   // double throughout: they agree within float rounding of the sum (as test_grad_norm.cpp).
   EXPECT_NEAR(sum_squares(cuda_stream(), x(Side::cuda)), want, 1e-6 * want);
+  // A list (one launch and one wait on CUDA): three pieces of x, the middle one empty, and x
+  // itself again; the sum of the pieces is x's.
+  const auto pieces = [&](Side d) {
+    const Tensor t = x(d);
+    return std::vector<Tensor>{t.part(0, Shape{2000}), t.part(2000, Shape{0}), t.part(2000, Shape{n - 2000}), t};
+  };
+  EXPECT_NEAR(sum_squares(Stream::cpu(), pieces(Side::cpu)), 2 * want, 2e-6 * want);
+  EXPECT_NEAR(sum_squares(cuda_stream(), pieces(Side::cuda)), 2 * want, 2e-6 * want);
   std::vector<float> squares = randn(n, 64, 0.1f);
   for (float& e : squares) e *= e;  // a second moment is ≥ 0
   Twin p = f32({n}, 61), g = f32({n}, 62), m = f32({n}, 63, 0.1f);
