@@ -98,14 +98,15 @@ WorkState::WorkState(std::string where_, std::shared_ptr<CommStatsCounter> stats
 }
 
 void WorkState::finish(std::string why) {
-  {
-    std::lock_guard lock(mu);
-    if (complete) return;
-    complete = true;
-    error = std::move(why);
-  }
-  if (flight_id >= 0) FlightRecorder::instance().complete(flight_id, error.empty());
+  std::unique_lock lock(mu);
+  if (complete) return;
+  // The flight record and the counters before `complete`: a waiter that sees the work complete
+  // (whose wait() may return before notify_all) finds them updated too.
+  if (flight_id >= 0) FlightRecorder::instance().complete(flight_id, why.empty());
   stats->op_finished();
+  complete = true;
+  error = std::move(why);
+  lock.unlock();
   cv.notify_all();
 }
 
