@@ -22,6 +22,9 @@ int peak_held(const std::vector<PipeStep>& steps, int chunk) {
 PipelineExecutor::PipelineExecutor(const Comm& pp, int64_t floats, std::vector<int> slots, const Stream& stream)
     : pp_(pp), floats_(floats), slots_(std::move(slots)), stream_(stream) {
   MT_CHECK(!slots_.empty() && floats > 0, "pipeline executor: {} chunks of {} floats", slots_.size(), floats);
+  MT_CHECK(pp.size() > 1 || slots_.size() == 1, "pipeline executor: {} model chunks on a pipeline of one stage",
+           slots_.size());
+  if (pp.size() > 1) links_.emplace(pp, chunks() > 1);
   for (int n : slots_) {
     MT_CHECK(n >= 1, "pipeline executor: a chunk with {} slots", n);
     busy_.emplace_back(static_cast<size_t>(n), false);
@@ -43,12 +46,10 @@ void PipelineExecutor::forward(int chunk, int slot, int micro, Tensor in, Pipeli
   const Tensor out = work.forward(chunk, slot, micro, in);
   if (last(chunk)) return;
   // The receiver: chunk c of rank s + 1, or chunk c + 1 of rank 0 after the last rank.
-  const bool wraps = pp_.rank() + 1 == pp_.size();
-  sent = pp_.send(out.f32(), floats_, (pp_.rank() + 1) % pp_.size(), tag_of(PipeOp::forward, micro, chunk + (wraps ? 1 : 0)));
+  sent = links_->send(PipeDir::forward, out.f32(), floats_);
 }
 
 void PipelineExecutor::run(const std::vector<PipeStep>& steps, PipelineWork& work) {
-  const int p = pp_.size();
   // The steps whose input arrives over the network, per direction, in list order.
   std::vector<PipeStep> need[2];
   for (const PipeStep& s : steps)
@@ -60,8 +61,8 @@ void PipelineExecutor::run(const std::vector<PipeStep>& steps, PipelineWork& wor
     for (int d = 0; d < 2; ++d)
       for (; posted[d] < std::min(head[d] + 2, need[d].size()); ++posted[d]) {
         const PipeStep& s = need[d][posted[d]];
-        const int peer = (pp_.rank() + (d == 0 ? p - 1 : 1)) % p, tag = tag_of(s.op, s.micro, s.chunk);
-        posted_[d][posted[d] % 2] = {tag, pp_.recv(in_[d][posted[d] % 2].data(), floats_, peer, tag)};
+        posted_[d][posted[d] % 2] = {tag_of(s.op, s.micro, s.chunk),
+                                     links_->recv(static_cast<PipeDir>(d), in_[d][posted[d] % 2].data(), floats_)};
       }
   };
   const auto take = [&](const PipeStep& s) {
@@ -109,11 +110,9 @@ void PipelineExecutor::run(const std::vector<PipeStep>& steps, PipelineWork& wor
       if (!split) release(s);
       if (!first(s.chunk)) {
         // The receiver: chunk c of rank s − 1, or chunk c − 1 of the last rank before rank 0.
-        const int chunk = s.chunk - (pp_.rank() == 0 ? 1 : 0);
         out_work_[out_next_].wait();
         copy(stream_, out_[out_next_].part(0, floats_), din);
-        out_work_[out_next_] = pp_.send(out_[out_next_].data(), floats_, (pp_.rank() + p - 1) % p,
-                                        tag_of(PipeOp::backward, s.micro, chunk));
+        out_work_[out_next_] = links_->send(PipeDir::backward, out_[out_next_].data(), floats_);
         out_next_ ^= 1;
       }
     }
@@ -125,12 +124,11 @@ void PipelineExecutor::run(const std::vector<PipeStep>& steps, PipelineWork& wor
 }
 
 void PipelineExecutor::run_forward(int micro_batches, PipelineWork& work) {
-  const int p = pp_.size();
   for (int m = 0; m < micro_batches; ++m)
     for (int c = 0; c < chunks(); ++c) {
       Tensor in;
       if (!first(c)) {
-        pp_.recv(in_[0][0].data(), floats_, (pp_.rank() + p - 1) % p, tag_of(PipeOp::forward, m, c)).wait();
+        links_->recv(PipeDir::forward, in_[0][0].data(), floats_).wait();
         in = in_[0][0].part(0, floats_);
       }
       forward(c, 0, m, in, work);

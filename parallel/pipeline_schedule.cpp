@@ -156,12 +156,45 @@ void check_list(const std::vector<PipeStep>& list, const PipeShape& shape, int s
   }
 }
 
+// The executor's links are first-in first-out (parallel/pipeline_links.h): on each link and in each
+// direction, the receiver must take the messages in the order the sender sends them. A message is
+// named by (micro-batch, receiving virtual stage).
+void check_link_order(const std::vector<std::vector<PipeStep>>& lists, const PipeShape& shape) {
+  const int p = shape.stages, last = p * shape.chunks - 1;
+  // [direction][sending stage]: the messages sent, and the messages the receiving stage takes.
+  std::vector<std::vector<std::pair<int, int>>> sent[2], taken[2];
+  for (auto* v : {&sent[0], &sent[1], &taken[0], &taken[1]}) v->resize(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s)
+    for (const PipeStep& st : lists[static_cast<size_t>(s)]) {
+      const int vs = st.chunk * p + s;
+      if (st.op == PipeOp::forward) {
+        if (vs < last) sent[0][static_cast<size_t>(s)].emplace_back(st.micro, vs + 1);
+        if (vs > 0) taken[0][static_cast<size_t>((s + p - 1) % p)].emplace_back(st.micro, vs);
+      } else if (st.op == PipeOp::backward) {
+        if (vs > 0) sent[1][static_cast<size_t>(s)].emplace_back(st.micro, vs - 1);
+        if (vs < last) taken[1][static_cast<size_t>((s + 1) % p)].emplace_back(st.micro, vs);
+      }
+    }
+  for (int d = 0; d < 2; ++d)
+    for (int s = 0; s < p; ++s) {
+      const auto& a = sent[d][static_cast<size_t>(s)];
+      const auto& b = taken[d][static_cast<size_t>(s)];
+      const auto at = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
+      MT_CHECK(at.first == a.end() && at.second == b.end(),
+               "pipeline schedule: stage {} sends its {} messages in another order than stage {} takes them "
+               "(message {}: micro-batch {} sent, micro-batch {} taken); the links are first-in first-out",
+               s, d == 0 ? "forward" : "backward", (s + (d == 0 ? 1 : p - 1)) % p, at.first - a.begin(),
+               at.first == a.end() ? -1 : at.first->first, at.second == b.end() ? -1 : at.second->first);
+    }
+}
+
 }  // namespace
 
 ScheduleStats simulate(const std::vector<std::vector<PipeStep>>& lists, const PipeShape& shape, const StepCosts& costs) {
   const int p = shape.stages, v = shape.chunks;
   MT_CHECK(static_cast<int>(lists.size()) == p, "{} lists for {} stages", lists.size(), p);
   for (int s = 0; s < p; ++s) check_list(lists[static_cast<size_t>(s)], shape, s);
+  check_link_order(lists, shape);
   // done[(op, micro, virtual stage)] = the time the step ended.
   std::map<std::tuple<PipeOp, int, int>, double> done;
   const auto ready = [&](PipeOp op, int micro, int vs, double& at) {

@@ -69,7 +69,9 @@ struct ScheduleStats {
   std::vector<int> peak_held;    // per stage: most micro-batch activations held at once (all chunks)
 };
 // Plays `lists` (one per stage) with the given step costs. Throws Error naming the stage and step
-// when the lists deadlock, or when a list misses or repeats a step, or runs a W before its B.
+// when the lists deadlock, or when a list misses or repeats a step, or runs a W before its B, or
+// takes a neighbour's messages in another order than the neighbour sends them (the executor's
+// links are first-in first-out, parallel/pipeline_links.h).
 ScheduleStats simulate(const std::vector<std::vector<PipeStep>>& lists, const PipeShape& shape,
                        const StepCosts& costs = {});
 

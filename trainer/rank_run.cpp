@@ -43,16 +43,6 @@ DeviceBackend& run_backend(const Config& c) {
 ProcessGroups process_groups(const Config& c, const Comm& world) {
   if (c.train.device == Device::cpu || run_backend(c).host_addressable()) return ProcessGroups(world, parallel_dims(c));
 #ifdef MEGATRAIN_HAS_CUDA
-  // The pipeline executor posts each direction's next receives ahead of its sends; on NCCL one
-  // communicator's point-to-point calls run in issue order on its stream, so a stage's send would
-  // wait behind a receive its peer cannot satisfy yet. Pairing a step's send and receive in one
-  // NCCL group (as Megatron's batched isend/irecv does) is what pp needs there.
-  MT_INPUT_CHECK(c.parallel.pp == 1,
-                 "{}: parallel.pp = {} with train.device = \"cuda\": the pipeline's messages do not run on NCCL "
-                 "yet (its receives are posted ahead of its sends, which one NCCL stream would serialise into a "
-                 "wait between stages); set parallel.pp = 1 (tensor and data parallelism run on the GPU), or "
-                 "train.device = \"cpu\"",
-                 c.source, c.parallel.pp);
   return nccl_process_groups(world, parallel_dims(c));
 #else
   throw Error(

@@ -4,7 +4,8 @@
 // p − stage; the interleaved schedule with v chunks shrinks the bubble to (p − 1)/(v·m + p − 1)
 // while holding no more than 1F1B's memory per chunk; zero-bubble (ZB-H1) runs each W after its
 // B, holds 1F1B's memory and, with equal F, B and W costs, idles (p − 1)(F + B − W) per stage
-// against 1F1B's (p − 1)(F + B + W); a list in a deadlocking order is reported.
+// against 1F1B's (p − 1)(F + B + W); a list in a deadlocking order is reported, and so is one that
+// takes a neighbour's messages out of the order they are sent.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -137,6 +138,26 @@ TEST(PipelineSchedule, ADeadlockingOrderIsReported) {
   }
   l[1].pop_back();
   EXPECT_THROW(simulate(l, shape), Error);  // a missing step
+}
+
+// The executor's links deliver a neighbour's messages first in, first out (parallel/pipeline_links.h),
+// so a list that takes them in another order than they are sent is refused, even where matching by
+// micro-batch would not deadlock: here stage 1 runs micro-batch 1's forward before micro-batch 0's
+// while stage 0 (GPipe) sends micro-batch 0 first. (Every generated list passes this check: the
+// schedules above are played through it.)
+TEST(PipelineSchedule, ListsThatTakeMessagesOutOfOrderAreRefused) {
+  const PipeShape shape{2, 2, 1};
+  auto l = lists("gpipe", shape);
+  l[1] = {{PipeOp::forward, 1, 0}, {PipeOp::forward, 0, 0}, {PipeOp::backward, 0, 0}, {PipeOp::backward, 1, 0}};
+  try {
+    simulate(l, shape);
+    ADD_FAILURE() << "an out-of-order list was played";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stage 0 sends its forward messages in another order than stage 1 takes "
+                                         "them (message 0: micro-batch 0 sent, micro-batch 1 taken)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
