@@ -1,6 +1,8 @@
 // train.device = "cuda" end to end, without a GPU: megatrain_simt is the megatrain binary whose
 // Device::cuda ops run the CUDA kernels' own source under the host SIMT emulation
-// (megatrain_simt.cpp). Each layout trains on device memory — stages, ZeRO buffers, optimizer
+// (megatrain_simt.cpp). With MEGATRAIN_DEVICE_BIN set (ctest device_e2e_cuda, label cuda, through
+// tests/cuda/with_gpus.sh) the same tests run that binary — the megatrain binary — on GPUs, one
+// per rank, skipping the cases that need more ranks than there are GPUs. Each layout trains on device memory — stages, ZeRO buffers, optimizer
 // moments, pipeline messages — and is held to the CPU binary's single process: loss, gradient norm
 // and validation loss of every step within 1e-5 relative (the kernels sum in other orders than
 // the CPU ops; dropout is on, so the masks are the CPU's too); mixed precision is held to the CPU
@@ -8,6 +10,9 @@
 // settings the device path does not run yet are refused naming the fix.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
 
 #include "health/exit_codes.h"
 #include "tests/e2e/e2e_fixture.h"
@@ -32,9 +37,23 @@ constexpr double kRel = 1e-5;
 // ~2e-4 of the CPU's (measured over 6 steps); the bound leaves room above that.
 constexpr double kMixedRel = 1e-3;
 
+// The binary of the device runs, and whether it runs on GPUs (MEGATRAIN_DEVICE_BIN) rather than
+// the emulation.
+bool on_gpus() {
+  const char* bin = std::getenv("MEGATRAIN_DEVICE_BIN");
+  return bin != nullptr && *bin != 0;
+}
+std::string device_bin() { return on_gpus() ? std::getenv("MEGATRAIN_DEVICE_BIN") : MEGATRAIN_SIMT_BIN; }
+// Why a case of `ranks` device ranks cannot run here ("" when it can): on GPUs, one per rank.
+std::string too_few_gpus(int ranks) {
+  if (!on_gpus()) return "";
+  const char* n = std::getenv("MEGATRAIN_TEST_GPUS");
+  const int gpus = n != nullptr ? std::atoi(n) : 0;
+  return gpus >= ranks ? "" : fmt::format("needs {} GPUs (one per rank), this machine has {}", ranks, gpus);
+}
+
 class DeviceE2E : public test::TrainE2E {
  protected:
-  // `np` ranks of `bin` with `extra` flags; the metrics' JSON lines.
   // `np` ranks of `bin` with `extra` flags; the metrics' JSON lines (the log in log_).
   std::vector<json> run(const std::string& bin, int np, const std::string& extra, const std::string& name) {
     const fs::path metrics = dir_ / (name + ".jsonl");
@@ -51,7 +70,7 @@ class DeviceE2E : public test::TrainE2E {
     return run(test::megatrain_bin(), 1, extra, name);
   }
   std::vector<json> on_device(int np, const std::string& extra, const std::string& name) {
-    return run(MEGATRAIN_SIMT_BIN, np, std::string(kOnDevice) + " " + extra, name);
+    return run(device_bin(), np, std::string(kOnDevice) + " " + extra, name);
   }
   std::string log_;
 };
@@ -77,7 +96,9 @@ TEST_F(DeviceE2E, OneRankTrainsLikeTheCpu) {
   EXPECT_EQ(test::compare_runs(cpu, device, kRel, "device vs cpu"), kCompared);
   const auto [state, on_device] = state_and_device_bytes(device.at(0));
   EXPECT_GT(on_device, state + device[0]["memory_bytes"]["activations"].get<int64_t>());
-  EXPECT_CONTAINS(log_, "the communicators move device buffers through MPI (this backend's memory is host memory)");
+  EXPECT_CONTAINS(log_, on_gpus() ? "the communicators move device buffers through NCCL"
+                                  : "the communicators move device buffers through MPI (this backend's memory is host "
+                                    "memory)");
 }
 
 // Llama-style (RMSNorm, RoPE, SwiGLU, grouped key/value heads, untied head) with full recompute.
@@ -94,6 +115,7 @@ TEST_F(DeviceE2E, LlamaWithRecomputeTrainsLikeTheCpu) {
 // pipeline (activations and their gradients sent between stages, the tied embedding's gradient
 // summed over both).
 TEST_F(DeviceE2E, TwoRankLayoutsMatchOneCpuProcess) {
+  if (const std::string why = too_few_gpus(2); !why.empty()) GTEST_SKIP() << why;
   const auto cpu = on_cpu("", "cpu");
   for (const auto& [name, set] :
        {std::pair{"dp2_zero3", "--set parallel.zero_stage=3"},
@@ -109,6 +131,7 @@ TEST_F(DeviceE2E, TwoRankLayoutsMatchOneCpuProcess) {
 // dynamic loss scale. Each is held to the CPU binary with the same layout: bf16 rounding makes two
 // ranks differ from one process, and the CPU runs the same roundings on the same values.
 TEST_F(DeviceE2E, MixedPrecisionTrainsLikeTheCpu) {
+  if (const std::string why = too_few_gpus(2); !why.empty()) GTEST_SKIP() << why;
   for (const auto& [name, set] :
        {std::pair{"bf16_zero3_bf16_reduce",
                   "--set train.precision='\"bf16\"' --set parallel.zero_stage=3 --set parallel.grad_reduce_dtype='\"bf16\"'"},
@@ -123,6 +146,7 @@ TEST_F(DeviceE2E, MixedPrecisionTrainsLikeTheCpu) {
 // Saved on the device at dp 2, ZeRO 1 (each rank's optimizer shard copied down) after step 2;
 // resumed there (copied up), steps 3–4 and the validation at 4 equal the uninterrupted run's.
 TEST_F(DeviceE2E, ACheckpointResumesBitwise) {
+  if (const std::string why = too_few_gpus(2); !why.empty()) GTEST_SKIP() << why;
   const fs::path ckpt = dir_ / "ckpt";
   const std::string layout = "--set parallel.zero_stage=1 ";
   const auto full = on_device(
@@ -140,11 +164,12 @@ TEST_F(DeviceE2E, ACheckpointResumesBitwise) {
 // after step 1 in rank 1's host copy (then sent up: the moments stay where they are) is found by
 // the check at step 2, which names the tensor (and both ranks: two replicas hold no majority).
 TEST_F(DeviceE2E, ABitFlippedInOneReplicaIsFound) {
+  if (const std::string why = too_few_gpus(2); !why.empty()) GTEST_SKIP() << why;
   const std::string cmd = fmt::format(
       "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "
       "-x MEGATRAIN_FAULT=bitflip:rank=1:step=1:tensor=layers.0.attn.qkv.weight {} train --config {} {} {} "
       "--set health.replica_check_interval=2",
-      MEGATRAIN_SIMT_BIN, config_.string(), kShort, kOnDevice);
+      device_bin(), config_.string(), kShort, kOnDevice);
   const auto r = test::run_shell(cmd, 600);
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "REPLICA_MISMATCH step=2 ranks=[0,1] params=[layers.0.attn.qkv.weight]");
@@ -152,14 +177,15 @@ TEST_F(DeviceE2E, ABitFlippedInOneReplicaIsFound) {
 
 TEST_F(DeviceE2E, SettingsNotOnTheDeviceYetAreRefusedNamingTheFix) {
   const std::string base = "train --config " + config_.string() + " " + kOnDevice + " ";
-  auto r = test::run_shell(std::string(MEGATRAIN_SIMT_BIN) + " " + base + "--set parallel.grad_compression='\"onebit\"'");
+  auto r = test::run_shell(device_bin() + " " + base + "--set parallel.grad_compression='\"onebit\"'");
   EXPECT_EQ(r.code, kExitUsage) << r.output;
   EXPECT_CONTAINS(r.output, "train.device = \"cuda\" reduces gradients exactly so far");
-  r = test::run_shell(std::string(MEGATRAIN_SIMT_BIN) + " " + base + "--set moe.n_experts=4");
+  r = test::run_shell(device_bin() + " " + base + "--set moe.n_experts=4");
   EXPECT_EQ(r.code, kExitUsage) << r.output;
   EXPECT_CONTAINS(r.output, "set n_experts = 0 and cp = 1, or train.device = \"cpu\"");
-  // The production binary on this machine: no GPU (or no CUDA backend in the build) is a usage
-  // error naming the key, before any rank waits for another.
+  // The production binary on a machine without a GPU (or without a CUDA backend in the build): a
+  // usage error naming the key, before any rank waits for another.
+  if (on_gpus()) return;
   r = test::run_megatrain(base);
   EXPECT_EQ(r.code, kExitUsage) << r.output;
   EXPECT_CONTAINS(r.output, "train.device = \"cuda\", but ");

@@ -12,7 +12,7 @@
 #include "model/optimizer.h"
 #include "tests/model/tiny_models.h"
 #include "tests/simt/against_cpu.h"
-#include "tests/simt/backend_simt.h"
+#include "tests/simt/test_backend.h"
 
 namespace megatrain {
 namespace {
@@ -34,7 +34,7 @@ class OptimizerOnDevice : public ::testing::Test {
  protected:
   void SetUp() override { set_cuda_backend(backend_.get()); }
   void TearDown() override { set_cuda_backend(nullptr); }
-  std::unique_ptr<DeviceBackend> backend_ = test::make_simt_backend();
+  std::unique_ptr<DeviceBackend> backend_ = test::make_test_backend();
 };
 
 TEST_F(OptimizerOnDevice, AdamWOnACudaStreamUpdatesLikeTheCpu) {

@@ -18,7 +18,7 @@
 #include "kernels/flat_buffer.h"
 #include "model/stage.h"
 #include "tests/model/tiny_models.h"
-#include "tests/simt/backend_simt.h"
+#include "tests/simt/test_backend.h"
 
 namespace megatrain {
 namespace {
@@ -40,7 +40,7 @@ class StageOnDevice : public ::testing::Test {
  protected:
   void SetUp() override { set_cuda_backend(backend_.get()); }
   void TearDown() override { set_cuda_backend(nullptr); }
-  std::unique_ptr<DeviceBackend> backend_ = test::make_simt_backend();
+  std::unique_ptr<DeviceBackend> backend_ = test::make_test_backend();
 };
 
 // Parameters initialised from a seed and zero gradients, in the memory of `device`.

@@ -1,7 +1,7 @@
 // One op argument on both devices: the same values in a host buffer (a Device::cpu tensor) and
 // in memory from the device backend (a Device::cuda tensor), for running an op of kernels/ops.h
-// once on each and comparing what each side wrote. OpsParity sets the emulated backend
-// (backend_simt.h) for the duration of each test.
+// once on each and comparing what each side wrote. OpsParity sets the test binary's device backend
+// (test_backend.h: the emulation, or a GPU's) for the duration of each test.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "kernels/cuda/backend.h"
 #include "tests/simt/against_cpu.h"
-#include "tests/simt/backend_simt.h"
+#include "tests/simt/test_backend.h"
 
 namespace megatrain::test {
 
@@ -87,7 +87,7 @@ class OpsParity : public ::testing::Test {
     EXPECT_EQ(t.values<unsigned char>(Side::cuda), t.values<unsigned char>(Side::cpu)) << what;
   }
 
-  std::unique_ptr<DeviceBackend> backend_ = make_simt_backend();
+  std::unique_ptr<DeviceBackend> backend_ = make_test_backend();
 };
 
 }  // namespace megatrain::test

@@ -39,7 +39,7 @@ Stated stated_plan(const std::string& path) {
 }
 
 TEST(Presets, EachParsesPlansAndStatesThePlannersLayout) {
-  for (const char* name : {"gpt2_124m", "gpt2_350m", "gpt2_774m", "gpt2_1558m", "llama3_8b", "llama3_70b",
+  for (const char* name : {"gpt2_124m", "gpt2_350m", "gpt2_774m", "gpt2_1558m", "llama_1b3", "llama3_8b", "llama3_70b",
                            "mixtral_8x7b", "gpt3_175b"}) {
     const std::string path = std::string(MEGATRAIN_SOURCE_DIR) + "/configs/" + name + ".toml";
     const Config c = load_config(path, {});
