@@ -2,8 +2,8 @@
 // pp ∈ {1, 2} in at most 8 ranks trains a tiny two-block MoE (4 experts, top 2, aux and z losses,
 // dropout on) like one process — loss and gradient norm of each of 10 steps, and the validations,
 // within 1e-5 relative — for a softmax and a sigmoid router, dropless and with capacity (both drop
-// policies), with shared experts and with residual MoE (both with the aux-free router bias), and a
-// layout run twice is bitwise identical. One layout runs sequence parallelism; one has ep < dp, so
+// policies), with shared experts and with residual MoE (both with the aux-free router bias; two of
+// these six variants per layout, in turn), and a layout run twice is bitwise identical. One layout runs sequence parallelism; one has ep < dp, so
 // expert gradients are reduced over an expert-data-parallel group of 2; others run ZeRO 1 and 3,
 // which shard the expert state over that group. A checkpoint saved at (ep, tp, dp) = (2, 2, 2)
 // holds each expert tensor whole, experts along dimension 0 (as one process saves it), and resumes
@@ -71,8 +71,10 @@ TEST_F(MoeE2E, EveryLayoutTrainsLikeOneProcess) {
       {1, 2, 1, 1, 0},       {1, 1, 2, 1, 0}, {1, 2, 2, 1, 0}, {2, 1, 1, 2, 0}, {2, 2, 1, 2, 1, true},
       {2, 1, 2, 2, 0},       {2, 2, 2, 2, 0}, {4, 1, 1, 4, 3}, {4, 2, 1, 4, 0}, {4, 1, 2, 4, 1},
       {2, 1, 1, 4, 0}};
+  // Two variants per layout, in turn (v and v + 3): each variant meets 3 or 4 layouts, with ep = 2
+  // and ep = 4 among them.
   for (size_t i = 0; i < layouts.size(); ++i)
-    for (size_t v = 0; v < kVariants.size(); ++v) {
+    for (size_t v : {i % 3, i % 3 + 3}) {
       const Layout& l = layouts[i];
       const std::string name =
           fmt::format("ep{}_tp{}_pp{}_dp{}_zero{}_sp{}_v{}", l.ep, l.tp, l.pp, l.dp, l.zero, l.sp, v);

@@ -164,29 +164,30 @@ TEST_F(ResilientE2E, ACrashLoopStopsWith93AndABadConfigIsNeverRetried) {
 // loaded machine (60 ms steps in one CI run against 18 ms here) saw three launches in a row die
 // before their save and the driver, rightly, called it a crash loop (93). With 30 steps a launch
 // dies before its save with probability 1 − e^(−1/3) ≈ 0.28; the soak allows 6 such launches in a
-// row (0.28^6 ≈ 5e-4; the crash-loop stop itself is the test above) and draws ~20 faults.
+// row (0.28^6 ≈ 5e-4; the crash-loop stop itself is the test above). 300 steps draw ~10 faults
+// (600 steps drew ~20 and took 4 minutes of CI's 40).
 TEST_F(ResilientE2E, AChaosSoakEndsWithTheFaultFreeWeights) {
   const std::string flags = "--set log.interval=10 --set health.straggler_window=10";
-  const auto clean = clean_run(600, flags);
-  ASSERT_EQ(clean.size(), 60u);  // a line every 10 steps
+  const auto clean = clean_run(300, flags);
+  ASSERT_EQ(clean.size(), 30u);  // a line every 10 steps
   std::vector<double> step_ms;
   for (const json& m : clean) step_ms.push_back(m["step_time_ms"].get<double>());
-  std::nth_element(step_ms.begin(), step_ms.begin() + 30, step_ms.end());
-  const double mtti_s = std::max(1.0, 0.030 * step_ms[30]);
-  const auto r = drive(fmt::format("random:seed=7:mtti_s={:.2f}:kinds=kill,hang,exc,slow,ckpt_crash", mtti_s), 600,
+  std::nth_element(step_ms.begin(), step_ms.begin() + 15, step_ms.end());
+  const double mtti_s = std::max(1.0, 0.030 * step_ms[15]);
+  const auto r = drive(fmt::format("random:seed=7:mtti_s={:.2f}:kinds=kill,hang,exc,slow,ckpt_crash", mtti_s), 300,
                        "--max-restarts 60 --no-progress-cycles 6", flags, 480);
   ASSERT_EQ(r.code, 0) << r.output;
   const auto ev = events();
   const auto faults = of(ev, "faults");
   ASSERT_EQ(faults.size(), 1u);
-  EXPECT_GE(faults[0]["injected"].get<int>(), 10) << r.output;
+  EXPECT_GE(faults[0]["injected"].get<int>(), 5) << r.output;
   EXPECT_EQ(faults[0]["undetected"], json::array()) << r.output;
   const auto end = of(ev, "end")[0];
-  EXPECT_EQ(end["productive_steps"], 600);
+  EXPECT_EQ(end["productive_steps"], 300);
   // "[m]" keeps the pattern from matching the shell that runs pgrep.
   const auto survivors = test::run_shell("pgrep -fc '[m]egatrain train --config " + config_.string() + "'");
   EXPECT_EQ(survivors.output, "0\n") << "processes outlived the soak";
-  expect_equals_clean_run(600, clean);
+  expect_equals_clean_run(300, clean);
   std::printf("chaos soak (mtti %.2f s): %d faults injected, %d detected (%zu cut short), detection mean %.2f s max %.2f s, "
               "%d launches, ETTR %.1f%% over %.1f s\n",
               mtti_s, faults[0]["injected"].get<int>(), faults[0]["detected"].get<int>(), faults[0]["cut_short"].size(),

@@ -33,13 +33,15 @@ class TpE2E : public test::TrainE2E {
                      name);
   }
 
-  // Every layout at this tp against one process; the first layout again, bitwise.
+  // Every layout at this tp against one process; the first layout again, bitwise. ZeRO stages
+  // other than 0 run at dp = 2 only (at dp = 1 a stage shards over one rank, which stage 0 covers).
   void every_layout_matches_one_process(int tp, const std::string& model) {
     const auto single = run(1, 1, model, "single");
     ASSERT_EQ(single.size(), 12u);  // 10 steps + 2 validations
     for (int dp : {1, 2})
       for (int stage : {0, 1, 3})
         for (bool sp : {false, true}) {
+          if (dp == 1 && stage > 0) continue;
           const std::string name = fmt::format("tp{}_dp{}_zero{}_sp{}", tp, dp, stage, sp);
           const std::string set =
               fmt::format("{} --set parallel.zero_stage={} --set parallel.sequence_parallel={}", model, stage, sp);
