@@ -79,6 +79,12 @@ void rope_apply(const Stream& s, Tensor qkv,  // (B, T, (H + 2·Hkv)·D)
                 int n_heads, int n_kv_heads, float theta, RopeDirection dir, int pos0 = 0);
 
 // ---- causal attention, block-wise with online softmax (flash-attention style) ----
+// Which implementation the two ops below run on a CUDA stream (train.attention_backend; the
+// device backend's set_attention, kernels/cuda/backend.h): flash, the float32 kernels of
+// kernels/cuda/attention.cu; cudnn, cuDNN's fused attention on 16-bit copies of the tensors
+// (kernels/cuda/cudnn_attention.h); automatic, cuDNN where the stream's precision is bf16 or fp16
+// and cuDNN runs the shape, else flash. CPU streams run the CPU op whatever the choice.
+enum class AttentionImpl : uint8_t { automatic, flash, cudnn };
 // qkv as above; grouped-query when Hkv < H (query head h uses kv head h / (H / Hkv)).
 void attention_forward(const Stream& s, Tensor out,  // (B, T, H·D)
                        Tensor lse,                   // (B, H, T) log-sum-exp saved for backward

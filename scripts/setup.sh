@@ -62,6 +62,21 @@ if [ "${SKIP_PIP:-0}" != 1 ]; then
   fi
 fi
 
+# cuDNN's frontend, header-only C++ that NVIDIA ships on PyPI as the nvidia-cudnn-frontend wheel,
+# for the CUDA backend's fused attention (kernels/cuda/cudnn_attention.h): only its include/ folder,
+# unpacked into build/_deps, where a CUDA toolkit is installed. Pinned; fetched once.
+cudnn_fe=1.32.0
+fe_dir=build/_deps/cudnn_frontend-$cudnn_fe
+if [ "${SKIP_PIP:-0}" != 1 ] && command -v nvcc >/dev/null && [ ! -f "$fe_dir/include/cudnn_frontend.h" ]; then
+  tmp=$(mktemp -d)
+  "$venv/bin/python3" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --python-version 3.11 --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$cudnn_fe"
+  "$venv/bin/python3" -m zipfile -e "$tmp"/nvidia_cudnn_frontend-*.whl "$tmp/wheel"
+  mkdir -p "$fe_dir"
+  cp -r "$tmp/wheel/include" "$fe_dir/"
+  rm -rf "$tmp"
+fi
+
 build_type=${BUILD_TYPE:-Release}
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" ${MEGATRAIN_CMAKE_ARGS:-}
 cmake --build build -j "$(nproc)"

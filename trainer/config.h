@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "health/health_options.h"
 #include "kernels/device.h"
+#include "kernels/ops.h"
 #include "model/recompute.h"
 #include "parallel/grad_compression.h"
 #include "trainer/loss_scaler.h"
@@ -58,6 +59,8 @@ struct TrainConfig {
   // Where each rank computes: "cpu", or "cuda" (one GPU per rank, chosen by its local rank; the
   // communicators move device buffers through NCCL). trainer/rank_run.h [Note: a run on a device].
   Device device = Device::cpu;
+  // On train.device = "cuda": the attention kernels, "auto", "flash" or "cudnn" (kernels/ops.h).
+  AttentionImpl attention_backend = AttentionImpl::automatic;
   Recompute recompute = Recompute::none;  // model/recompute.h
   int recompute_layers = 0;               // full: blocks per stage, from its first; 0 = all
   // Stop early, after a save, with exit code 10 (trainer/stop_request.h); 0 = never.

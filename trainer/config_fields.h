@@ -26,6 +26,8 @@ constexpr Spelling<Precision> kPrecisionSpellings[] = {{Precision::fp32, "fp32"}
                                                               {Precision::bf16, "bf16"},
                                                         {Precision::fp16, "fp16"}};
 constexpr Spelling<Device> kDeviceSpellings[] = {{Device::cpu, "cpu"}, {Device::cuda, "cuda"}};
+constexpr Spelling<AttentionImpl> kAttentionSpellings[] = {
+    {AttentionImpl::automatic, "auto"}, {AttentionImpl::flash, "flash"}, {AttentionImpl::cudnn, "cudnn"}};
 constexpr Spelling<Recompute> kRecomputeSpellings[] = {
     {Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}};
 constexpr Spelling<DecayKind> kDecaySpellings[] = {
@@ -43,6 +45,7 @@ inline std::span<const Spelling<DecayKind>> spellings(DecayKind) { return kDecay
 inline std::span<const Spelling<Recompute>> spellings(Recompute) { return kRecomputeSpellings; }
 inline std::span<const Spelling<Precision>> spellings(Precision) { return kPrecisionSpellings; }
 inline std::span<const Spelling<Device>> spellings(Device) { return kDeviceSpellings; }
+inline std::span<const Spelling<AttentionImpl>> spellings(AttentionImpl) { return kAttentionSpellings; }
 inline std::span<const Spelling<RouterKind>> spellings(RouterKind) { return kRouterSpellings; }
 inline std::span<const Spelling<DropPolicy>> spellings(DropPolicy) { return kDropPolicySpellings; }
 inline std::span<const Spelling<GradCompression>> spellings(GradCompression) { return kGradCompressionSpellings; }
@@ -84,7 +87,7 @@ void for_each_field(C& c, V&& v) {
   v("train", "global_batch_size", t.global_batch_size), v("train", "steps", t.steps);
   v("train", "seed", t.seed), v("train", "eval_interval", t.eval_interval);
   v("train", "eval_steps", t.eval_steps), v("train", "precision", t.precision), v("train", "device", t.device);
-  v("train", "recompute", t.recompute);
+  v("train", "attention_backend", t.attention_backend), v("train", "recompute", t.recompute);
   v("train", "recompute_layers", t.recompute_layers);
   v("train", "exit_duration_mins", t.exit_duration_mins), v("train", "exit_after_steps", t.exit_after_steps);
   v("train", "max_consecutive_skips", t.max_consecutive_skips);

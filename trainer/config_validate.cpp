@@ -35,6 +35,10 @@ void check_expert_parallel(const Config& c) {
 void check_device(const Config& c) {
   const std::string& f = c.source;
   const ParallelConfig& p = c.parallel;
+  MT_INPUT_CHECK(c.train.device == Device::cuda || c.train.attention_backend != AttentionImpl::cudnn,
+                 "{}: train.attention_backend = \"cudnn\" is cuDNN's attention on a GPU, but train.device = \"cpu\"; "
+                 "set train.device = \"cuda\", or attention_backend = \"auto\"",
+                 f);
   if (c.train.device == Device::cpu) return;
   MT_INPUT_CHECK(c.model.moe.n_experts == 0 && p.cp == 1,
                  "{}: train.device = \"cuda\" runs dense models without context parallelism so far (MoE routing "

@@ -28,15 +28,23 @@ ZeroOptions zero_options(const Config& c) {
   return z;
 }
 
-// The device backend of a run on a device, or an InputError naming the config key and the fix.
+// The device backend of a run on a device, its attention kernels chosen (train.attention_backend),
+// or an InputError naming the config key and the fix.
 DeviceBackend& run_backend(const Config& c) {
+  DeviceBackend* backend = nullptr;
   try {
-    return cuda_backend();
+    backend = &cuda_backend();
   } catch (const Error& e) {
     throw InputError(fmt::format("{}: train.device = \"cuda\", but {}; set train.device = \"cpu\" to train on the "
                                  "CPU",
                                  c.source, e.what()));
   }
+  try {
+    backend->set_attention(c.train.attention_backend);
+  } catch (const Error& e) {
+    throw InputError(fmt::format("{}: train.attention_backend = \"cudnn\": {}", c.source, e.what()));
+  }
+  return *backend;
 }
 
 // The communicators ([Note: a run on a device]): MPI's, or NCCL's for a GPU's memory.

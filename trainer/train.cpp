@@ -191,11 +191,16 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
                    "{1}; gradients and optimizer state are float32{2}",
                    precision_name(cfg.train.precision), matmul_path(run.stream),
                    scaler ? fmt::format("; dynamic loss scale from {:g}", scaler->scale()) : "");
-    if (cfg.train.device != Device::cpu)
-      spdlog::info("train.device = \"cuda\": one device per rank; GEMMs: {}; the communicators move device buffers "
-                   "through {}",
+    if (cfg.train.device != Device::cpu) {
+      const ModelConfig& m = cfg.model;
+      const int tp = cfg.parallel.tp, kv = m.kv_heads();
+      spdlog::info("train.device = \"cuda\": one device per rank; GEMMs: {}; attention: {}; the communicators move "
+                   "device buffers through {}",
                    matmul_path(run.stream),
+                   cuda_backend().attention_path(run.stream, cfg.train.micro_batch_size, cfg.train.seq_len,
+                                                 m.n_heads / tp, kv >= tp ? kv / tp : 1, m.d_model / m.n_heads),
                    cuda_backend().host_addressable() ? "MPI (this backend's memory is host memory)" : "NCCL");
+    }
     spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} chunk(s) per rank, {} "
                  "micro-batch slots on rank 0), dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",
                  run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.tp_comm.size(),

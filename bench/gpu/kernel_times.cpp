@@ -2,7 +2,8 @@
 // reference where one exists (bench/gpu/run.sh step 3; issue: CUDA backend):
 //   - GEMMs (the linear layers, forward and both backward products) against the same products by
 //     plain cuBLAS (cublasGemmEx, float32 accumulation, the same input type: bench/gpu/cublas_reference.h);
-//   - attention against the cuDNN fused path when the backend has it (reported otherwise without);
+//   - the flash-attention kernels against cuDNN's fused attention (kernels/cuda/cudnn_attention.h,
+//     with its bf16 conversions) when the backend has it and the GEMM inputs are bf16;
 //   - the memory-bound ops (norms, activations, loss, AdamW) against a device-to-device copy moving
 //     the same number of bytes, the practical bound of a kernel that reads and writes each byte once.
 //   kernel_times --device cuda|cpu --shape gpt2_124m|llama_1b3|tiny [--iters N] [--precision fp32|bf16]
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "bench/gpu/cublas_reference.h"
+#include "kernels/cuda/backend.h"
 #include "kernels/flat_buffer.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
@@ -86,7 +88,8 @@ class Bench {
   std::deque<Arena> arenas_;
 };
 
-void row(const std::string& op, double ms, const std::string& rate, const std::string& ref, std::optional<double> ref_ms) {
+void row(const std::string& op, double ms, const std::string& rate, const std::string& ref,
+         std::optional<double> ref_ms) {
   fmt::print("{:<34} {:>9.3f} {:>14}  {:<22} {:>9} {:>8}\n", op, ms, rate, ref,
              ref_ms ? fmt::format("{:.3f}", *ref_ms) : "-", ref_ms ? fmt::format("{:.2f}", ms / *ref_ms) : "-");
 }
@@ -125,11 +128,29 @@ void run(Bench& b, const Shapes& m) {
   const Tensor qkv = b.randn({m.B, m.T, QKV}), out = b.randn({N, m.C}), lse = b.randn({m.B, m.H, m.T});
   const Tensor dout = b.randn({N, m.C}), dqkv = b.randn({m.B, m.T, QKV});
   const double att_flops = 4.0 * m.B * m.H * static_cast<double>(m.T) * m.T * D / 2;
-  const double af = b.time([&] { attention_forward(s, out.reshaped({m.B, m.T, m.C}), lse, qkv, m.H, m.Hkv); });
-  row("attention forward", af, tflops(att_flops, af), "-", std::nullopt);
-  const double ab = b.time([&] { attention_backward(s, dqkv, dout.reshaped({m.B, m.T, m.C}), qkv,
-                                                    out.reshaped({m.B, m.T, m.C}), lse, m.H, m.Hkv); });
-  row("attention backward", ab, tflops(2.5 * att_flops, ab), "-", std::nullopt);
+  const auto fwd = [&] { attention_forward(s, out.reshaped({m.B, m.T, m.C}), lse, qkv, m.H, m.Hkv); };
+  const auto bwd = [&] {
+    attention_backward(s, dqkv, dout.reshaped({m.B, m.T, m.C}), qkv, out.reshaped({m.B, m.T, m.C}), lse, m.H, m.Hkv);
+  };
+  // The reference: the same ops on cuDNN's fused attention (its 16-bit conversions included),
+  // where the backend has it and the GEMM inputs are 16-bit.
+  std::optional<double> cudnn_f, cudnn_b;
+  if (s.device == Device::cuda && s.matmul != Precision::fp32) {
+    try {
+      cuda_backend().set_attention(AttentionImpl::cudnn);
+      cudnn_f = b.time(fwd);
+      cudnn_b = b.time(bwd);
+    } catch (const Error& e) {
+      fmt::print("(no cuDNN reference for attention: {})\n", e.what());
+    }
+    cuda_backend().set_attention(AttentionImpl::flash);
+  }
+  const std::string kernels = s.device == Device::cuda ? " (flash)" : "";
+  const double af = b.time(fwd);
+  row("attention forward" + kernels, af, tflops(att_flops, af), cudnn_f ? "cuDNN fused attention" : "-", cudnn_f);
+  const double ab = b.time(bwd);
+  row("attention backward" + kernels, ab, tflops(2.5 * att_flops, ab), cudnn_b ? "cuDNN fused attention" : "-",
+      cudnn_b);
 
   // Memory-bound ops against a copy of the bytes they move.
   const auto bound = [&](const std::string& name, double bytes, const std::function<void()>& op) {
@@ -137,7 +158,8 @@ void run(Bench& b, const Shapes& m) {
     row(name, ms, gbps(bytes, ms), "copy of the same bytes", b.copy_ms(static_cast<int64_t>(bytes)));
   };
   const Tensor x = b.randn({N, m.C}), y = b.randn({N, m.C}), w = b.randn({m.C}), bias = b.randn({m.C});
-  const Tensor mean = b.randn({N}), rstd = b.randn({N}), dx = b.randn({N, m.C}), dw = b.randn({m.C}), db = b.randn({m.C});
+  const Tensor mean = b.randn({N}), rstd = b.randn({N}), dx = b.randn({N, m.C});
+  const Tensor dw = b.randn({m.C}), db = b.randn({m.C});
   const double nc = 4.0 * N * m.C;
   if (m.llama) {
     bound("rmsnorm forward", 2 * nc, [&] { rmsnorm_forward(s, y, rstd, x, w, 1e-5f); });
@@ -183,7 +205,8 @@ int main(int argc, char** argv) {
   std::string device = "cuda", shape = "gpt2_124m", precision = "bf16";
   int iters = 20;
   app.add_option("--device", device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
-  app.add_option("--shape", shape, "gpt2_124m, llama_1b3 or tiny")->check(CLI::IsMember({"gpt2_124m", "llama_1b3", "tiny"}));
+  app.add_option("--shape", shape, "gpt2_124m, llama_1b3 or tiny")
+      ->check(CLI::IsMember({"gpt2_124m", "llama_1b3", "tiny"}));
   app.add_option("--precision", precision, "the GEMMs' inputs: fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--iters", iters, "timed calls per op")->check(CLI::Range(1, 100000));
   CLI11_PARSE(app, argc, argv);

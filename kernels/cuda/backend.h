@@ -80,6 +80,13 @@ class DeviceBackend {
                                  int Hkv, int D) = 0;
   virtual void attention_backward(const Stream& s, float* dqkv, const float* dout, const float* qkv,
                                   const float* out, const float* lse, int B, int T, int H, int Hkv, int D) = 0;
+  // The implementation the two entries above run, for the rest of the process (kernels/ops.h
+  // AttentionImpl; flash until this is called). A backend without cuDNN's attention runs flash for
+  // automatic and throws Error for cudnn, saying why.
+  virtual void set_attention(AttentionImpl impl) = 0;
+  // What attention of this shape runs as on stream s (the start-up log); with automatic this may
+  // build cuDNN's plans for the shape.
+  virtual std::string attention_path(const Stream& s, int B, int T, int H, int Hkv, int D) = 0;
   virtual void embedding_forward(const Stream& s, float* out, const int32_t* tokens, const float* wte, int64_t N,
                                  int V, int C, int vocab_begin) = 0;
   virtual void embedding_backward(const Stream& s, float* dwte, const float* dout, const int32_t* tokens, int64_t N,

@@ -1,6 +1,7 @@
 // The production DeviceBackend: the kernels of KernelBackend on the current CUDA device, GEMMs
-// through cuBLASLt with one GemmContext per stream, and every device byte (buffers and the
-// kernels' scratch) from one CachingAllocator over cudaMalloc.
+// through cuBLASLt with one GemmContext per stream, attention through cuDNN's fused attention
+// where train.attention_backend chooses it (built with MEGATRAIN_HAS_CUDNN), and every device byte
+// (buffers, the kernels' scratch, cuDNN's workspaces) from one CachingAllocator over cudaMalloc.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -8,6 +9,9 @@
 #include <unordered_map>
 
 #include "kernels/cuda/kernel_backend.h"
+#ifdef MEGATRAIN_HAS_CUDNN
+#include "kernels/cuda/cudnn_attention.h"
+#endif
 
 namespace megatrain::cuda {
 namespace {
@@ -61,7 +65,65 @@ class CudaBackend final : public KernelBackend {
     return fmt::format("cuBLASLt with {} operands and float32 sums", precision_name(s.matmul));
   }
 
+#ifdef MEGATRAIN_HAS_CUDNN
+  // cuDNN's path: the float32 tensors rounded to the stream's 16-bit type around it; the
+  // statistics are float32 throughout, so lse is written and read in place.
+  void set_attention(AttentionImpl impl) override { attention_ = impl; }
+  std::string attention_path(const Stream& s, int B, int T, int H, int Hkv, int D) override {
+    if (attention_ != AttentionImpl::flash && use_cudnn(s, {B, T, H, Hkv, D, s.matmul}))
+      return fmt::format("cuDNN's fused attention on {} copies, float32 softmax", precision_name(s.matmul));
+    const std::string why = attention_ == AttentionImpl::flash ? "" : cudnn_problem(s, {B, T, H, Hkv, D, s.matmul});
+    return fmt::format("the flash-attention kernels, float32{}", why.empty() ? "" : " (cuDNN: " + why + ")");
+  }
+  void attention_forward(const Stream& s, float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv,
+                         int D) override {
+    const SdpaProblem p{B, T, H, Hkv, D, s.matmul};
+    if (!use_cudnn(s, p)) return KernelBackend::attention_forward(s, out, lse, qkv, B, T, H, Hkv, D);
+    const int64_t n_qkv = int64_t{B} * T * (H + 2 * Hkv) * D, n_out = int64_t{B} * T * H * D;
+    Scratch<uint16_t> qkv16(*this, s, static_cast<size_t>(n_qkv)), out16(*this, s, static_cast<size_t>(n_out));
+    f32_to_half(s, s.matmul, qkv16.get(), qkv, n_qkv);
+    cudnn().forward(stream_of(s), p, out16.get(), lse, qkv16.get());
+    half_to_f32(s, s.matmul, out, out16.get(), n_out);
+  }
+  void attention_backward(const Stream& s, float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* lse, int B, int T, int H, int Hkv, int D) override {
+    const SdpaProblem p{B, T, H, Hkv, D, s.matmul};
+    if (!use_cudnn(s, p)) return KernelBackend::attention_backward(s, dqkv, dout, qkv, out, lse, B, T, H, Hkv, D);
+    const int64_t n_qkv = int64_t{B} * T * (H + 2 * Hkv) * D, n_out = int64_t{B} * T * H * D;
+    Scratch<uint16_t> qkv16(*this, s, static_cast<size_t>(n_qkv)), dqkv16(*this, s, static_cast<size_t>(n_qkv));
+    Scratch<uint16_t> out16(*this, s, static_cast<size_t>(n_out)), dout16(*this, s, static_cast<size_t>(n_out));
+    f32_to_half(s, s.matmul, qkv16.get(), qkv, n_qkv);
+    f32_to_half(s, s.matmul, out16.get(), out, n_out);
+    f32_to_half(s, s.matmul, dout16.get(), dout, n_out);
+    cudnn().backward(stream_of(s), p, dqkv16.get(), dout16.get(), qkv16.get(), out16.get(), lse);
+    half_to_f32(s, s.matmul, dqkv, dqkv16.get(), n_qkv);
+  }
+#endif
+
  private:
+#ifdef MEGATRAIN_HAS_CUDNN
+  // "" when cuDNN runs attention of this problem here, else why not.
+  std::string cudnn_problem(const Stream& s, const SdpaProblem& p) {
+    if (s.matmul == Precision::fp32) return "its fused attention takes bf16 or fp16 tensors; train.precision is fp32";
+    return cudnn().unsupported(p);
+  }
+  // Whether attention of this problem runs on cuDNN: never with flash, where it can with
+  // automatic; with cudnn it must (an Error naming the shape and cuDNN's reason otherwise).
+  bool use_cudnn(const Stream& s, const SdpaProblem& p) {
+    if (attention_ == AttentionImpl::flash) return false;
+    const std::string why = cudnn_problem(s, p);
+    MT_THROW_UNLESS(Error, why.empty() || attention_ == AttentionImpl::automatic,
+             "train.attention_backend = \"cudnn\", but cuDNN cannot run attention of {} × {} tokens, {} heads ({} "
+             "key/value) of {}: {}; set attention_backend = \"auto\" or \"flash\"",
+             p.B, p.T, p.H, p.Hkv, p.D, why);
+    return why.empty();
+  }
+  CudnnAttention& cudnn() {
+    const std::lock_guard lock(mutex_);
+    if (!cudnn_) cudnn_ = std::make_unique<CudnnAttention>(memory_);
+    return *cudnn_;
+  }
+#endif
   // The stream's GEMM context, made on its first GEMM.
   GemmContext& gemm(const Stream& s) {
     const std::lock_guard lock(mutex_);
@@ -73,6 +135,10 @@ class CudaBackend final : public KernelBackend {
   CachingAllocator memory_;  // declared first: the contexts give their memory back to it
   std::mutex mutex_;
   std::unordered_map<void*, std::unique_ptr<GemmContext>> gemms_;
+#ifdef MEGATRAIN_HAS_CUDNN
+  AttentionImpl attention_ = AttentionImpl::flash;  // until set_attention
+  std::unique_ptr<CudnnAttention> cudnn_;  // made on the first use of cuDNN
+#endif
 };
 
 }  // namespace

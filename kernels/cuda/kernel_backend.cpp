@@ -8,23 +8,6 @@ namespace {
 // The launchers, whose names the members below share.
 namespace k = ::megatrain::MT_CUDA_NS;
 
-// Device scratch for one call, given back as soon as the call is enqueued: the block is reused
-// only on this stream, after this work ([Note: device memory primitives]).
-template <class T>
-class Scratch {
- public:
-  Scratch(DeviceBackend& backend, const Stream& s, size_t count)
-      : backend_(backend), ptr_(static_cast<T*>(backend.allocate(s, count * sizeof(T)))) {}
-  ~Scratch() { backend_.deallocate(ptr_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  T* get() const { return ptr_; }
-
- private:
-  DeviceBackend& backend_;
-  T* ptr_;
-};
-
 }  // namespace
 
 void KernelBackend::f32_to_half(const Stream& s, Precision to, uint16_t* out, const float* in, int64_t n) {
@@ -100,6 +83,18 @@ void KernelBackend::attention_backward(const Stream& s, float* dqkv, const float
                                        const float* out, const float* lse, int B, int T, int H, int Hkv, int D) {
   Scratch<float> scratch(*this, s, k::attention_backward_scratch_floats(B, T, H));
   k::attention_backward(stream_of(s), dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, scratch.get());
+}
+
+void KernelBackend::set_attention(AttentionImpl impl) {
+  if (impl == AttentionImpl::cudnn)
+    throw Error(
+        "cuDNN's fused attention is not in this device backend (the host emulation of the tests, or a build whose "
+        "configure step found no cuDNN frontend headers: scripts/setup.sh fetches them); use the flash kernels "
+        "(\"auto\" or \"flash\")");
+}
+
+std::string KernelBackend::attention_path(const Stream&, int, int, int, int, int) {
+  return "the flash-attention kernels, float32";
 }
 
 void KernelBackend::embedding_forward(const Stream& s, float* out, const int32_t* tokens, const float* wte, int64_t N,

@@ -10,6 +10,23 @@
 
 namespace megatrain::MT_CUDA_NS {
 
+// Device scratch for one call, given back as soon as the call is enqueued: the block is reused
+// only on this stream, after this work ([Note: device memory primitives]).
+template <class T>
+class Scratch {
+ public:
+  Scratch(DeviceBackend& backend, const Stream& s, size_t count)
+      : backend_(backend), ptr_(static_cast<T*>(backend.allocate(s, count * sizeof(T)))) {}
+  ~Scratch() { backend_.deallocate(ptr_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T* get() const { return ptr_; }
+
+ private:
+  DeviceBackend& backend_;
+  T* ptr_;
+};
+
 class KernelBackend : public DeviceBackend {
  public:
   void f32_to_half(const Stream& s, Precision to, uint16_t* out, const float* in, int64_t n) override;
@@ -33,6 +50,9 @@ class KernelBackend : public DeviceBackend {
                          int D) override;
   void attention_backward(const Stream& s, float* dqkv, const float* dout, const float* qkv, const float* out,
                           const float* lse, int B, int T, int H, int Hkv, int D) override;
+  // The flash kernels only: automatic and flash run them, cudnn is an Error.
+  void set_attention(AttentionImpl impl) override;
+  std::string attention_path(const Stream& s, int B, int T, int H, int Hkv, int D) override;
   void embedding_forward(const Stream& s, float* out, const int32_t* tokens, const float* wte, int64_t N, int V,
                          int C, int vocab_begin) override;
   void embedding_backward(const Stream& s, float* dwte, const float* dout, const int32_t* tokens, int64_t N, int V,

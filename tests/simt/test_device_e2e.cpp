@@ -2,12 +2,13 @@
 // Device::cuda ops run the CUDA kernels' own source under the host SIMT emulation
 // (megatrain_simt.cpp). With MEGATRAIN_DEVICE_BIN set (ctest device_e2e_cuda, label cuda, through
 // tests/cuda/with_gpus.sh) the same tests run that binary — the megatrain binary — on GPUs, one
-// per rank, skipping the cases that need more ranks than there are GPUs. Each layout trains on device memory — stages, ZeRO buffers, optimizer
-// moments, pipeline messages — and is held to the CPU binary's single process: loss, gradient norm
-// and validation loss of every step within 1e-5 relative (the kernels sum in other orders than
-// the CPU ops; dropout is on, so the masks are the CPU's too); mixed precision is held to the CPU
-// binary with the same layout within 1e-3 (kMixedRel). A device checkpoint resumes bitwise, and
-// settings the device path does not run yet are refused naming the fix.
+// per rank, skipping the cases that need more ranks than there are GPUs. Each layout trains on
+// device memory — stages, ZeRO buffers, optimizer moments, pipeline messages — and is held to the
+// CPU binary's single process: loss, gradient norm and validation loss of every step within 1e-5
+// relative (the kernels sum in other orders than the CPU ops; dropout is on, so the masks are the
+// CPU's too); mixed precision is held to the CPU binary with the same layout within 1e-3
+// (kMixedRel). A device checkpoint resumes bitwise, and settings the device path does not run yet
+// are refused naming the fix.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -28,7 +29,9 @@ using json = nlohmann::json;
 constexpr const char* kShort =
     "--set train.steps=4 --set train.seq_len=32 --set train.micro_batch_size=2 --set train.global_batch_size=4 "
     "--set train.eval_interval=2 --set train.eval_steps=1 --set optimizer.warmup_steps=1 --set parallel.bucket_size_mb=0.05";
-constexpr const char* kOnDevice = "--set train.device='\"cuda\"'";
+// The flash kernels for attention, as the CPU computes it (cuDNN's reads bf16 copies; on a GPU
+// MixedPrecisionTrainsLikeTheCpu holds it to them, tests/cuda/test_cudnn_attention.cpp per op).
+constexpr const char* kOnDevice = "--set train.device='\"cuda\"' --set train.attention_backend='\"flash\"'";
 constexpr double kRel = 1e-5;
 // With 16-bit GEMM operands and parameters: the device's activations differ from the CPU's in the
 // last float32 bits (other summation orders), and where such a value sits next to a bf16/fp16
@@ -96,6 +99,7 @@ TEST_F(DeviceE2E, OneRankTrainsLikeTheCpu) {
   EXPECT_EQ(test::compare_runs(cpu, device, kRel, "device vs cpu"), kCompared);
   const auto [state, on_device] = state_and_device_bytes(device.at(0));
   EXPECT_GT(on_device, state + device[0]["memory_bytes"]["activations"].get<int64_t>());
+  EXPECT_CONTAINS(log_, "attention: the flash-attention kernels, float32");  // float32: never cuDNN's
   EXPECT_CONTAINS(log_, on_gpus() ? "the communicators move device buffers through NCCL"
                                   : "the communicators move device buffers through MPI (this backend's memory is host "
                                     "memory)");
@@ -141,6 +145,14 @@ TEST_F(DeviceE2E, MixedPrecisionTrainsLikeTheCpu) {
     EXPECT_EQ(test::compare_runs(cpu, on_device(2, set, name), kMixedRel, name), kCompared);
   }
   EXPECT_CONTAINS(log_, "dynamic loss scale");
+  if (!on_gpus()) return;
+  // cuDNN's attention (train.attention_backend = "auto" on bf16) against the flash kernels: its
+  // bf16 copies of q, k, v and the output move the loss and norm by well under 2 %.
+  const std::string bf16 = "--set train.precision='\"bf16\"' ";
+  const auto flash = on_device(2, bf16, "bf16_flash");
+  const auto cudnn = on_device(2, bf16 + "--set train.attention_backend='\"auto\"'", "bf16_cudnn");
+  EXPECT_EQ(test::compare_runs(flash, cudnn, 2e-2, "cudnn vs flash"), kCompared);
+  EXPECT_CONTAINS(log_, "attention: cuDNN's fused attention on bf16 copies");
 }
 
 // Saved on the device at dp 2, ZeRO 1 (each rank's optimizer shard copied down) after step 2;
@@ -183,9 +195,15 @@ TEST_F(DeviceE2E, SettingsNotOnTheDeviceYetAreRefusedNamingTheFix) {
   r = test::run_shell(device_bin() + " " + base + "--set moe.n_experts=4");
   EXPECT_EQ(r.code, kExitUsage) << r.output;
   EXPECT_CONTAINS(r.output, "set n_experts = 0 and cp = 1, or train.device = \"cpu\"");
+  if (on_gpus()) return;
+  // cuDNN's attention is not in the emulation.
+  r = test::run_shell(device_bin() + " " + base +
+                      "--set train.attention_backend='\"cudnn\"' --set train.precision='\"bf16\"'");
+  EXPECT_EQ(r.code, kExitUsage) << r.output;
+  EXPECT_CONTAINS(r.output,
+                  "train.attention_backend = \"cudnn\": cuDNN's fused attention is not in this device backend");
   // The production binary on a machine without a GPU (or without a CUDA backend in the build): a
   // usage error naming the key, before any rank waits for another.
-  if (on_gpus()) return;
   r = test::run_megatrain(base);
   EXPECT_EQ(r.code, kExitUsage) << r.output;
   EXPECT_CONTAINS(r.output, "train.device = \"cuda\", but ");
