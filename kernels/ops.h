@@ -158,6 +158,27 @@ void cross_entropy_finish(const Stream& s, Tensor losses,  // (N)
                           Tensor targets,                  // (N) i32
                           int vocab_begin, int valid, LossGrad grad, float dlogits_scale);
 
+// ---- Mixture of Experts: tokens moved by a routing plan (model/moe.h) ----
+// row (N, k) i32: where assignment a = t·k + j (token t's j-th expert) sits in the expert-ordered
+// send buffer, −1 when capacity dropped it; gates (N, k) its combine weight. Rows of send / out
+// that no assignment names are left as they are.
+// send[row[a]] = x[t]; backward: dx[t] += Σ_j dsend[row[t·k + j]] over kept j.
+void moe_permute(const Stream& s, Tensor send,  // (≥ N·k, C)
+                 Tensor x,                      // (N, C)
+                 Tensor row);                   // (N, k) i32
+void moe_permute_backward(const Stream& s, Tensor dx,  // (N, C) +=
+                          Tensor dsend,                // (≥ N·k, C)
+                          Tensor row);                 // (N, k) i32
+// The combine: y[t] = Σ_j gates[a] · out[row[a]] over kept j (0 for a token with none); backward:
+// dgates[a] = ⟨dy[t], out[row[a]]⟩ (summed in double; 0 when dropped), dout[row[a]] = gates[a]·dy[t].
+void moe_unpermute(const Stream& s, Tensor y,  // (N, C) =
+                   Tensor out,                 // (≥ N·k, C)
+                   Tensor row, Tensor gates);  // (N, k) i32, (N, k)
+void moe_unpermute_backward(const Stream& s, Tensor dgates,  // (N, k) =
+                            Tensor dout,                     // (≥ N·k, C): the kept rows =
+                            Tensor dy, Tensor out,           // (N, C), (≥ N·k, C)
+                            Tensor row, Tensor gates);       // (N, k) i32, (N, k)
+
 // ---- optimizer primitives over flat ranges ----
 double sum_squares(const Stream& s, Tensor x);  // Σ x² in double
 // Σ x² over every tensor of the list, in double: on CUDA one launch (per 96 tensors) and one wait

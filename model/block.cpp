@@ -45,9 +45,9 @@ BlockWeights block_weights(const ParamLayout& layout, const BlockParamIndex& x, 
 }
 
 void bind_expert_weights(BlockWeights& w, const ParamLayout& layout, const BlockParamIndex& x, float* data,
-                         int64_t data_begin) {
-  w.experts.fc = layout.view_in(data, data_begin, x.expert_fc);
-  w.experts.proj = layout.view_in(data, data_begin, x.expert_proj);
+                         int64_t data_begin, Device device) {
+  w.experts.fc = layout.view_in(data, data_begin, x.expert_fc, device);
+  w.experts.proj = layout.view_in(data, data_begin, x.expert_proj, device);
 }
 
 BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,

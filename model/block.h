@@ -36,7 +36,7 @@ BlockWeights block_weights(const ParamLayout& layout, const BlockParamIndex& ind
                            Device device = Device::cpu);
 // Views of an MoE block's expert tensors (its expert unit: model/params.h) in such a buffer, into w.
 void bind_expert_weights(BlockWeights& w, const ParamLayout& layout, const BlockParamIndex& index, float* data,
-                         int64_t data_begin);
+                         int64_t data_begin, Device device = Device::cpu);
 
 struct BlockActivations {
   AttentionActivations attn;

@@ -2,20 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <optional>
 
 namespace megatrain {
 namespace {
 
 // Rows [first, first + n) of a 2-D tensor.
-Tensor rows_of(Tensor t, int64_t first, int64_t n) { return Tensor(t.f32() + first * t.shape[1], Shape{n, t.shape[1]}); }
+Tensor rows_of(Tensor t, int64_t first, int64_t n) { return t.part(first * t.shape[1], Shape{n, t.shape[1]}); }
 
 // Expert x's matrix of a 3-D expert tensor.
-Tensor expert_of(Tensor t, int x) {
-  const int64_t per = t.shape[1] * t.shape[2];
-  return Tensor(t.f32() + x * per, Shape{t.shape[1], t.shape[2]});
-}
+Tensor expert_of(Tensor t, int x) { return t.part(x * t.shape[1] * t.shape[2], Shape{t.shape[1], t.shape[2]}); }
 
 int64_t fc_width(const ModelConfig& cfg, int64_t units) {
   return cfg.activation == ActivationKind::swiglu ? 2 * units : units;
@@ -38,6 +34,24 @@ class DispatchTimer {
 };
 
 int64_t local_units(const ModelConfig& cfg, const TensorParallel& tp) { return cfg.expert_ffn_dim() / tp.size(); }
+
+// [Note: host routing] The router and the permutation plan run on the host. A CPU stage's
+// tensors are host memory and are read and written in place; a device stage's come down into the
+// scratch's host copies (down) or are written there (target) and then go up (up).
+template <class T>
+const T* down(const Stream& s, Tensor t, std::vector<T>& host) {
+  if (t.device == Device::cpu) return static_cast<const T*>(t.data);
+  copy_to_host(s, host.data(), t);
+  return host.data();
+}
+template <class T>
+T* target(Tensor t, std::vector<T>& host) {
+  return t.device == Device::cpu ? static_cast<T*>(t.data) : host.data();
+}
+template <class T>
+void up(const Stream& s, Tensor t, const std::vector<T>& host) {
+  if (t.device != Device::cpu) copy_from_host(s, t, host.data());
+}
 
 // Each local expert's MLP on its grouped rows: out = Act(in · FC_xᵀ) · Proj_xᵀ, saving fc and act.
 void experts_forward(const Stream& s, const ModelConfig& cfg, const ExpertDispatch& d, const DispatchCounts& c,
@@ -111,10 +125,10 @@ MoeActivations moe_activations(Arena& arena, const ModelConfig& cfg, const Tenso
   a.norm = norm_activations(arena, cfg, tp.local_rows());
   a.logits = arena.tensor(Shape{rows, E});
   a.scores = arena.tensor(Shape{rows, E});
-  a.expert = Tensor(arena.alloc_i32(rows * k), Shape{rows, k});
-  a.kept = Tensor(arena.alloc_i32(rows * k), Shape{rows, k});
+  a.expert = arena.tensor_i32(Shape{rows, k});
+  a.kept = arena.tensor_i32(Shape{rows, k});
   a.gates = arena.tensor(Shape{rows, k});
-  a.row = Tensor(arena.alloc_i32(rows * k), Shape{rows, k});
+  a.row = arena.tensor_i32(Shape{rows, k});
   a.grouped_in = arena.tensor(Shape{R, C});
   a.fc = arena.tensor(Shape{R, fc_width(cfg, F)});
   a.act = arena.tensor(Shape{R, F});
@@ -142,6 +156,12 @@ MoeScratch moe_scratch(Arena& arena, const ModelConfig& cfg, const TensorParalle
     m.dense = dense_branch_scratch(arena, cfg, tp, rows);
     m.dy_experts = arena.tensor(Shape{rows, C});
   }
+  if (arena.device() != Device::cpu) {  // [Note: host routing]
+    MoeHostRouting& h = m.host;
+    const auto NE = static_cast<size_t>(rows * E), Nk = static_cast<size_t>(rows * k);
+    h.logits.resize(NE), h.scores.resize(NE), h.dlogits.resize(NE), h.bias.resize(static_cast<size_t>(E));
+    h.gates.resize(Nk), h.dgates.resize(Nk), h.expert.resize(Nk), h.kept.resize(Nk), h.row.resize(Nk);
+  }
   return m;
 }
 
@@ -150,13 +170,16 @@ void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorP
                           const DropoutSite& drop) {
   const ExpertDispatch& d = *moe.dispatch;
   MoeScratch& ms = *moe.scratch;
-  const int64_t N = a.logits.shape[0], C = cfg.d_model, k = moe.spec.top_k;
+  const int64_t N = a.logits.shape[0], k = moe.spec.top_k;
   norm_forward(s, cfg, a.norm, x_mid, w.norm);
   const Tensor x = enter_region(tp, a.norm, sc.gathered);
   matmul_forward(s, a.logits, x, w.router, Tensor{});
-  a.stats.router = router_forward(moe.spec, N, a.logits.f32(), w.router_bias.data ? w.router_bias.f32() : nullptr,
-                                  a.scores.f32(), a.expert.i32(),
-                                  a.gates.f32(), a.kept.i32(), a.stats.tokens.data());
+  MoeHostRouting& h = ms.host;  // [Note: host routing]
+  int32_t *expert = target(a.expert, h.expert), *kept = target(a.kept, h.kept), *row = target(a.row, h.row);
+  float* gates = target(a.gates, h.gates);
+  a.stats.router = router_forward(moe.spec, N, down(s, a.logits, h.logits),
+                                  w.router_bias.data ? down(s, w.router_bias, h.bias) : nullptr,
+                                  target(a.scores, h.scores), expert, gates, kept, a.stats.tokens.data());
   std::optional<DispatchTimer> timer(moe.dispatch_ms);
   // Permute: a kept assignment's row in expert order (= destination-major), tokens in order.
   std::vector<int64_t>& next = ms.send_counts;
@@ -166,13 +189,11 @@ void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorP
     next[e] = at;
     at += n;
   }
-  const int32_t *expert = a.expert.i32(), *kept = a.kept.i32();
-  int32_t* row = a.row.i32();
-  for (int64_t i = 0; i < N * k; ++i) {
+  for (int64_t i = 0; i < N * k; ++i)
     row[i] = kept[i] ? static_cast<int32_t>(next[static_cast<size_t>(expert[i])]++) : -1;
-    if (row[i] >= 0)
-      std::memcpy(ms.send.f32() + row[i] * C, x.f32() + (i / k) * C, sizeof(float) * static_cast<size_t>(C));
-  }
+  up(s, a.scores, h.scores), up(s, a.expert, h.expert), up(s, a.kept, h.kept), up(s, a.gates, h.gates);
+  up(s, a.row, h.row);
+  moe_permute(s, ms.send, x, a.row);
   d.plan(a.counts, a.stats.tokens.data());
   d.dispatch_start(a.counts, ms.by_source, ms.send).wait();
   d.dispatch_finish(a.counts, a.grouped_in, ms.by_source);
@@ -183,14 +204,7 @@ void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorP
   d.combine_start(a.counts, a.out_send, ms.by_source).wait();
   // Un-permute, weighted by the gates, in (token, choice) order: this rank's partial output.
   const Tensor partial = full_rows(tp, sc.proj, sc.partial);
-  std::fill_n(partial.f32(), N * C, 0.0f);
-  const float* gates = a.gates.f32();
-  for (int64_t i = 0; i < N * k; ++i) {
-    if (row[i] < 0) continue;
-    float* y = partial.f32() + (i / k) * C;
-    const float *o = a.out_send.f32() + row[i] * C, g = gates[i];
-    for (int64_t c = 0; c < C; ++c) y[c] += g * o[c];
-  }
+  moe_unpermute(s, partial, a.out_send, a.row, a.gates);
   timer.reset();
   if (w.dense.fc.data != nullptr) dense_branch_forward(s, cfg, partial, a.dense, x, w.dense);
   tp.leave_forward(sc.proj, partial);
@@ -203,13 +217,13 @@ void moe_sublayer_backward(const Stream& s, const ModelConfig& cfg, const Tensor
                            BlockScratch& sc, Tensor x_mid, const MoeWeights& w, const DropoutSite& drop) {
   const ExpertDispatch& d = *moe.dispatch;
   MoeScratch& ms = *moe.scratch;
-  const int64_t N = a.logits.shape[0], C = cfg.d_model, k = moe.spec.top_k;
+  const int64_t N = a.logits.shape[0], k = moe.spec.top_k;
   const Tensor dproj = through_dropout(s, dout, sc.proj, drop, kSiteMlp);
   const Tensor dy = full_rows(tp, dproj, sc.partial);
   tp.leave_backward(dy, dproj);
   const Tensor x = enter_region(tp, a.norm, sc.gathered);
   const Tensor dfull = full_rows(tp, sc.dnorm, sc.dfull);
-  std::fill_n(dfull.f32(), N * C, 0.0f);
+  zero_fill(s, dfull);
   // A dense branch beside the experts takes its share of dy and leaves the experts theirs.
   Tensor dy_experts = dy;
   if (w.dense.fc.data != nullptr) {
@@ -218,26 +232,15 @@ void moe_sublayer_backward(const Stream& s, const ModelConfig& cfg, const Tensor
   }
   // The gates' gradient (summed over tp: each rank holds a partial expert output) and the expert
   // outputs' gradient in send order.
-  const int32_t* row = a.row.i32();
-  const float* gates = a.gates.f32();
-  float* dgates = ms.dgates.f32();
-  for (int64_t i = 0; i < N * k; ++i) {
-    dgates[i] = 0.0f;
-    if (row[i] < 0) continue;
-    const float *g = dy_experts.f32() + (i / k) * C, *o = a.out_send.f32() + row[i] * C;
-    float* to = ms.send.f32() + row[i] * C;
-    double dot = 0.0;
-    for (int64_t c = 0; c < C; ++c) {
-      dot += static_cast<double>(g[c]) * o[c];
-      to[c] = gates[i] * g[c];
-    }
-    dgates[i] = static_cast<float>(dot);
-  }
-  if (tp.size() > 1) tp.comm().all_reduce(dgates, N * k).wait();
+  moe_unpermute_backward(s, ms.dgates, ms.send, dy_experts, a.out_send, a.row, a.gates);
+  if (tp.size() > 1) tp.comm().all_reduce(ms.dgates.f32(), N * k).wait();
   // Router: dlogits, its weight gradient (the same on every tp rank), and its input gradient —
   // counted once, by tp rank 0, before the sum over tp.
-  router_backward(moe.spec, N, a.logits.f32(), a.scores.f32(), a.expert.i32(), a.kept.i32(), dgates,
-                  moe.aux_coef * moe.loss_grad, moe.z_coef * moe.loss_grad, ms.dlogits.f32());
+  MoeHostRouting& h = ms.host;  // [Note: host routing]
+  router_backward(moe.spec, N, down(s, a.logits, h.logits), down(s, a.scores, h.scores), down(s, a.expert, h.expert),
+                  down(s, a.kept, h.kept), down(s, ms.dgates, h.dgates), moe.aux_coef * moe.loss_grad,
+                  moe.z_coef * moe.loss_grad, target(ms.dlogits, h.dlogits));
+  up(s, ms.dlogits, h.dlogits);
   matmul_backward(s, tp.rank() == 0 ? ms.dx : Tensor{}, grad.router, Tensor{}, ms.dlogits, x, w.router);
   if (tp.rank() == 0) add_forward(s, dfull, dfull, ms.dx);
   // Experts: dispatch the gradients, run the experts backward, combine the input gradients.
@@ -249,12 +252,7 @@ void moe_sublayer_backward(const Stream& s, const ModelConfig& cfg, const Tensor
   timer.emplace(moe.dispatch_ms);
   d.combine_regroup(a.counts, ms.by_source, ms.grouped);
   d.combine_start(a.counts, ms.send, ms.by_source).wait();
-  for (int64_t i = 0; i < N * k; ++i) {
-    if (row[i] < 0) continue;
-    float* to = dfull.f32() + (i / k) * C;
-    const float* from = ms.send.f32() + row[i] * C;
-    for (int64_t c = 0; c < C; ++c) to[c] += from[c];
-  }
+  moe_permute_backward(s, dfull, ms.send, a.row);
   timer.reset();
   tp.enter_backward(sc.dnorm, dfull).wait();
   norm_backward(s, cfg, dmid, grad.norm, sc.dnorm, dout, a.norm, x_mid, w.norm);

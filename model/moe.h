@@ -56,6 +56,14 @@ struct MoeActivations {
   DenseBranchActivations dense;
 };
 
+// The router runs on the host (model/moe_router.h) on a device stage too: its inputs come down
+// into these and the plan it makes goes back up (a CPU stage uses its activations in place and
+// leaves these empty). N·E floats for the logits and scores, N·k for the rest.
+struct MoeHostRouting {
+  std::vector<float> logits, scores, gates, dgates, dlogits, bias;
+  std::vector<int32_t> expert, kept, row;
+};
+
 // Buffers reused by every MoE block of a micro-batch step (not saved).
 struct MoeScratch {
   Tensor send;        // (N·k, C)
@@ -68,6 +76,7 @@ struct MoeScratch {
   std::vector<int64_t> send_counts;  // E
   DenseBranchScratch dense;
   Tensor dy_experts;  // (N, C): the experts' share of the output gradient, with a dense branch
+  MoeHostRouting host;
 };
 
 // How the MoE blocks of a stage run: the router, the token exchange, the losses' weights, and the

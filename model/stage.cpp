@@ -24,9 +24,6 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
   MT_CHECK(options.recompute_layers >= 0, "recompute_layers = {} < 0", options.recompute_layers);
   for (int l = 0; l < range_.layers; ++l) block_index_.push_back(block_param_index(layout_, range_.first_layer + l));
   expert_units_ = moe_expert_units(layout_, {range_});
-  MT_CHECK(expert_units_.empty() || options.device == Device::cpu,
-           "the stage has MoE blocks, whose routing and token dispatch run on the host: it computes on CPU "
-           "streams only (StageOptions::device = cpu)");
   for (int l = 0, k = 0; l < range_.layers; ++l) {
     const bool moe = block_index_[static_cast<size_t>(l)].router != BlockParamIndex::kAbsent;
     moe_unit_.push_back(moe ? k++ : -1);
@@ -41,7 +38,7 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
   if (!expert_units_.empty() && !options.measure_only) {
     MT_CHECK(experts.state != nullptr, "a stage with MoE blocks needs the state of their expert parameters");
     experts_ = experts.state;
-    dispatch_.emplace(experts.ep, cfg.moe.n_experts, cfg.d_model);
+    dispatch_.emplace(experts.ep, cfg.moe.n_experts, cfg.d_model, stream_);
     MT_CHECK(dispatch_->ep_size() == layout.ep().size, "the layout is for ep = {}, the stage's group has {} ranks",
              layout.ep().size, dispatch_->ep_size());
   }
@@ -87,7 +84,7 @@ void Stage::acquire_params(int unit) {
   if (l >= 0 && l < range_.layers && expert_unit(l) >= 0) {
     const auto k = static_cast<size_t>(expert_unit(l));
     bind_expert_weights(w_[static_cast<size_t>(l)], layout_, block_index_[static_cast<size_t>(l)],
-                        experts_->unit_params(expert_unit(l)), expert_units_[k].begin);
+                        experts_->unit_params(expert_unit(l)), expert_units_[k].begin, stream_.device);
   }
 }
 
@@ -97,7 +94,7 @@ void Stage::acquire_grads(int unit) {
   if (l >= 0 && l < range_.layers && expert_unit(l) >= 0) {
     const auto k = static_cast<size_t>(expert_unit(l));
     bind_expert_weights(g_[static_cast<size_t>(l)], layout_, block_index_[static_cast<size_t>(l)],
-                        experts_->unit_grads(expert_unit(l)), expert_units_[k].begin);
+                        experts_->unit_grads(expert_unit(l)), expert_units_[k].begin, stream_.device);
   }
 }
 

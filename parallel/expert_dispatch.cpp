@@ -2,10 +2,12 @@
 
 #include <cstring>
 
+#include "kernels/ops.h"
+
 namespace megatrain {
 
-ExpertDispatch::ExpertDispatch(std::optional<Comm> ep, int n_experts, int64_t width)
-    : ep_(std::move(ep)), n_experts_(n_experts), width_(width) {
+ExpertDispatch::ExpertDispatch(std::optional<Comm> ep, int n_experts, int64_t width, const Stream& stream)
+    : ep_(std::move(ep)), n_experts_(n_experts), width_(width), stream_(stream) {
   if (ep_ && ep_->size() > 1) {
     ep_size_ = ep_->size();
     ep_rank_ = ep_->rank();
@@ -59,7 +61,11 @@ void ExpertDispatch::peer_floats(const DispatchCounts& c, std::vector<int64_t>& 
   }
 }
 
-void ExpertDispatch::regroup(const DispatchCounts& c, float* to, const float* from, bool to_grouped) const {
+void ExpertDispatch::move_rows(Tensor to, int64_t dst, Tensor from, int64_t src, int64_t n) const {
+  if (n > 0) copy(stream_, to.part(dst * width_, Shape{n * width_}), from.part(src * width_, Shape{n * width_}));
+}
+
+void ExpertDispatch::regroup(const DispatchCounts& c, Tensor to, Tensor from, bool to_grouped) const {
   // Block (s, x) sits at source-major offset Σ rows before it in (s, x) order, and at expert-major
   // offset Σ rows before it in (x, s) order.
   const int El = local_experts();
@@ -69,9 +75,7 @@ void ExpertDispatch::regroup(const DispatchCounts& c, float* to, const float* fr
       int64_t grouped = expert_offset(c, x);
       for (int t = 0; t < s; ++t) grouped += rows(c, t, x);
       const int64_t n = rows(c, s, x);
-      const int64_t src = to_grouped ? by_source : grouped, dst = to_grouped ? grouped : by_source;
-      if (n > 0)
-        std::memcpy(to + dst * width_, from + src * width_, sizeof(float) * static_cast<size_t>(n * width_));
+      move_rows(to, to_grouped ? grouped : by_source, from, to_grouped ? by_source : grouped, n);
       by_source += n;
     }
 }
@@ -81,7 +85,7 @@ Work ExpertDispatch::dispatch_start(const DispatchCounts& c, Tensor by_source, T
            "dispatch of {} rows out, {} in: buffers of {} and {} floats", c.sent, c.received, send.numel(),
            by_source.numel());
   if (!ep_) {
-    if (c.sent > 0) std::memcpy(by_source.data, send.data, sizeof(float) * static_cast<size_t>(c.sent * width_));
+    move_rows(by_source, 0, send, 0, c.sent);
     return Work{};
   }
   peer_floats(c, send_floats_, recv_floats_);
@@ -89,11 +93,11 @@ Work ExpertDispatch::dispatch_start(const DispatchCounts& c, Tensor by_source, T
 }
 
 void ExpertDispatch::dispatch_finish(const DispatchCounts& c, Tensor grouped, Tensor by_source) const {
-  regroup(c, grouped.f32(), by_source.f32(), true);
+  regroup(c, grouped, by_source, true);
 }
 
 void ExpertDispatch::combine_regroup(const DispatchCounts& c, Tensor by_source, Tensor grouped) const {
-  regroup(c, by_source.f32(), grouped.f32(), false);
+  regroup(c, by_source, grouped, false);
 }
 
 Work ExpertDispatch::combine_start(const DispatchCounts& c, Tensor send, Tensor by_source) const {
@@ -101,7 +105,7 @@ Work ExpertDispatch::combine_start(const DispatchCounts& c, Tensor send, Tensor 
            "combine of {} rows in, {} out: buffers of {} and {} floats", c.sent, c.received, send.numel(),
            by_source.numel());
   if (!ep_) {
-    if (c.sent > 0) std::memcpy(send.data, by_source.data, sizeof(float) * static_cast<size_t>(c.sent * width_));
+    move_rows(send, 0, by_source, 0, c.sent);
     return Work{};
   }
   peer_floats(c, send_floats_, recv_floats_);

@@ -14,11 +14,14 @@
 // rank's counts, so both directions are known without another exchange). Communication and the
 // local regrouping are separate calls (start → Work, then finish) so compute can run in between. A
 // rank that sends or receives no rows takes part with empty buffers. ep = 1: no communication.
+// The buffers live on the stream's device: rows are moved by the copy op on it, and exchanged by
+// the communicator (NCCL for a GPU's memory).
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "kernels/device.h"
 #include "kernels/tensor.h"
 #include "parallel/comm.h"
 
@@ -32,8 +35,9 @@ struct DispatchCounts {
 
 class ExpertDispatch {
  public:
-  // `ep`: the expert-parallel group (nullopt or size 1: none); width C floats per row.
-  ExpertDispatch(std::optional<Comm> ep, int n_experts, int64_t width);
+  // `ep`: the expert-parallel group (nullopt or size 1: none); width C floats per row; the buffers'
+  // stream.
+  ExpertDispatch(std::optional<Comm> ep, int n_experts, int64_t width, const Stream& stream = Stream::cpu());
 
   int ep_size() const { return ep_size_; }
   int ep_rank() const { return ep_rank_; }
@@ -59,12 +63,15 @@ class ExpertDispatch {
   }
   // Floats per peer of the send side and of the receive side.
   void peer_floats(const DispatchCounts& c, std::vector<int64_t>& send, std::vector<int64_t>& recv) const;
+  // n rows from row src of `from` to row dst of `to`.
+  void move_rows(Tensor to, int64_t dst, Tensor from, int64_t src, int64_t n) const;
   // Moves row blocks between source-major and expert-major order.
-  void regroup(const DispatchCounts& c, float* to, const float* from, bool to_grouped) const;
+  void regroup(const DispatchCounts& c, Tensor to, Tensor from, bool to_grouped) const;
 
   std::optional<Comm> ep_;
   int ep_size_ = 1, ep_rank_ = 0, n_experts_ = 0;
   int64_t width_ = 0;
+  Stream stream_;
   mutable std::vector<int64_t> send_floats_, recv_floats_;  // per call, reused (no allocation per step)
 };
 

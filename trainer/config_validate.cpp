@@ -40,11 +40,6 @@ void check_device(const Config& c) {
                  "set train.device = \"cuda\", or attention_backend = \"auto\"",
                  f);
   if (c.train.device == Device::cpu) return;
-  MT_INPUT_CHECK(c.model.moe.n_experts == 0 && p.cp == 1,
-                 "{}: train.device = \"cuda\" runs dense models without context parallelism so far (MoE routing "
-                 "and the context-parallel attention exchange run on the host), but moe.n_experts = {} and "
-                 "parallel.cp = {}; set n_experts = 0 and cp = 1, or train.device = \"cpu\"",
-                 f, c.model.moe.n_experts, p.cp);
   MT_INPUT_CHECK(p.grad_compression == GradCompression::none && !p.zero_quantized_weights &&
                      !p.zero_quantized_gradients && p.zero_hpz_partition_size == 1 && p.max_staleness == 0,
                  "{}: train.device = \"cuda\" reduces gradients exactly so far, but parallel.grad_compression = "

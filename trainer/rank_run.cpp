@@ -126,7 +126,7 @@ RankRun::Experts::Experts(const ParamLayout& layout, const std::vector<StageRang
                           const ZeroOptions& z, const AdamWOptions& a)
     : begin(dense_end(layout)), chunk_units(expert_unit_bounds(layout, ranges)),
       zero(rebased(moe_expert_units(layout, ranges), begin), edp, z, bucket_breaks(chunk_units)),
-      optimizer(layout, a, shifted(zero.optimizer_range(), begin), zero.optimizer_padded()) {}
+      optimizer(layout, a, shifted(zero.optimizer_range(), begin), zero.optimizer_padded(), z.stream) {}
 
 StageRange virtual_stage_range(const Config& c, int vs) {
   const std::vector<int>& given = c.parallel.pipeline_layers;
@@ -167,8 +167,16 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
   }
   if (!moe_expert_units(layout, ranges).empty()) {
     experts = std::make_unique<Experts>(layout, ranges, groups.edp(), zero_options(c), adamw_options(c));
-    init_params_range(layout, experts->zero.held_params(), shifted(experts->zero.held_params_range(), experts->begin),
-                      c.model, c.train.seed);
+    const FlatRange held = shifted(experts->zero.held_params_range(), experts->begin);
+    float* params = experts->zero.held_params();
+    if (on_device()) {
+      const FlatRange opt = experts->optimizer.range();
+      host_state_->expert_params.resize(static_cast<size_t>(held.size()));
+      host_state_->expert_exp_avg.resize(static_cast<size_t>(opt.size()));
+      host_state_->expert_exp_avg_sq.resize(static_cast<size_t>(opt.size()));
+      params = host_state_->expert_params.data();
+    }
+    init_params_range(layout, params, held, c.model, c.train.seed);
   }
   params_written();
   const TpOptions tp_options{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm};
@@ -296,10 +304,16 @@ CheckpointTensors RankRun::checkpoint_tensors() {
     const int64_t b = experts->begin;
     const FlatRange eh = shifted(experts->zero.held_params_range(), b), eo = experts->optimizer.range();
     const FlatRange ep = shifted(experts->zero.partition(), b);
-    t.experts = CheckpointPiece{{experts->zero.held_params(), eh.begin, eh.end},
-                                {experts->optimizer.exp_avg(), eo.begin, eo.end},
-                                {experts->optimizer.exp_avg_sq(), eo.begin, eo.end},
-                                ep.begin,
+    float* params = experts->zero.held_params();
+    float *m = experts->optimizer.exp_avg(), *v = experts->optimizer.exp_avg_sq();
+    if (on_device()) {
+      HostState& h = *host_state_;
+      copy_to_host(stream, h.expert_params.data(), Tensor(params, Shape{eh.size()}).on(stream.device));
+      copy_to_host(stream, h.expert_exp_avg.data(), Tensor(m, Shape{eo.size()}).on(stream.device));
+      copy_to_host(stream, h.expert_exp_avg_sq.data(), Tensor(v, Shape{eo.size()}).on(stream.device));
+      params = h.expert_params.data(), m = h.expert_exp_avg.data(), v = h.expert_exp_avg_sq.data();
+    }
+    t.experts = CheckpointPiece{{params, eh.begin, eh.end}, {m, eo.begin, eo.end}, {v, eo.begin, eo.end}, ep.begin,
                                 ep.end};
   }
   return t;
@@ -319,6 +333,11 @@ void RankRun::params_written() {
     const FlatRange held = zero.held_params_range();
     copy_from_host(stream, Tensor(zero.held_params(), Shape{held.size()}).on(stream.device),
                    host_state_->params.data());
+    if (experts) {
+      const FlatRange eh = experts->zero.held_params_range();
+      copy_from_host(stream, Tensor(experts->zero.held_params(), Shape{eh.size()}).on(stream.device),
+                     host_state_->expert_params.data());
+    }
   }
   zero.params_written();
   if (experts) experts->zero.params_written();
@@ -327,9 +346,13 @@ void RankRun::params_written() {
 void RankRun::state_written() {
   if (on_device()) {
     const HostState& h = *host_state_;
-    const FlatRange opt = optimizer.range();
-    copy_from_host(stream, Tensor(optimizer.exp_avg(), Shape{opt.size()}).on(stream.device), h.exp_avg.data());
-    copy_from_host(stream, Tensor(optimizer.exp_avg_sq(), Shape{opt.size()}).on(stream.device), h.exp_avg_sq.data());
+    const auto up = [&](const AdamW& o, const std::vector<float>& m, const std::vector<float>& v) {
+      const FlatRange opt = o.range();
+      copy_from_host(stream, Tensor(o.exp_avg(), Shape{opt.size()}).on(stream.device), m.data());
+      copy_from_host(stream, Tensor(o.exp_avg_sq(), Shape{opt.size()}).on(stream.device), v.data());
+    };
+    up(optimizer, h.exp_avg, h.exp_avg_sq);
+    if (experts) up(experts->optimizer, h.expert_exp_avg, h.expert_exp_avg_sq);
   }
   params_written();
 }

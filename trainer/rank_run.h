@@ -161,6 +161,7 @@ class RankRun final : public PipelineWork {
   // [Note: a run on a device]: the host copy of the held parameters and the moments.
   struct HostState {
     std::vector<float> params, exp_avg, exp_avg_sq;
+    std::vector<float> expert_params, expert_exp_avg, expert_exp_avg_sq;  // MoE models: the experts' piece
   };
   std::unique_ptr<HostState> host_state_;
   bool split_backward_;             // the schedule has weight steps (zero-bubble)

@@ -2,6 +2,9 @@
 // and the auxiliary-loss-free router bias update (moe.aux_free_bias).
 #include "trainer/rank_run.h"
 
+#include "kernels/flat_buffer.h"
+#include "kernels/ops.h"
+
 namespace megatrain {
 
 void RankRun::update_router_biases() {
@@ -17,8 +20,13 @@ void RankRun::update_router_biases() {
       const FlatRange t{layout.offset(i), layout.offset(i) + moe.n_experts};
       std::fill(bias.begin(), bias.end(), 0.0f);
       moe_update_bias(bias.data(), load.data(), moe.n_experts, moe.aux_free_bias);  // the step of each bias
-      for (int64_t g = std::max(t.begin, mine.begin); g < std::min(t.end, mine.end); ++g)
-        zero.optimizer_params()[g - mine.begin] += bias[static_cast<size_t>(g - t.begin)];
+      // Added to the part of the bias this rank updates, in the memory of the run's stream.
+      const int64_t lo = std::max(t.begin, mine.begin), hi = std::min(t.end, mine.end);
+      if (lo >= hi) continue;
+      const Tensor held = Tensor(zero.optimizer_params() + (lo - mine.begin), Shape{hi - lo}).on(stream.device);
+      const FlatBuffer step(hi - lo, stream);
+      copy_from_host(stream, step.part(0, hi - lo), bias.data() + (lo - t.begin));
+      add_forward(stream, held, held, step.part(0, hi - lo));
     }
 }
 

@@ -57,6 +57,13 @@ void cross_entropy_finish(float* losses, float* dlogits, const float* row_max, c
                           const float* target_logit, const int32_t* targets, int64_t N, int V, int valid,
                           int vocab_begin, float scale);
 
+// Mixture of Experts token movement (kernels/ops.h moe_permute …), row[a] < 0: dropped.
+void moe_permute(float* send, const float* x, const int32_t* row, int64_t n_assignments, int k, int C);
+void moe_permute_backward(float* dx, const float* dsend, const int32_t* row, int64_t N, int k, int C);
+void moe_unpermute(float* y, const float* out, const int32_t* row, const float* gates, int64_t N, int k, int C);
+void moe_unpermute_backward(float* dgates, float* dout, const float* dy, const float* out, const int32_t* row,
+                            const float* gates, int64_t N, int k, int C);
+
 double sum_squares(const float* x, int64_t n);
 void scale_inplace(float* x, int64_t n, float factor);
 bool all_finite(const float* x, int64_t n);

@@ -107,6 +107,15 @@ class DeviceBackend {
   virtual void cross_entropy_finish(const Stream& s, float* losses, float* dlogits, const float* row_max,
                                     const float* sum_exp, const float* target_logit, const int32_t* targets,
                                     int64_t N, int V, int valid, int vocab_begin, float dlogits_scale) = 0;
+  // Mixture of Experts token movement (N tokens, k choices, rows of C floats).
+  virtual void moe_permute(const Stream& s, float* send, const float* x, const int32_t* row, int64_t N, int k,
+                           int C) = 0;
+  virtual void moe_permute_backward(const Stream& s, float* dx, const float* dsend, const int32_t* row, int64_t N,
+                                    int k, int C) = 0;
+  virtual void moe_unpermute(const Stream& s, float* y, const float* out, const int32_t* row, const float* gates,
+                             int64_t N, int k, int C) = 0;
+  virtual void moe_unpermute_backward(const Stream& s, float* dgates, float* dout, const float* dy, const float* out,
+                                      const int32_t* row, const float* gates, int64_t N, int k, int C) = 0;
   // Waits for the sum (it returns to the host).
   virtual double sum_squares(const Stream& s, const FloatRange* ranges, int count) = 0;
   virtual void scale_inplace(const Stream& s, float* x, int64_t n, float factor) = 0;

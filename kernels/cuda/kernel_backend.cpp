@@ -149,6 +149,27 @@ void KernelBackend::cross_entropy_finish(const Stream& s, float* losses, float* 
                           vocab_begin, dlogits_scale);
 }
 
+void KernelBackend::moe_permute(const Stream& s, float* send, const float* x, const int32_t* row, int64_t N,
+                                int top_k, int C) {
+  k::moe_permute(stream_of(s), send, x, row, N * top_k, top_k, C);
+}
+
+void KernelBackend::moe_permute_backward(const Stream& s, float* dx, const float* dsend, const int32_t* row, int64_t N,
+                                         int top_k, int C) {
+  k::moe_permute_backward(stream_of(s), dx, dsend, row, N, top_k, C);
+}
+
+void KernelBackend::moe_unpermute(const Stream& s, float* y, const float* out, const int32_t* row, const float* gates,
+                                  int64_t N, int top_k, int C) {
+  k::moe_unpermute(stream_of(s), y, out, row, gates, N, top_k, C);
+}
+
+void KernelBackend::moe_unpermute_backward(const Stream& s, float* dgates, float* dout, const float* dy,
+                                           const float* out, const int32_t* row, const float* gates, int64_t N, int top_k,
+                                           int C) {
+  k::moe_unpermute_backward(stream_of(s), dgates, dout, dy, out, row, gates, N, top_k, C);
+}
+
 double KernelBackend::sum_squares(const Stream& s, const FloatRange* ranges, int count) {
   Scratch<double> partials(*this, s, k::sum_squares_scratch_doubles(ranges, count)), total(*this, s, 1);
   k::sum_squares(stream_of(s), total.get(), ranges, count, partials.get());

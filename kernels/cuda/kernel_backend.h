@@ -72,6 +72,14 @@ class KernelBackend : public DeviceBackend {
   void cross_entropy_finish(const Stream& s, float* losses, float* dlogits, const float* row_max,
                             const float* sum_exp, const float* target_logit, const int32_t* targets, int64_t N, int V,
                             int valid, int vocab_begin, float dlogits_scale) override;
+  void moe_permute(const Stream& s, float* send, const float* x, const int32_t* row, int64_t N, int k,
+                   int C) override;
+  void moe_permute_backward(const Stream& s, float* dx, const float* dsend, const int32_t* row, int64_t N, int k,
+                            int C) override;
+  void moe_unpermute(const Stream& s, float* y, const float* out, const int32_t* row, const float* gates, int64_t N,
+                     int k, int C) override;
+  void moe_unpermute_backward(const Stream& s, float* dgates, float* dout, const float* dy, const float* out,
+                              const int32_t* row, const float* gates, int64_t N, int k, int C) override;
   double sum_squares(const Stream& s, const FloatRange* ranges, int count) override;
   void scale_inplace(const Stream& s, float* x, int64_t n, float factor) override;
   bool all_finite(const Stream& s, const float* x, int64_t n) override;
