@@ -174,11 +174,15 @@ TEST_F(DeviceE2E, MixedPrecisionTrainsLikeTheCpu) {
 }
 
 // Saved on the device at dp 2, ZeRO 1 (each rank's optimizer shard copied down) after step 2;
-// resumed there (copied up), steps 3–4 and the validation at 4 equal the uninterrupted run's.
+// resumed there (copied up), steps 3–4 and the validation at 4 equal the uninterrupted run's. The
+// model has a dense block and an MoE block at ep 2, so the state comes down and goes up in both of
+// its pieces, the dense and the experts'.
 TEST_F(DeviceE2E, ACheckpointResumesBitwise) {
   if (const std::string why = too_few_gpus(2); !why.empty()) GTEST_SKIP() << why;
   const fs::path ckpt = dir_ / "ckpt";
-  const std::string layout = "--set parallel.zero_stage=1 ";
+  const std::string layout =
+      "--set parallel.zero_stage=1 --set moe.n_experts=4 --set moe.top_k=2 --set moe.d_ff_expert=64 "
+      "--set moe.layers=2 --set parallel.ep=2 ";
   const auto full = on_device(
       2, layout + "--set checkpoint.save_interval=2 --set checkpoint.dir=" + ckpt.string(), "full");
   ASSERT_TRUE(fs::exists(ckpt / "step_0000002" / "model.h5"));
