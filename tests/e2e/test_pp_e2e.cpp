@@ -1,9 +1,10 @@
 // Pipeline parallelism end to end: every factorisation of 2, 4 and 8 ranks into (tp, pp, dp), with
-// every schedule where pp > 1 (at 8 ranks the schedules take turns), of an 8-block GPT-2 (tied embedding and head on the first and last
-// stage, dropout on) and Llama (GQA, untied), with ZeRO 0–3, sequence parallelism, activation
-// recompute and uneven stages taking turns, trains like one process: loss and gradient norm of
-// each of 10 steps within 1e-5 relative; a layout run twice is bitwise identical. GPipe holds
-// every micro-batch's activations on stage 0, 1F1B only pp of them, and the metrics show it. A checkpoint saved at (tp, pp) = (2, 2) resumes
+// every schedule where pp > 1 (taking turns on the layouts of 8 ranks and the pp = 2 ones of 4), of
+// an 8-block GPT-2 (tied embedding and head on the first and last stage, dropout on) and Llama
+// (GQA, untied), with ZeRO 0–3, sequence parallelism, activation recompute and uneven stages taking
+// turns, trains like one process: loss and gradient norm of each of 10 steps within 1e-5 relative;
+// a layout run twice is bitwise identical. GPipe holds every micro-batch's activations on stage 0,
+// 1F1B only pp of them, and the metrics show it. A checkpoint saved at (tp, pp) = (2, 2) resumes
 // at pp = 1 and pp = 4, and one saved at (tp, pp, dp) = (2, 2, 2) at six other 3D layouts.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -43,9 +44,9 @@ constexpr const char* kLlama =
     "--set model.bias=false --set model.tie_embeddings=false --set model.n_kv_heads=2";
 
 // The parity matrix of one world size: every (tp, pp, dp) with tp·pp·dp = world; on each layout
-// with pp > 1 every schedule at 2 and 4 ranks, and one schedule per layout at 8 ranks (the
-// schedules in turn, so that each meets 8 ranks; all of them on every layout there took a quarter
-// of CI's time), else one case. The cases take turns over the model (tied GPT-2 with
+// with pp > 1 every schedule at 2 ranks and at 4 ranks with pp = 4, and one schedule per layout on
+// the other layouts of 4 ranks and at 8 ranks (the schedules in turn, so that each meets every
+// world size; all of them on every layout took over a quarter of CI's time), else one case. The cases take turns over the model (tied GPT-2 with
 // dropout, GQA Llama), ZeRO stages, sequence parallelism (where tp > 1), recompute (none,
 // selective, full; not with zero-bubble) and even or uneven stages, so each of those meets every
 // world size; the interleaved schedule runs 2 model chunks per rank. Each case's 10 steps equal the single process's within 1e-5; each layout's first
@@ -62,7 +63,9 @@ void PpE2E::parity_matrix(int world) {
       std::vector<std::string> schedules = {"1f1b", "gpipe", "zero_bubble", "interleaved"};
       if (pp == 1) schedules = {"1f1b"};
       if (pp == 8) schedules.pop_back();  // 2 chunks of 8 stages > 8 blocks
-      if (world == 8 && pp > 1) schedules = {schedules[static_cast<size_t>(turn++) % schedules.size()]};
+      // At 8 ranks, and at 4 ranks where pp = 2 (pp = 4 there and pp = 2 at 2 ranks run them all).
+      if (pp > 1 && (world == 8 || (world == 4 && pp == 2)))
+        schedules = {schedules[static_cast<size_t>(turn++) % schedules.size()]};
       for (const std::string& schedule : schedules) cases.push_back({tp, pp, world / (tp * pp), schedule});
     }
   const std::string family[2] = {"gpt2", "llama"};
