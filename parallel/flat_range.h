@@ -14,6 +14,7 @@ namespace megatrain {
 struct FlatRange {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
+  FlatRange shifted(int64_t by) const { return {begin + by, end + by}; }
   bool operator==(const FlatRange&) const = default;
 };
 

@@ -97,11 +97,9 @@ std::vector<int> chunk_unit_bounds(const ParamLayout& layout, const std::vector<
   return out;
 }
 
-FlatRange shifted(FlatRange r, int64_t by) { return {r.begin + by, r.end + by}; }
-
 // Units rebased to start at flat element `by` (their state's element 0).
 std::vector<FlatRange> rebased(std::vector<FlatRange> units, int64_t by) {
-  for (FlatRange& u : units) u = shifted(u, -by);
+  for (FlatRange& u : units) u = u.shifted(-by);
   return units;
 }
 
@@ -126,7 +124,7 @@ RankRun::Experts::Experts(const ParamLayout& layout, const std::vector<StageRang
                           const ZeroOptions& z, const AdamWOptions& a)
     : begin(dense_end(layout)), chunk_units(expert_unit_bounds(layout, ranges)),
       zero(rebased(moe_expert_units(layout, ranges), begin), edp, z, bucket_breaks(chunk_units)),
-      optimizer(layout, a, shifted(zero.optimizer_range(), begin), zero.optimizer_padded(), z.stream) {}
+      optimizer(layout, a, zero.optimizer_range().shifted(begin), zero.optimizer_padded(), z.stream) {}
 
 StageRange virtual_stage_range(const Config& c, int vs) {
   const std::vector<int>& given = c.parallel.pipeline_layers;
@@ -167,7 +165,7 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
   }
   if (!moe_expert_units(layout, ranges).empty()) {
     experts = std::make_unique<Experts>(layout, ranges, groups.edp(), zero_options(c), adamw_options(c));
-    const FlatRange held = shifted(experts->zero.held_params_range(), experts->begin);
+    const FlatRange held = experts->zero.held_params_range().shifted(experts->begin);
     float* params = experts->zero.held_params();
     if (on_device()) {
       const FlatRange opt = experts->optimizer.range();
@@ -274,51 +272,6 @@ double RankRun::mean_over_replicas(double sum, int micro) const {
   return sum / (micro * dp);
 }
 
-FlatSlice RankRun::held_params_host() {
-  const FlatRange held = zero.held_params_range();
-  float* params = zero.held_params();
-  if (on_device()) {
-    copy_to_host(stream, host_state_->params.data(), Tensor(params, Shape{held.size()}).on(stream.device));
-    params = host_state_->params.data();
-  }
-  return {params, held.begin, held.end};
-}
-
-CheckpointTensors RankRun::checkpoint_tensors() {
-  const FlatRange opt = optimizer.range(), part = zero.partition();
-  float *exp_avg = optimizer.exp_avg(), *exp_avg_sq = optimizer.exp_avg_sq();
-  if (on_device()) {
-    HostState& h = *host_state_;
-    copy_to_host(stream, h.exp_avg.data(), Tensor(exp_avg, Shape{opt.size()}).on(stream.device));
-    copy_to_host(stream, h.exp_avg_sq.data(), Tensor(exp_avg_sq, Shape{opt.size()}).on(stream.device));
-    exp_avg = h.exp_avg.data(), exp_avg_sq = h.exp_avg_sq.data();
-  }
-  CheckpointTensors t{&layout,
-                      held_params_host(),
-                      {exp_avg, opt.begin, opt.end},
-                      {exp_avg_sq, opt.begin, opt.end},
-                      part.begin,
-                      part.end,
-                      &stored_layout};
-  if (experts) {
-    const int64_t b = experts->begin;
-    const FlatRange eh = shifted(experts->zero.held_params_range(), b), eo = experts->optimizer.range();
-    const FlatRange ep = shifted(experts->zero.partition(), b);
-    float* params = experts->zero.held_params();
-    float *m = experts->optimizer.exp_avg(), *v = experts->optimizer.exp_avg_sq();
-    if (on_device()) {
-      HostState& h = *host_state_;
-      copy_to_host(stream, h.expert_params.data(), Tensor(params, Shape{eh.size()}).on(stream.device));
-      copy_to_host(stream, h.expert_exp_avg.data(), Tensor(m, Shape{eo.size()}).on(stream.device));
-      copy_to_host(stream, h.expert_exp_avg_sq.data(), Tensor(v, Shape{eo.size()}).on(stream.device));
-      params = h.expert_params.data(), m = h.expert_exp_avg.data(), v = h.expert_exp_avg_sq.data();
-    }
-    t.experts = CheckpointPiece{{params, eh.begin, eh.end}, {m, eo.begin, eo.end}, {v, eo.begin, eo.end}, ep.begin,
-                                ep.end};
-  }
-  return t;
-}
-
 void RankRun::optimizer_step(float lr, double norm, float unscale) {
   optimizer.step(zero.optimizer_params(), zero.optimizer_grads(), lr, norm, unscale);
   update_router_biases();  // before step_end, which hands the updated values to every rank
@@ -326,35 +279,6 @@ void RankRun::optimizer_step(float lr, double norm, float unscale) {
   if (!experts) return;
   experts->optimizer.step(experts->zero.optimizer_params(), experts->zero.optimizer_grads(), lr, norm, unscale);
   experts->zero.step_end();
-}
-
-void RankRun::params_written() {
-  if (on_device()) {
-    const FlatRange held = zero.held_params_range();
-    copy_from_host(stream, Tensor(zero.held_params(), Shape{held.size()}).on(stream.device),
-                   host_state_->params.data());
-    if (experts) {
-      const FlatRange eh = experts->zero.held_params_range();
-      copy_from_host(stream, Tensor(experts->zero.held_params(), Shape{eh.size()}).on(stream.device),
-                     host_state_->expert_params.data());
-    }
-  }
-  zero.params_written();
-  if (experts) experts->zero.params_written();
-}
-
-void RankRun::state_written() {
-  if (on_device()) {
-    const HostState& h = *host_state_;
-    const auto up = [&](const AdamW& o, const std::vector<float>& m, const std::vector<float>& v) {
-      const FlatRange opt = o.range();
-      copy_from_host(stream, Tensor(o.exp_avg(), Shape{opt.size()}).on(stream.device), m.data());
-      copy_from_host(stream, Tensor(o.exp_avg_sq(), Shape{opt.size()}).on(stream.device), v.data());
-    };
-    up(optimizer, h.exp_avg, h.exp_avg_sq);
-    if (experts) up(experts->optimizer, h.expert_exp_avg, h.expert_exp_avg_sq);
-  }
-  params_written();
 }
 
 void RankRun::set_step_count(int64_t t) {
@@ -418,7 +342,7 @@ double RankRun::grad_norm() {
   const FlatRange range = zero.optimizer_range();
   double squares = zero.sum_over_partitions(tp_shared_.sum_squares(zero.optimizer_grads(), range));
   if (experts) {  // each ep rank holds other experts: their squares are summed over ep too
-    const FlatRange er = shifted(experts->zero.optimizer_range(), experts->begin);
+    const FlatRange er = experts->zero.optimizer_range().shifted(experts->begin);
     double e = experts->zero.sum_over_partitions(tp_shared_.sum_squares(experts->zero.optimizer_grads(), er));
     if (groups.ep().size() > 1) groups.ep().all_reduce(&e, 1).wait();
     squares += e;

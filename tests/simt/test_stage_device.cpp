@@ -103,29 +103,35 @@ void expect_same_gradients(const ParamLayout& layout, const std::vector<float>& 
   }
 }
 
-// Two micro-batches in flight (forward A, forward B, backward B, backward A) through a whole-model
-// stage: the losses and the accumulated gradients of the CUDA stage equal the CPU stage's.
-TEST_F(StageOnDevice, AWholeModelStageComputesTheCpuLossesAndGradients) {
-  for (const ModelConfig& cfg : {test::gpt2_like(), test::llama_like()}) {
-    const std::string what = cfg.norm == NormKind::rmsnorm ? "llama-like" : "gpt2-like";
-    const StageRange whole{0, cfg.n_layers, true, true};
-    StageOptions options;
-    options.slots = 2;
-    DeviceStage cpu(Device::cpu, cfg, whole, options), dev(Device::cuda, cfg, whole, options);
-    const auto in_a = test::tokens(kB * kT, cfg.vocab_size, 1), tg_a = test::tokens(kB * kT, cfg.vocab_size, 2);
-    const auto in_b = test::tokens(kB * kT, cfg.vocab_size, 3), tg_b = test::tokens(kB * kT, cfg.vocab_size, 4);
-    const MicroBatch a{in_a.data(), tg_a.data(), training(0)}, b{in_b.data(), tg_b.data(), training(kB)};
-    for (int slot : {0, 1}) {
-      const MicroBatch& mb = slot == 0 ? a : b;
-      const float want = cpu.stage.forward(slot, mb), got = dev.stage.forward(slot, mb);
-      EXPECT_NEAR(got, want, kLossRtol * std::fabs(want)) << what << " micro-batch " << slot;
-    }
-    for (int slot : {1, 0}) {
-      EXPECT_EQ(cpu.stage.backward(slot).data, nullptr);
-      EXPECT_EQ(dev.stage.backward(slot).data, nullptr);
-    }
-    expect_same_gradients(cpu.layout, dev.buffers.grads_on_host(), cpu.buffers.grads_on_host(), what);
+// A whole-model stage of `cfg` on the CPU and on the device, two micro-batches in flight (forward
+// A, forward B, backward B, backward A, so each keeps its own activations and plan for backward):
+// the losses and the accumulated gradients of the device stage equal the CPU stage's. Token seeds
+// start at `seed`.
+void expect_two_in_flight_alike(const ModelConfig& cfg, uint32_t seed, const std::string& what) {
+  const StageRange whole{0, cfg.n_layers, true, true};
+  StageOptions options;
+  options.slots = 2;
+  DeviceStage cpu(Device::cpu, cfg, whole, options), dev(Device::cuda, cfg, whole, options);
+  const auto in_a = test::tokens(kB * kT, cfg.vocab_size, seed);
+  const auto tg_a = test::tokens(kB * kT, cfg.vocab_size, seed + 1);
+  const auto in_b = test::tokens(kB * kT, cfg.vocab_size, seed + 2);
+  const auto tg_b = test::tokens(kB * kT, cfg.vocab_size, seed + 3);
+  const MicroBatch a{in_a.data(), tg_a.data(), training(0)}, b{in_b.data(), tg_b.data(), training(kB)};
+  for (int slot : {0, 1}) {
+    const MicroBatch& mb = slot == 0 ? a : b;
+    const float want = cpu.stage.forward(slot, mb), got = dev.stage.forward(slot, mb);
+    EXPECT_NEAR(got, want, kLossRtol * std::fabs(want)) << what << " micro-batch " << slot;
   }
+  for (int slot : {1, 0}) {
+    EXPECT_EQ(cpu.stage.backward(slot).data, nullptr);
+    EXPECT_EQ(dev.stage.backward(slot).data, nullptr);
+  }
+  expect_same_gradients(cpu.layout, dev.buffers.grads_on_host(), cpu.buffers.grads_on_host(), what);
+}
+
+TEST_F(StageOnDevice, AWholeModelStageComputesTheCpuLossesAndGradients) {
+  expect_two_in_flight_alike(test::gpt2_like(), 1, "gpt2-like");
+  expect_two_in_flight_alike(test::llama_like(), 1, "llama-like");
 }
 
 // A model cut into two stages on the device: the first stage's output (device memory) is the
@@ -159,32 +165,14 @@ TEST_F(StageOnDevice, TwoStagesHandTheirActivationsAndGradientsOverInDeviceMemor
 // MoE blocks on the device: the router on the host with the logits down and the plan up ([Note:
 // host routing] in model/moe.cpp), the tokens permuted, exchanged, run through the experts and
 // combined on the device. Dropless, with capacity (both drop policies), with a shared expert and
-// the aux-free router bias; two micro-batches in flight, so each keeps its own plan for backward.
+// the aux-free router bias.
 TEST_F(StageOnDevice, AnMoeStageComputesTheCpuLossesAndGradients) {
   ModelConfig position = test::moe_like(test::llama_like(), RouterKind::sigmoid, 1.0f);
   position.moe.drop_policy = DropPolicy::position;
-  const ModelConfig probs = test::moe_like(test::gpt2_like(), RouterKind::softmax, 1.0f);
-  for (const auto& [what, cfg] : {std::pair{"dropless", test::moe_like(test::gpt2_like(), RouterKind::softmax, 0.0f)},
-                                  std::pair{"capacity, probs", probs}, std::pair{"capacity, position", position},
-                                  std::pair{"shared expert", test::moe_branch_like(test::gpt2_like(), 1)}}) {
-    const StageRange whole{0, cfg.n_layers, true, true};
-    StageOptions options;
-    options.slots = 2;
-    DeviceStage cpu(Device::cpu, cfg, whole, options), dev(Device::cuda, cfg, whole, options);
-    const auto in_a = test::tokens(kB * kT, cfg.vocab_size, 5), tg_a = test::tokens(kB * kT, cfg.vocab_size, 6);
-    const auto in_b = test::tokens(kB * kT, cfg.vocab_size, 7), tg_b = test::tokens(kB * kT, cfg.vocab_size, 8);
-    const MicroBatch a{in_a.data(), tg_a.data(), training(0)}, b{in_b.data(), tg_b.data(), training(kB)};
-    for (int slot : {0, 1}) {
-      const MicroBatch& mb = slot == 0 ? a : b;
-      const float want = cpu.stage.forward(slot, mb), got = dev.stage.forward(slot, mb);
-      EXPECT_NEAR(got, want, kLossRtol * std::fabs(want)) << what << " micro-batch " << slot;
-    }
-    for (int slot : {1, 0}) {
-      cpu.stage.backward(slot);
-      dev.stage.backward(slot);
-    }
-    expect_same_gradients(cpu.layout, dev.buffers.grads_on_host(), cpu.buffers.grads_on_host(), what);
-  }
+  expect_two_in_flight_alike(test::moe_like(test::gpt2_like(), RouterKind::softmax, 0.0f), 5, "dropless");
+  expect_two_in_flight_alike(test::moe_like(test::gpt2_like(), RouterKind::softmax, 1.0f), 5, "capacity, probs");
+  expect_two_in_flight_alike(position, 5, "capacity, position");
+  expect_two_in_flight_alike(test::moe_branch_like(test::gpt2_like(), 1), 5, "shared expert");
 }
 
 }  // namespace
