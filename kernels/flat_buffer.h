@@ -38,7 +38,9 @@ class HalfBuffer {
   uint16_t* data() const { return data_; }
   int64_t size() const { return n_; }
   // Elements [first, first + n) as a 1-D tensor of the buffer's dtype and device.
-  Tensor part(int64_t first, int64_t n) const { return Tensor(data_ + first, Shape{n}, dtype_of(precision_)).on(arena_.device()); }
+  Tensor part(int64_t first, int64_t n) const {
+    return Tensor(data_ + first, Shape{n}, dtype_of(precision_)).on(arena_.device());
+  }
 
  private:
   Arena arena_;

@@ -192,13 +192,12 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
                    precision_name(cfg.train.precision), matmul_path(run.stream),
                    scaler ? fmt::format("; dynamic loss scale from {:g}", scaler->scale()) : "");
     if (cfg.train.device != Device::cpu) {
-      const ModelConfig& m = cfg.model;
-      const int tp = cfg.parallel.tp, kv = m.kv_heads();
+      const LocalDims local = local_dims(cfg.model, run.layout.tp());  // this rank's heads
       spdlog::info("train.device = \"cuda\": one device per rank; GEMMs: {}; attention: {}; the communicators move "
                    "device buffers through {}",
                    matmul_path(run.stream),
                    cuda_backend().attention_path(run.stream, cfg.train.micro_batch_size, cfg.train.seq_len,
-                                                 m.n_heads / tp, kv >= tp ? kv / tp : 1, m.d_model / m.n_heads),
+                                                 local.heads, local.kv_heads, cfg.model.head_dim()),
                    cuda_backend().host_addressable() ? "MPI (this backend's memory is host memory)" : "NCCL");
     }
     spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} chunk(s) per rank, {} "

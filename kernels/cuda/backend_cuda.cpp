@@ -113,9 +113,9 @@ class CudaBackend final : public KernelBackend {
     if (attention_ == AttentionImpl::flash) return false;
     const std::string why = cudnn_problem(s, p);
     MT_THROW_UNLESS(Error, why.empty() || attention_ == AttentionImpl::automatic,
-             "train.attention_backend = \"cudnn\", but cuDNN cannot run attention of {} × {} tokens, {} heads ({} "
-             "key/value) of {}: {}; set attention_backend = \"auto\" or \"flash\"",
-             p.B, p.T, p.H, p.Hkv, p.D, why);
+                    "train.attention_backend = \"cudnn\", but cuDNN cannot run attention of {} × {} tokens, {} heads "
+                    "({} key/value) of {}: {}; set attention_backend = \"auto\" or \"flash\"",
+                    p.B, p.T, p.H, p.Hkv, p.D, why);
     return why.empty();
   }
   CudnnAttention& cudnn() {

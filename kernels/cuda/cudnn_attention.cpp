@@ -65,10 +65,17 @@ std::shared_ptr<fe::graph::Graph> new_graph(Precision p) {
   return g;
 }
 
-// Element `offset` of a buffer of 16-bit elements, as the variant pack takes it (cuDNN reads the
-// inputs only).
-void* element(const void* base, int64_t offset) {
-  return const_cast<char*>(static_cast<const char*>(base) + 2 * offset);
+using VariantPack = std::unordered_map<TensorPtr, void*>;
+
+// The query, key and value tensors of a graph (or their gradients) at their views' offsets into
+// the packed 16-bit buffer `packed` (qkv or dqkv), added to the variant pack (cuDNN only reads
+// the inputs).
+void add_heads(VariantPack& pack, const TensorPtr& q, const TensorPtr& k, const TensorPtr& v, const void* packed,
+               const SdpaLayout& l) {
+  const auto at = [&](const StridedView& view) {
+    return const_cast<char*>(static_cast<const char*>(packed) + 2 * view.offset);
+  };
+  pack.emplace(q, at(l.q)), pack.emplace(k, at(l.k)), pack.emplace(v, at(l.v));
 }
 
 }  // namespace
@@ -90,8 +97,7 @@ struct CudnnAttention::Impl {
   explicit Impl(CachingAllocator& m) : memory(m) {
     const cudnnStatus_t s = cudnnCreate(&handle);
     MT_THROW_UNLESS(Error, s == CUDNN_STATUS_SUCCESS,
-                    "cuDNN: cudnnCreate failed: {} (is libcudnn for this driver installed?)",
-             cudnnGetErrorString(s));
+                    "cuDNN: cudnnCreate failed: {} (is libcudnn for this driver installed?)", cudnnGetErrorString(s));
   }
   ~Impl() { cudnnDestroy(handle); }
 
@@ -141,7 +147,7 @@ struct CudnnAttention::Impl {
     return *e;
   }
 
-  void execute(cudaStream_t stream, const Plan& plan, std::unordered_map<TensorPtr, void*>& pack, const char* what) {
+  void execute(cudaStream_t stream, const Plan& plan, VariantPack& pack, const char* what) {
     MT_THROW_UNLESS(Error, plan.problem.empty(), "cuDNN attention {}: {}", what, plan.problem);
     MT_THROW_UNLESS(Error, cudnnSetStream(handle, stream) == CUDNN_STATUS_SUCCESS,
                     "cuDNN attention {}: cudnnSetStream failed", what);
@@ -173,12 +179,8 @@ void CudnnAttention::forward(cudaStream_t stream, const SdpaProblem& p, void* o,
   const std::lock_guard lock(impl_->mutex);
   const Impl::Forward& f = impl_->entry(p).fwd;
   const SdpaLayout l = sdpa_layout(p.B, p.T, p.H, p.Hkv, p.D);
-  std::unordered_map<TensorPtr, void*> pack = {
-      {f.q, element(qkv, l.q.offset)},
-      {f.k, element(qkv, l.k.offset)},
-      {f.v, element(qkv, l.v.offset)},
-      {f.o, o},
-      {f.stats, stats}};
+  VariantPack pack = {{f.o, o}, {f.stats, stats}};
+  add_heads(pack, f.q, f.k, f.v, qkv, l);
   impl_->execute(stream, f.plan, pack, "forward");
 }
 
@@ -187,16 +189,10 @@ void CudnnAttention::backward(cudaStream_t stream, const SdpaProblem& p, void* d
   const std::lock_guard lock(impl_->mutex);
   const Impl::Backward& b = impl_->entry(p).bwd;
   const SdpaLayout l = sdpa_layout(p.B, p.T, p.H, p.Hkv, p.D);
-  std::unordered_map<TensorPtr, void*> pack = {
-      {b.q, element(qkv, l.q.offset)},
-      {b.k, element(qkv, l.k.offset)},
-      {b.v, element(qkv, l.v.offset)},
-      {b.o, const_cast<void*>(o)},
-      {b.dout, const_cast<void*>(dout)},
-      {b.stats, const_cast<float*>(stats)},
-      {b.dq, element(dqkv, l.q.offset)},
-      {b.dk, element(dqkv, l.k.offset)},
-      {b.dv, element(dqkv, l.v.offset)}};
+  VariantPack pack = {
+      {b.o, const_cast<void*>(o)}, {b.dout, const_cast<void*>(dout)}, {b.stats, const_cast<float*>(stats)}};
+  add_heads(pack, b.q, b.k, b.v, qkv, l);
+  add_heads(pack, b.dq, b.dk, b.dv, dqkv, l);
   impl_->execute(stream, b.plan, pack, "backward");
 }
 

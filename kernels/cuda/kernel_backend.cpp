@@ -165,8 +165,8 @@ void KernelBackend::moe_unpermute(const Stream& s, float* y, const float* out, c
 }
 
 void KernelBackend::moe_unpermute_backward(const Stream& s, float* dgates, float* dout, const float* dy,
-                                           const float* out, const int32_t* row, const float* gates, int64_t N, int top_k,
-                                           int C) {
+                                           const float* out, const int32_t* row, const float* gates, int64_t N,
+                                           int top_k, int C) {
   k::moe_unpermute_backward(stream_of(s), dgates, dout, dy, out, row, gates, N, top_k, C);
 }
 

@@ -17,7 +17,7 @@
 
 #include "kernels/cuda/backend.h"
 #include "kernels/flat_buffer.h"
-#include "kernels/rng.h"
+#include "tests/kernels/op_harness.h"
 #include "tests/simt/test_backend.h"
 
 namespace megatrain {
@@ -26,13 +26,6 @@ namespace {
 struct Outputs {
   std::vector<float> out, lse, dqkv;
 };
-
-std::vector<float> randn(int64_t n, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i)
-    v[static_cast<size_t>(i)] = rng_normal({static_cast<uint32_t>(seed), 0, 0, 0}, static_cast<uint64_t>(i));
-  return v;
-}
 
 class CudnnAttention : public ::testing::Test {
  protected:
@@ -45,15 +38,15 @@ class CudnnAttention : public ::testing::Test {
     const Stream s{Device::cuda, nullptr, p};
     const int64_t row = int64_t{H + 2 * Hkv} * D, n_qkv = B * T * row, n_out = int64_t{B} * T * H * D;
     FlatBuffer qkv(n_qkv, s), out(n_out, s), lse(int64_t{B} * H * T, s), dout(n_out, s), dqkv(n_qkv, s);
-    copy_from_host(s, qkv.part(0, n_qkv), randn(n_qkv, 11).data());
-    copy_from_host(s, dout.part(0, n_out), randn(n_out, 12).data());
+    copy_from_host(s, qkv.part(0, n_qkv), test::randn(static_cast<size_t>(n_qkv), 11).data());
+    copy_from_host(s, dout.part(0, n_out), test::randn(static_cast<size_t>(n_out), 12).data());
     const Tensor qkv_t = qkv.part(0, n_qkv).reshaped({B, T, row}), out_t = out.part(0, n_out).reshaped({B, T, H * D});
     const Tensor lse_t = lse.part(0, int64_t{B} * H * T).reshaped({B, H, T});
     attention_forward(s, out_t, lse_t, qkv_t, H, Hkv);
     attention_backward(s, dqkv.part(0, n_qkv).reshaped({B, T, row}), dout.part(0, n_out).reshaped({B, T, H * D}),
                        qkv_t, out_t, lse_t, H, Hkv);
     Outputs r{std::vector<float>(static_cast<size_t>(n_out)), std::vector<float>(static_cast<size_t>(B * H * T)),
-          std::vector<float>(static_cast<size_t>(n_qkv))};
+              std::vector<float>(static_cast<size_t>(n_qkv))};
     copy_to_host(s, r.out.data(), out.part(0, n_out));
     copy_to_host(s, r.lse.data(), lse.part(0, int64_t{B} * H * T));
     copy_to_host(s, r.dqkv.data(), dqkv.part(0, n_qkv));

@@ -3,11 +3,12 @@
 // dropout on) like one process — loss and gradient norm of each of 10 steps, and the validations,
 // within 1e-5 relative — for a softmax and a sigmoid router, dropless and with capacity (both drop
 // policies), with shared experts and with residual MoE (both with the aux-free router bias; two of
-// these six variants per layout, in turn), and a layout run twice is bitwise identical. One layout runs sequence parallelism; one has ep < dp, so
-// expert gradients are reduced over an expert-data-parallel group of 2; others run ZeRO 1 and 3,
-// which shard the expert state over that group. A checkpoint saved at (ep, tp, dp) = (2, 2, 2)
-// holds each expert tensor whole, experts along dimension 0 (as one process saves it), and resumes
-// at other ep, tp and pp; `megatrain generate` runs on an MoE checkpoint.
+// these six variants per layout, in turn), and a layout run twice is bitwise identical. One layout
+// runs sequence parallelism; one has ep < dp, so expert gradients are reduced over an
+// expert-data-parallel group of 2; others run ZeRO 1 and 3, which shard the expert state over that
+// group. A checkpoint saved at (ep, tp, dp) = (2, 2, 2) holds each expert tensor whole, experts
+// along dimension 0 (as one process saves it), and resumes at other ep, tp and pp; `megatrain
+// generate` runs on an MoE checkpoint.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 

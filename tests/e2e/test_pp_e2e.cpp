@@ -46,10 +46,11 @@ constexpr const char* kLlama =
 // The parity matrix of one world size: every (tp, pp, dp) with tp·pp·dp = world; on each layout
 // with pp > 1 every schedule at 2 ranks and at 4 ranks with pp = 4, and one schedule per layout on
 // the other layouts of 4 ranks and at 8 ranks (the schedules in turn, so that each meets every
-// world size; all of them on every layout took over a quarter of CI's time), else one case. The cases take turns over the model (tied GPT-2 with
-// dropout, GQA Llama), ZeRO stages, sequence parallelism (where tp > 1), recompute (none,
-// selective, full; not with zero-bubble) and even or uneven stages, so each of those meets every
-// world size; the interleaved schedule runs 2 model chunks per rank. Each case's 10 steps equal the single process's within 1e-5; each layout's first
+// world size; all of them on every layout took over a quarter of CI's time), else one case. The
+// cases take turns over the model (tied GPT-2 with dropout, GQA Llama), ZeRO stages, sequence
+// parallelism (where tp > 1), recompute (none, selective, full; not with zero-bubble) and even or
+// uneven stages, so each of those meets every world size; the interleaved schedule runs 2 model
+// chunks per rank. Each case's 10 steps equal the single process's within 1e-5; each layout's first
 // case is run twice and must agree bitwise.
 void PpE2E::parity_matrix(int world) {
   struct Case {
