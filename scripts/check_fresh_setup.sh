@@ -11,7 +11,6 @@
 # in a /var/tmp/megatrain-fresh-logs.* folder, named at the end. Exit 0 only on PASS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-checkout=$(pwd)
 only_first=0
 case "${1:-}" in
   --first) only_first=1 ;;
@@ -21,30 +20,12 @@ esac
 [ "$(id -u)" = 0 ] || { echo "check_fresh_setup: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
 command -v debootstrap >/dev/null || { echo "check_fresh_setup: debootstrap missing; run scripts/setup.sh" >&2; exit 2; }
 
-cache=${FRESH_ROOT_CACHE:-/var/cache/megatrain/bookworm-minbase.tar}
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# shellcheck source=scripts/fresh_root.sh
+. scripts/fresh_root.sh
 work=$(mktemp -d /var/tmp/megatrain-fresh.XXXXXX)
 root=$work/root
 logs=$(mktemp -d /var/tmp/megatrain-fresh-logs.XXXXXX)  # kept: each step's full output
-mkdir -p "$root"
-
-# Unmounts everything under the root (deepest first) and removes the folder only when nothing is
-# mounted there any more: removing it with /dev still bound inside would delete the host's /dev.
-cleanup() {
-  local m p
-  # Processes still running inside the root (an interrupted command) hold its mounts.
-  for p in /proc/[0-9]*; do
-    [[ "$(readlink "$p/root" 2>/dev/null)" == "$root"* ]] && kill -9 "${p#/proc/}" 2>/dev/null
-  done
-  sleep 1
-  for m in $(findmnt -rn -o TARGET | grep -F "$root" | sort -r); do umount -l "$m" 2>/dev/null; done
-  if findmnt -rn -o TARGET | grep -qF "$root"; then
-    echo "check_fresh_setup: could not unmount everything under $root; left it in place" >&2
-  else
-    rm -rf "$work"
-  fi
-}
-trap cleanup EXIT
+trap 'fresh_root_remove "$work" "$root"' EXIT
 trap 'exit 130' INT TERM
 
 step_start=0
@@ -64,41 +45,20 @@ step_fail() {
 }
 
 # 1. A clean bookworm root: from the cache, or bootstrapped and cached.
-if [ -f "$cache" ]; then
-  step "unpack cached bookworm root ($cache)"
-  tar -C "$root" -xf "$cache" || step_fail "unpack" /dev/null
-else
-  step "debootstrap bookworm (minbase) from $mirror"
-  debootstrap --variant=minbase bookworm "$root" "$mirror" >"$logs/debootstrap.log" 2>&1 ||
-    step_fail "debootstrap" "$logs/debootstrap.log"
-  # The suites of a standard Debian 12 install, so package versions match a real machine.
-  cat >"$root/etc/apt/sources.list" <<EOF
-deb $mirror bookworm main
-deb $mirror bookworm-updates main
-deb ${mirror%/debian}/debian-security bookworm-security main
-EOF
-  mkdir -p "$(dirname "$cache")"
-  tar -C "$root" -cf "$cache.tmp" . && mv "$cache.tmp" "$cache"
-fi
+step "bookworm root (cache: $fresh_root_cache)"
+fresh_root_make "$root" "$logs/debootstrap.log" || step_fail "bootstrap" "$logs/debootstrap.log"
 step_ok
 
 # 2. The checkout's files, as a clone would have them (plus uncommitted changes).
 step "copy the checkout into /root/megatrain"
-mkdir -p "$root/root/megatrain"
-git ls-files -z --cached --others --exclude-standard |
-  while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
-  tar --null -T - -cf - | tar -C "$root/root/megatrain" -xf - || step_fail "copy" /dev/null
+fresh_root_copy_checkout "$root" root/megatrain || step_fail "copy" /dev/null
 step_ok
 
 # 3. What a running Debian system has: /proc, /sys, /dev (with shared memory for Open MPI), and
 # this network's settings, as every machine on it has them: DNS, the local CA certificates a proxy
 # may need (Debian's ca-certificates merges them when setup.sh's packages pull it in) and pip's
 # config. None of these is a package.
-mount -t proc proc "$root/proc"
-mount -t sysfs sys "$root/sys"
-mount --rbind /dev "$root/dev"
-mount --make-rslave "$root/dev"
-mount -t tmpfs tmpfs "$root/dev/shm"
+fresh_root_mount "$root"
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
 if [ -d /usr/local/share/ca-certificates ]; then
   mkdir -p "$root/usr/local/share/ca-certificates"
