@@ -35,6 +35,7 @@ const std::vector<KindSpec>& kinds() {
       {FaultKind::ckpt_crash, "ckpt_crash", {"rank", "step", "phase"}, {"attempt"}},
       {FaultKind::ckpt_slow, "ckpt_slow", {"ms"}, {"rank", "attempt"}},
       {FaultKind::selfcheck_slow, "selfcheck_slow", {"rank", "factor"}, {"attempt"}},
+      {FaultKind::peak_slow, "peak_slow", {"ms"}, {"rank", "attempt"}},
   };
   return k;
 }
@@ -42,7 +43,8 @@ const std::vector<KindSpec>& kinds() {
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw InputError(fmt::format(
       "MEGATRAIN_FAULT = \"{}\": {}; expected KIND:key=value:…[;KIND:…] with KIND one of slow, kill, hang, exc, nan, "
-      "spike, bitflip, ckpt_crash, ckpt_slow, selfcheck_slow, random (health/fault_plan.h lists each kind's keys)",
+      "spike, bitflip, ckpt_crash, ckpt_slow, selfcheck_slow, peak_slow, random (health/fault_plan.h lists each "
+      "kind's keys)",
       spec, why));
 }
 
@@ -101,7 +103,8 @@ Fault parse_one(const std::string& spec, const std::string& item) {
     if (f.first_step < lowest || f.last_step < f.first_step)
       bad(spec, fmt::format("step = \"{}\" must be S or A..B with {} ≤ A ≤ B", s->second, lowest));
   }
-  if (f.kind == FaultKind::ckpt_slow || f.kind == FaultKind::selfcheck_slow)  // no step key: every step
+  if (f.kind == FaultKind::ckpt_slow || f.kind == FaultKind::selfcheck_slow ||
+      f.kind == FaultKind::peak_slow)  // no step key: every step
     f.first_step = std::numeric_limits<int64_t>::min();
   if (kv.contains("from_step")) f.first_step = integer(spec, "from_step", kv["from_step"]);
   if (kv.contains("to_step")) f.last_step = integer(spec, "to_step", kv["to_step"]);
@@ -173,7 +176,7 @@ std::unique_ptr<RandomFaults> parse_random(const std::string& spec, const std::s
       for (const std::string& k : split(value, ',')) {
         const auto it = std::find_if(kinds().begin(), kinds().end(), [&](const KindSpec& s) { return k == s.name; });
         if (it == kinds().end() || it->kind == FaultKind::ckpt_slow || it->kind == FaultKind::selfcheck_slow ||
-            it->kind == FaultKind::bitflip || it->kind == FaultKind::spike)
+            it->kind == FaultKind::peak_slow || it->kind == FaultKind::bitflip || it->kind == FaultKind::spike)
           bad(spec, fmt::format("random kinds are kill, hang, exc, nan, slow and ckpt_crash, not \"{}\"", k));
         r.kinds.push_back(it->kind);
       }

@@ -28,6 +28,9 @@
 //                                                or after_commit_before_latest (rank 0, which commits)
 //   ckpt_slow:ms=M[:rank=R]                      every checkpoint write takes M ms longer
 //   selfcheck_slow:rank=R:factor=F               `megatrain selfcheck`'s GEMM runs F times on rank R
+//   peak_slow:ms=M[:rank=R]                      every timing of the start-up MFU peak measurement
+//                                                (trainer/peak_flops.h) takes M ms longer: a peak
+//                                                measured while the cores were busy
 //   random:seed=S:mtti_s=T:kinds=K,K,…           random faults (health/fault_random.h)
 //
 // rank = an integer or * (every rank); step = S or a range A..B (nan, exc, kill, hang fire at each
@@ -48,13 +51,14 @@
 
 namespace megatrain {
 
-enum class FaultKind { slow, kill, hang, exc, nan, spike, bitflip, ckpt_crash, ckpt_slow, selfcheck_slow };
+enum class FaultKind { slow, kill, hang, exc, nan, spike, bitflip, ckpt_crash, ckpt_slow, selfcheck_slow,
+                       peak_slow };
 
 struct Fault {
   FaultKind kind = FaultKind::slow;
   int rank = -1;  // -1 = every rank
   int64_t first_step = 1, last_step = std::numeric_limits<int64_t>::max();
-  int64_t ms = 0;      // slow, ckpt_slow
+  int64_t ms = 0;      // slow, ckpt_slow, peak_slow
   int64_t every = 1;   // slow: acts at first_step + every·k only
   int sig = 9;         // kill
   int factor = 1;      // selfcheck_slow, spike
@@ -78,8 +82,8 @@ class FaultPlan {
   static FaultPlan& from_environment();
   ~FaultPlan();
 
-  // The first fault of `kind` for rank `rank` at `step` (ckpt_slow and selfcheck_slow, which take no
-  // step, act at every step), or nullptr. The pointer stays valid for the plan's life.
+  // The first fault of `kind` for rank `rank` at `step` (ckpt_slow, selfcheck_slow and peak_slow,
+  // which take no step, act at every step), or nullptr. The pointer stays valid for the plan's life.
   const Fault* find(FaultKind kind, int rank, int64_t step) const;
   // Random mode (health/fault_random.h): adds the faults due by now, acting from `step`, for a
   // world of `world` ranks; the clock starts at the first call.

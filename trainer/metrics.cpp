@@ -105,9 +105,21 @@ std::vector<MoeLayerMetrics> moe_metrics(const std::vector<MoeLayerStats>& stats
   return out;
 }
 
+namespace {
+
+// "41.2% of measured bf16 GEMM 105.3 GFLOP/s"; capped: "100% (capped: above measured … GFLOP/s)".
+std::string mfu_text(const MfuReading& r) {
+  const std::string peak = r.peak_tflops >= 1.0 ? fmt::format("{:.4g} TFLOP/s", r.peak_tflops)
+                                                : fmt::format("{:.4g} GFLOP/s", r.peak_tflops * 1e3);
+  if (r.exceeded) return fmt::format("100% (capped: above {} {})", r.source, peak);
+  return fmt::format("{:.1f}% of {} {}", r.mfu * 100.0, r.source, peak);
+}
+
+}  // namespace
+
 void MetricsLog::step(const StepMetrics& m) {
   if (!enabled_) return;
-  const std::string mfu = m.mfu ? fmt::format("{:.1f}%", *m.mfu * 100.0) : "n/a";
+  const std::string mfu = m.mfu ? mfu_text(*m.mfu) : "n/a";
   const std::string pp = m.pp_idle_ms.size() > 1 ? fmt::format(" | pp idle {:.1f} ms", fmt::join(m.pp_idle_ms, "/"))
                                                   : std::string();
   const std::string scale =
@@ -140,7 +152,10 @@ void MetricsLog::step(const StepMetrics& m) {
                        {"optimizer", b.optimizer},     {"activations", b.activations},
                        {"comm_buffers", b.comm_buffers}, {"gemm_scratch", b.gemm_scratch},
                        {"peak_rss", b.peak_rss},       {"device_peak", b.device_peak}};
-  j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
+  j["mfu"] = m.mfu ? nlohmann::json(m.mfu->mfu) : nlohmann::json(nullptr);
+  j["mfu_peak"] = m.mfu ? nlohmann::json{{"tflops", m.mfu->peak_tflops}, {"source", m.mfu->source},
+                                         {"exceeded", m.mfu->exceeded}}
+                        : nlohmann::json(nullptr);
   j["precision"] = m.precision;
   j["loss_scale"] = m.loss_scale ? nlohmann::json(*m.loss_scale) : nlohmann::json(nullptr);
   j["skipped_steps"] = m.skipped_steps;

@@ -37,11 +37,19 @@ struct MoeLayerStats;
 // From the stats summed over `steps` steps (model/stage.h).
 std::vector<MoeLayerMetrics> moe_metrics(const std::vector<MoeLayerStats>& stats, int64_t steps);
 
+// A logged interval's MFU and the peak it divides by (trainer/mfu_peak.h).
+struct MfuReading {
+  double mfu = 0.0;          // ≤ 1
+  double peak_tflops = 0.0;  // per rank
+  std::string source;        // "measured fp32 GEMM", "measured bf16 GEMM", … or "log.peak_tflops"
+  bool exceeded = false;     // the interval ran above the peak: mfu is capped at 1 ([Note: MFU over 100 %])
+};
+
 struct StepMetrics {
   int64_t step = 0, steps = 0;
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0, step_time_ms = 0;
-  std::optional<double> mfu;  // absent when log.peak_tflops = 0
+  std::optional<MfuReading> mfu;  // absent when log.peak_tflops = 0
   double eta_s = 0;
   // Data-parallel communication per step (averages over the logged steps): time operations were in
   // flight, time the rank was blocked waiting for them, and bytes moved (parallel/comm.h formula);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -19,17 +20,17 @@ double peak_clock_seconds(PeakClock clock) {
   return (static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec)) / omp_get_max_threads();
 }
 
-PeakMeasurement measure_peak_tflops(const Comm& world, PeakClock clock) {
-  constexpr int kN = 1024, kMinReps = 3, kMaxReps = 20;
-  constexpr double kMinSeconds = 0.2;
-  PeakMeasurement p{0.0, kN, omp_get_max_threads(), 0};
+PeakMeasurement measure_peak_tflops(const Comm& world, Precision precision, PeakClock clock, int64_t disturb_ms) {
+  constexpr int kN = 1024, kMinReps = 5, kMaxReps = 100;
+  constexpr double kMinSeconds = 0.3;
+  PeakMeasurement p{0.0, precision, kN, omp_get_max_threads(), 0};
   const auto elems = static_cast<size_t>(kN) * kN;
   std::vector<float> a(elems), b(elems), c(elems);
   for (size_t i = 0; i < elems; ++i) {
     a[i] = static_cast<float>(i % 13) * 0.01f;
     b[i] = static_cast<float>(i % 7) * 0.02f;
   }
-  const Stream s = Stream::cpu();
+  const Stream s = Stream::cpu(precision);
   const Shape sq{kN, kN};
   const auto gemm = [&] { matmul_forward(s, Tensor(c.data(), sq), Tensor(a.data(), sq), Tensor(b.data(), sq), {}); };
   world.barrier();
@@ -38,6 +39,7 @@ PeakMeasurement measure_peak_tflops(const Comm& world, PeakClock clock) {
   while (p.repetitions < kMaxReps && (p.repetitions < kMinReps || total < kMinSeconds)) {
     const double t0 = peak_clock_seconds(clock);
     gemm();
+    if (disturb_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(disturb_ms));
     const double dt = peak_clock_seconds(clock) - t0;
     best = std::min(best, dt);
     total += dt;

@@ -104,7 +104,7 @@ DeviceProfile measure_cpu_profile(const Config& c, const Comm& world) {
   p.overlap = 0.0;  // ranks share the cores that would compute: copying messages is not hidden
   p.cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   p.threads = omp_get_max_threads();
-  p.peak_tflops = measure_peak_tflops(world, PeakClock::cpu).tflops_per_rank;
+  p.peak_tflops = measure_peak_tflops(world, c.train.precision, PeakClock::cpu).tflops_per_rank;
   const double flops = gpt_flops_per_token(c.model, c.train.seq_len) * c.train.micro_batch_size * c.train.seq_len;
   p.efficiency = flops / (step_seconds(c, world) * p.peak_tflops * 1e12);
   std::vector<char> a(size_t{64} << 20, 1), b(a.size());

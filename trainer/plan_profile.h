@@ -41,7 +41,7 @@ DeviceProfile gpu_profile(const std::string& name);
 void apply_network(DeviceProfile& p, const std::string& spec);
 
 // Measures this machine on `world` (collective; every rank gets the result): the peak of a square
-// float32 GEMM and the efficiency a training step of `c` reaches (each rank trains its own replica at
+// GEMM in c's train.precision (trainer/peak_flops.h) and the efficiency a training step of `c` reaches (each rank trains its own replica at
 // tp = pp = dp = 1, a few steps after a warm-up, on c's data), both on all ranks at once in CPU time
 // ([Note: CPU ranks share cores]); the node's online cores and the ranks' OpenMP threads; the
 // bandwidth of a large copy; an all-reduce's bus bandwidth (1–8 MiB) and latency (8 bytes) over the

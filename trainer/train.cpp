@@ -30,7 +30,7 @@
 #include "trainer/loss_scaler.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
-#include "trainer/peak_flops.h"
+#include "trainer/mfu_peak.h"
 #include "trainer/rank_run.h"
 #include "trainer/replica_check.h"
 #include "trainer/stop_request.h"
@@ -55,17 +55,6 @@ struct Logged {
     ep += e;
   }
 };
-
-// log.peak_tflops as a number, or measured now ("auto") and logged.
-double peak_tflops_per_rank(const Config& cfg, const Comm& world) {
-  if (!cfg.log.peak_tflops.automatic) return cfg.log.peak_tflops.value;
-  const PeakMeasurement p = measure_peak_tflops(world);
-  if (world.rank() == 0)
-    spdlog::info("MFU peak: measured {:.4g} GFLOP/s per rank (fp32 GEMM {}x{}x{} on {} threads, best of {}, mean "
-                 "over {} ranks); log.peak_tflops = a number overrides it",
-                 p.tflops_per_rank * 1e3, p.n, p.n, p.n, p.threads, p.repetitions, world.size());
-  return p.tflops_per_rank;
-}
 
 // MEGATRAIN_FAULT bitflip: bit 22 of the first value this rank holds of the named parameter.
 void flip_a_bit(const Fault& f, RankRun& run, int64_t step) {
@@ -214,7 +203,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
                       cfg.optimizer.decay_steps, cfg.optimizer.decay};
   const double flops_per_step =
       gpt_flops_per_token(cfg.model, cfg.train.seq_len) * static_cast<double>(run.tokens_per_step());
-  const double peak_tflops = peak_tflops_per_rank(cfg, world);
+  MfuPeak peak(cfg, world);
   StartupTimes::instance().mark("other set-up (MFU peak)");
   MetricsLog log(cfg.log.metrics_file, rank0, start_step);
   TrainResult result;
@@ -358,7 +347,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       if (scaler) m.loss_scale = scale;
       m.skipped_steps = skipped;
       m.moe = moe_metrics(run.moe_stats(), logged.steps);
-      if (peak_tflops > 0.0) m.mfu = flops_per_step / avg / world.size() / (peak_tflops * 1e12);
+      m.mfu = peak.at(flops_per_step / avg / world.size());
       m.eta_s = std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(step + 1 - start_step) *
                 static_cast<double>(cfg.train.steps - step - 1);
       log.step(m);

@@ -1,0 +1,116 @@
+// MFU against the peak of the run's own precision (trainer/mfu_peak.h, README "Metrics and MFU"):
+// a start-up measurement disturbed on purpose (MEGATRAIN_FAULT peak_slow) is measured again once the
+// steps outrun it, with a log line, and MFU stays ≤ 100 %; fp32 and bf16 runs divide by an fp32 and a
+// bf16 GEMM; a log.peak_tflops number is never re-measured, and an MFU above it is capped and
+// flagged. FLOPs/token of the fixture's tiny config: 786432 (tests/e2e/test_train_e2e.cpp).
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/e2e_fixture.h"
+
+namespace megatrain {
+namespace {
+using test::TrainE2E;
+
+constexpr double kFlopsPerToken = 786432.0;
+
+// The GFLOP/s figure after `tag` in `text`, or -1.
+double figure_after(const std::string& text, const std::string& tag) {
+  const size_t at = text.find(tag);
+  return at == std::string::npos ? -1.0 : std::stod(text.substr(at + tag.size()));
+}
+
+// Every console MFU figure ("MFU 41.2% of …" or "MFU 100% (capped: …") is at most 100.
+void expect_console_mfu_at_most_100(const std::string& out) {
+  const std::regex mfu("\\| MFU ([0-9.]+)%");
+  int seen = 0;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), mfu); it != std::sregex_iterator(); ++it, ++seen)
+    EXPECT_LE(std::stod((*it)[1]), 100.0) << it->str();
+  EXPECT_GT(seen, 0) << out;
+}
+
+class MfuE2E : public TrainE2E {
+ protected:
+  test::Result run(const std::string& env, const std::string& extra) {
+    return test::run_shell(env + " " + test::megatrain_bin() + " train --config " + config_.string() +
+                           " --set train.steps=6 --set train.eval_interval=0 --set log.interval=2 "
+                           "--set log.metrics_file=" + (dir_ / "m.jsonl").string() + " " + extra);
+  }
+};
+
+// Every timing of the start-up measurement sleeps 400 ms, so it reads at most 2·1024³ FLOPs / 0.4 s
+// = 5.4 GFLOP/s, below what the tiny model's steps reach: the first logged interval outruns it,
+// every rank measures again (undisturbed), the log says so with the new figure, and every row
+// divides by that figure, MFU ≤ 1 and not capped.
+TEST_F(MfuE2E, ADisturbedStartupPeakIsMeasuredAgainAndMfuStaysAtMost100) {
+  const auto r = run("env MEGATRAIN_FAULT=peak_slow:ms=400", "");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("FAULT_INJECTED kind=peak_slow rank=0 step=0 ms=400"), std::string::npos) << r.output;
+  const double disturbed = figure_after(r.output, "MFU peak: measured ");
+  ASSERT_GT(disturbed, 0.0) << r.output;
+  ASSERT_LT(disturbed, 5.4) << r.output;
+  std::smatch m;
+  const std::regex remeasured("MFU peak re-measured \\(1/3\\): [^\n]* measured ([0-9.e+]+) GFLOP/s per rank now "
+                              "\\(fp32 GEMM[^\n]* MFU divides by ([0-9.e+]+) GFLOP/s");
+  ASSERT_TRUE(std::regex_search(r.output, m, remeasured)) << r.output;
+  const double again = std::stod(m[2]);
+  EXPECT_GT(again, disturbed);
+  const auto rows = test::metrics_lines(dir_ / "m.jsonl");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_NEAR(rows[0].at("mfu_peak").at("tflops").get<double>() * 1e3, again, 1e-3 * again);  // the log: 4 digits
+  for (const auto& j : rows) {
+    const auto& peak = j.at("mfu_peak");
+    EXPECT_EQ(peak.at("source"), "measured fp32 GEMM") << j;
+    EXPECT_FALSE(peak.at("exceeded").get<bool>()) << j;
+    EXPECT_GE(peak.at("tflops").get<double>() * 1e3, again * (1 - 1e-3)) << j;  // a peak only rises
+    const double mfu = j.at("mfu").get<double>();
+    EXPECT_LE(mfu, 1.0) << j;
+    EXPECT_NEAR(mfu, kFlopsPerToken * j.at("tokens_per_s").get<double>() / (peak.at("tflops").get<double>() * 1e12),
+                1e-9) << j;
+  }
+  expect_console_mfu_at_most_100(r.output);
+}
+
+// A bf16 run divides by a bf16 GEMM through the linear layers' bf16 path, an fp32 run by an fp32
+// one; both say so on the console and in the metrics, and neither reads over 100 %.
+TEST_F(MfuE2E, EachPrecisionDividesByAGemmOfItsOwnPrecision) {
+  for (const std::string p : {"fp32", "bf16"}) {
+    const auto r = run("", "--set train.precision=" + p);
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("GFLOP/s per rank (" + p + " GEMM 1024x1024x1024"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("% of measured " + p + " GEMM "), std::string::npos) << r.output;
+    for (const auto& j : test::metrics_lines(dir_ / "m.jsonl")) {
+      EXPECT_EQ(j.at("mfu_peak").at("source"), "measured " + p + " GEMM") << j;
+      EXPECT_LE(j.at("mfu").get<double>(), 1.0) << j;
+    }
+    expect_console_mfu_at_most_100(r.output);
+  }
+}
+
+// log.peak_tflops = 1e-6 (1 MFLOP/s, far below any run): no measurement and no re-measure; every
+// row's MFU is capped at 1 and flagged, the console prints 100% capped, and one warning says why.
+TEST_F(MfuE2E, AFixedPeakIsNeverRemeasuredAndAnMfuAboveItIsCapped) {
+  const auto r = run("", "--set log.peak_tflops=1e-6");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("MFU peak:"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("MFU peak re-measured"), std::string::npos) << r.output;
+  const auto rows = test::metrics_lines(dir_ / "m.jsonl");
+  ASSERT_EQ(rows.size(), 3u);
+  for (const auto& j : rows) {
+    EXPECT_EQ(j.at("mfu").get<double>(), 1.0) << j;
+    EXPECT_EQ(j.at("mfu_peak").at("source"), "log.peak_tflops") << j;
+    EXPECT_EQ(j.at("mfu_peak").at("tflops").get<double>(), 1e-6) << j;
+    EXPECT_TRUE(j.at("mfu_peak").at("exceeded").get<bool>()) << j;
+  }
+  EXPECT_NE(r.output.find("| MFU 100% (capped: above log.peak_tflops 0.001 GFLOP/s)"), std::string::npos) << r.output;
+  const size_t warned = r.output.find("MFU is reported capped at 100 %");
+  EXPECT_NE(warned, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("MFU is reported capped at 100 %", warned + 1), std::string::npos) << "warned once";
+  expect_console_mfu_at_most_100(r.output);
+}
+
+}  // namespace
+}  // namespace megatrain
