@@ -207,9 +207,13 @@ struct AdamWRange {
   float* v;
   int64_t n;
 };
-// The four tensors of one AdamW entry, of equal element counts, on the stream's device.
+// The four tensors of one AdamW entry, of equal element counts, on the stream's device, and
+// optionally (CPU only) param16: a bf16 or f16 tensor of as many elements that receives the updated
+// param rounded to it (convert's bits) in the same pass (kernels/cpu/adamw.cpp [Note: fused 16-bit
+// copy]). A device rounds after the update instead (model/optimizer.cpp).
 struct AdamWTensors {
   Tensor param, grad, m, v;
+  Tensor param16 = {};
 };
 // The update of every entry of `list` with the same step constants: on CUDA one multi-tensor
 // kernel launch per 48 entries (kernels/cuda/adamw.cu), not one per tensor; on CPU each in turn.

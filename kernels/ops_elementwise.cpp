@@ -96,6 +96,17 @@ void adamw_update(const Stream& s, const std::vector<AdamWTensors>& list, const 
     expect_f32(e.grad, "grad", n);
     expect_f32(e.m, "exp_avg", n);
     expect_f32(e.v, "exp_avg_sq", n);
+    MT_CHECK(e.param16.data == nullptr || !dev,
+             "adamw_update: the 16-bit copy in the same pass is a CPU path; on a device, convert after the update "
+             "(model/optimizer.cpp)");
+    if (e.param16.data != nullptr) {
+      MT_CHECK((e.param16.dtype == DType::bf16 || e.param16.dtype == DType::f16) && e.param16.numel() == n,
+               "adamw_update: param16 must be bf16 or f16 of the param's {} elements, is {} of {}", n,
+               dtype_name(e.param16.dtype), e.param16.numel());
+      const Precision p16 = e.param16.dtype == DType::bf16 ? Precision::bf16 : Precision::fp16;
+      cpu::adamw_update(e.param.f32(), e.param16.half(), p16, e.grad.f32(), e.m.f32(), e.v.f32(), n, st);
+      continue;
+    }
     if (!dev) {
       cpu::adamw_update(e.param.f32(), e.grad.f32(), e.m.f32(), e.v.f32(), n, st);
       continue;

@@ -30,7 +30,7 @@ double AdamW::grad_norm(const float* grads) const {
   return std::sqrt(sum_squares(stream_, Tensor(const_cast<float*>(grads), Shape{layout_.total()}).on(stream_.device)));
 }
 
-void AdamW::step(float* params, const float* grads, float lr, double norm, float unscale) {
+void AdamW::step(float* params, const float* grads, float lr, double norm, float unscale, Tensor params16) {
   ++t_;
   AdamWStep st{};
   st.lr = lr;
@@ -46,22 +46,31 @@ void AdamW::step(float* params, const float* grads, float lr, double norm, float
   decayed_.clear();
   undecayed_.clear();
   const Device d = stream_.device;
+  const bool copy = params16.data != nullptr, fused = copy && d == Device::cpu;
+  MT_CHECK(!copy || params16.numel() == range_.size(), "AdamW: params16 has {} values for a range of {}",
+           params16.numel(), range_.size());
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamSpec& spec = layout_.spec(i);
-    if (spec.group == ParamGroup::state) continue;
     const int64_t off = layout_.offset(i);
     const FlatRange mine = flat_intersect(range_, FlatRange{off, off + layout_.local_shape(i).numel()});
     if (mine.size() == 0) continue;
     const Shape flat{mine.size()};
     const int64_t j = mine.begin - range_.begin;
+    const Tensor param = Tensor(params + j, flat).on(d);
+    const Tensor param16 = fused ? params16.part(j, flat) : Tensor{};
+    if (spec.group == ParamGroup::state) {
+      if (fused) convert(stream_, param16, param);
+      continue;
+    }
     (decays(spec) ? decayed_ : undecayed_)
-        .push_back({Tensor(params + j, flat).on(d), Tensor(const_cast<float*>(grads) + j, flat).on(d),
-                    m_.part(j, mine.size()), v_.part(j, mine.size())});
+        .push_back({param, Tensor(const_cast<float*>(grads) + j, flat).on(d), m_.part(j, mine.size()),
+                    v_.part(j, mine.size()), param16});
   }
   st.weight_decay = opt_.weight_decay;
   adamw_update(stream_, decayed_, st);
   st.weight_decay = 0.0f;
   adamw_update(stream_, undecayed_, st);
+  if (copy && !fused) convert(stream_, params16, Tensor(params, Shape{range_.size()}).on(d));
 }
 
 }  // namespace megatrain

@@ -35,7 +35,13 @@ class AdamW {
   // One update at learning rate lr over the optimizer's range; clips by `norm` (the global norm of
   // the unscaled gradient) first. params[j] and grads[j] are flat element range().begin + j.
   // `unscale` multiplies the gradients first: 1 / the loss scale they were computed at.
-  void step(float* params, const float* grads, float lr, double norm, float unscale = 1.0f);
+  // params16, when given (mixed precision: range().size() bf16 or f16 values, element j = params[j]),
+  // leaves holding every parameter of the range rounded, as convert would write it: on CPU in the
+  // update's own pass (kernels/cpu/adamw.cpp [Note: fused 16-bit copy]; the parameters AdamW does
+  // not update, ParamGroup::state, are rounded as they are), on a device by one convert after it.
+  // Alignment gaps between tensors are not written: they hold the rounding of the masters' gaps,
+  // which nothing changes (parallel/zero.h [Note: 16-bit parameters]).
+  void step(float* params, const float* grads, float lr, double norm, float unscale = 1.0f, Tensor params16 = {});
 
   FlatRange range() const { return range_; }
   int64_t step_count() const { return t_; }

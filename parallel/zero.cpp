@@ -83,17 +83,23 @@ FlatRange ZeroState::held_params_range() const {
   return opt_.stage == 3 ? part_ : FlatRange{0, total_};
 }
 
-void ZeroState::params_written() {
-  secondary_valid_.assign(secondary_valid_.size(), false);
-  if (masters_apart()) publish_masters();
+Tensor ZeroState::optimizer_params16() const {
+  if (!sixteen_bit()) return Tensor{};
+  const FlatRange r = optimizer_range();
+  return params16_.part(opt_.stage == 3 ? 0 : r.begin, r.size());
 }
 
-void ZeroState::publish_masters() {
+void ZeroState::params_written() {
+  secondary_valid_.assign(secondary_valid_.size(), false);
   if (opt_.quantized_weights) return publish_quantized();
-  const FlatRange r = optimizer_range();
-  const int64_t at = opt_.stage == 3 ? 0 : r.begin;
-  to_half(opt_.stream, params16_.part(at, r.size()), masters_.data());
-  if (opt_.stage == 1 || opt_.stage == 2) dp_.all_gather(params16_.data(), params16_.data() + at, part_counts_).wait();
+  if (!sixteen_bit()) return;
+  to_half(opt_.stream, optimizer_params16(), masters_.data());
+  gather_params16();
+}
+
+void ZeroState::gather_params16() {
+  if (opt_.stage != 1 && opt_.stage != 2) return;
+  dp_.all_gather(params16_.data(), params16_.data() + optimizer_range().begin, part_counts_).wait();
 }
 
 // Stage 1 keeps the full accumulated gradients in grads_ and receives its reduced partition into
@@ -289,7 +295,8 @@ double ZeroState::grad_norm() {
 
 void ZeroState::step_end() {
   secondary_valid_.assign(secondary_valid_.size(), false);
-  if (masters_apart()) return publish_masters();
+  if (opt_.quantized_weights) return publish_quantized();
+  if (sixteen_bit()) return gather_params16();  // the optimizer wrote optimizer_params16()
   if (opt_.stage != 1 && opt_.stage != 2) return;
   float* p = params_.data();
   dp_.all_gather(p, p + part_.begin, part_counts_).wait();

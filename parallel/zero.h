@@ -18,8 +18,10 @@
 // [Note: 16-bit parameters] With ZeroOptions::params = bf16 or fp16 (mixed precision) the optimizer
 // updates float32 *masters* — all T at stage 0, the rank's partition at stages 1–3 — and compute
 // reads a 16-bit copy derived from them (rounded, never stored in checkpoints): the full copy at
-// stages 0–2, the partition at stage 3. After each step the updated masters are rounded and, at
-// stages 1–3, the 16-bit values are what is all-gathered (half the bytes of float32). A unit's
+// stages 0–2, the partition at stage 3. The optimizer rounds the masters it updates into
+// optimizer_params16() in the update's own pass (model/optimizer.h), and step_end() all-gathers
+// the 16-bit values at stages 1–2 (at 3, per unit as the model reads them: half the bytes of
+// float32); params_written() rounds all the masters itself (initialisation, a load). A unit's
 // parameters reach the model widened into a unit-sized float32 buffer, since the kernels read
 // float32 (the values are exactly the 16-bit ones; the GEMMs round their operands to 16 bits).
 // [Note: bf16 reduction] With ZeroOptions::grad_reduce = bf16 a bucket's float32 gradients are
@@ -181,6 +183,11 @@ class ZeroState final : public UnitState {
   double sum_over_partitions(double local) const;
   // Global L2 norm of the step's summed gradient (without tensor parallelism).
   double grad_norm();
+  // 16-bit parameters: the copy of optimizer_range() that the optimizer writes with its update
+  // ([Note: 16-bit parameters]), a view on the state's device; empty otherwise (float32, qwZ).
+  Tensor optimizer_params16() const;
+  // After the optimizer's update: every rank's parameters become the updated ones (at 16-bit, the
+  // optimizer must have written optimizer_params16()).
   void step_end();
   // [Note: bounded staleness]: after the last micro_batch_end(), queue the step's reductions in
   // flight; retire_reduction() waits for the oldest and makes it optimizer_grads();
@@ -236,7 +243,7 @@ class ZeroState final : public UnitState {
   void qgz_complete(Bucket& st, float* out);
   bool hpz() const { return opt_.hpz_partition_size > 1; }
   void keep_secondary(GatherSlot& slot, int unit);
-  void publish_masters();  // [Note: 16-bit parameters]: round the masters into the copy and gather it
+  void gather_params16();  // [Note: 16-bit parameters]: all-gather the partitions' copies (stages 1–2)
   float* held_grads();  // the held range's gradients
   void bucket_issue(int b);
   void bucket_complete(int b);

@@ -273,11 +273,14 @@ double RankRun::mean_over_replicas(double sum, int micro) const {
 }
 
 void RankRun::optimizer_step(float lr, double norm, float unscale) {
-  optimizer.step(zero.optimizer_params(), zero.optimizer_grads(), lr, norm, unscale);
-  update_router_biases();  // before step_end, which hands the updated values to every rank
+  // Before the update, whose pass rounds the router biases (which AdamW leaves alone) into the 16-bit
+  // copy with the rest; step_end then hands the updated values to every rank.
+  update_router_biases();
+  optimizer.step(zero.optimizer_params(), zero.optimizer_grads(), lr, norm, unscale, zero.optimizer_params16());
   zero.step_end();
   if (!experts) return;
-  experts->optimizer.step(experts->zero.optimizer_params(), experts->zero.optimizer_grads(), lr, norm, unscale);
+  experts->optimizer.step(experts->zero.optimizer_params(), experts->zero.optimizer_grads(), lr, norm, unscale,
+                          experts->zero.optimizer_params16());
   experts->zero.step_end();
 }
 

@@ -1,25 +1,60 @@
 // AdamW with PyTorch semantics (torch.optim.AdamW, non-amsgrad):
 //   p ← p·(1 − lr·wd);  m ← β₁m + (1−β₁)g;  v ← β₂v + (1−β₂)g²;
 //   p ← p − (lr / (1−β₁ᵗ)) · m / (√v / √(1−β₂ᵗ) + ε).
+// [Note: fused 16-bit copy] With a 16-bit copy (mixed precision) the same pass also writes the
+// updated p rounded to bf16 or fp16 — the bits f32_to_half gives (kernels/half.h) — so the masters
+// are not read a second time to make the copy compute reads. Both forms run one element function.
 #include <cmath>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/half.h"
 
 namespace megatrain::cpu {
+namespace {
+
+struct Constants {
+  float step_size, bc2_sqrt, decay;
+};
+
+Constants constants_of(const AdamWStep& st) {
+  return {st.lr / st.bias_correction1, std::sqrt(st.bias_correction2), 1.0f - st.lr * st.weight_decay};
+}
+
+// Element i's update; returns the new parameter.
+inline float update_one(float* param, const float* grad, float* m, float* v, int64_t i, const AdamWStep& st,
+                        const Constants& c) {
+  const float g = grad[i] * st.grad_scale;
+  const float mi = st.beta1 * m[i] + (1.0f - st.beta1) * g;
+  const float vi = st.beta2 * v[i] + (1.0f - st.beta2) * g * g;
+  m[i] = mi;
+  v[i] = vi;
+  const float p = param[i] * c.decay - c.step_size * mi / (std::sqrt(vi) / c.bc2_sqrt + st.eps);
+  param[i] = p;
+  return p;
+}
+
+template <class Round>
+void update_rounding(float* param, uint16_t* param16, const float* grad, float* m, float* v, int64_t n,
+                     const AdamWStep& st, Round round) {
+  const Constants c = constants_of(st);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) param16[i] = round(update_one(param, grad, m, v, i, st, c));
+}
+
+}  // namespace
 
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& st) {
-  const float step_size = st.lr / st.bias_correction1;
-  const float bc2_sqrt = std::sqrt(st.bias_correction2);
-  const float decay = 1.0f - st.lr * st.weight_decay;
+  const Constants c = constants_of(st);
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] * st.grad_scale;
-    const float mi = st.beta1 * m[i] + (1.0f - st.beta1) * g;
-    const float vi = st.beta2 * v[i] + (1.0f - st.beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = param[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + st.eps);
-  }
+  for (int64_t i = 0; i < n; ++i) update_one(param, grad, m, v, i, st, c);
+}
+
+void adamw_update(float* param, uint16_t* param16, Precision p, const float* grad, float* m, float* v, int64_t n,
+                  const AdamWStep& st) {
+  if (p == Precision::bf16)
+    update_rounding(param, param16, grad, m, v, n, st, [](float x) { return float_to_bf16(x); });
+  else
+    update_rounding(param, param16, grad, m, v, n, st, [](float x) { return float_to_fp16(x); });
 }
 
 }  // namespace megatrain::cpu

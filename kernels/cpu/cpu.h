@@ -69,5 +69,9 @@ void scale_inplace(float* x, int64_t n, float factor);
 bool all_finite(const float* x, int64_t n);
 void zero_fill(void* x, size_t bytes);
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& st);
+// The same, and param16 = the updated param rounded to p (bf16 | fp16) in the same pass
+// (kernels/cpu/adamw.cpp [Note: fused 16-bit copy]).
+void adamw_update(float* param, uint16_t* param16, Precision p, const float* grad, float* m, float* v, int64_t n,
+                  const AdamWStep& st);
 
 }  // namespace megatrain::cpu

@@ -1,10 +1,14 @@
 // AdamW::step (model/optimizer.h) against PyTorch's documented AdamW, computed here in double:
 // global-norm clipping (clip_grad_norm_: scale max/(norm + 1e-6) only when the norm exceeds max),
 // decoupled weight decay by parameter group, and bias correction at every step t (three steps, so
-// t > 1 is covered); the update of a ZeRO shard equals the same range of the full update.
+// t > 1 is covered); the update of a ZeRO shard equals the same range of the full update; the
+// 16-bit copy written in the update's pass equals the update followed by a conversion, bitwise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "model/optimizer.h"
@@ -102,6 +106,55 @@ TEST(AdamWShard, UpdatesItsRangeExactlyAsTheFullOptimizer) {
   full.step(p.data(), g.data(), 0.02f, norm);
   part.step(q.data(), g.data() + shard.begin, 0.02f, norm);
   for (int64_t k = 0; k < shard.size(); ++k) ASSERT_EQ(q[static_cast<size_t>(k)], p[static_cast<size_t>(shard.begin + k)]) << k;
+}
+
+// [Note: fused 16-bit copy] (kernels/cpu/adamw.cpp) Mixed precision's copy written by AdamW's own
+// pass is bitwise the old two passes — the float32 update, then every master converted — for bf16
+// and fp16, over the whole layout and over a shard: the same masters, moments and 16-bit bits
+// after three steps. The layout has a ParamGroup::state tensor (a router bias: AdamW leaves it
+// alone, the trainer adds its own step before the update) whose copy must follow it too, and the
+// parameters include values that round to ±inf and to subnormals in fp16. As in ZeroState, the
+// copy starts as the masters' rounding (params_written), alignment gaps included.
+TEST(AdamWSixteenBitCopy, WrittenInTheUpdatePassEqualsUpdateThenConvert) {
+  const ParamLayout layout({{"wte", Shape{5, 7}, TpSplit::rows, {}, ParamGroup::embedding},
+                            {"w", Shape{9, 3}, TpSplit::rows, {}, ParamGroup::matrix},
+                            {"router.bias", Shape{6}, TpSplit::replicated, {}, ParamGroup::state, InitKind::zeros},
+                            {"norm", Shape{11}, TpSplit::replicated, {}, ParamGroup::norm, InitKind::ones},
+                            {"b", Shape{13}, TpSplit::replicated, {}, ParamGroup::bias, InitKind::zeros}},
+                           TpCoord{});
+  const int64_t n = layout.total(), bias_at = layout.offset(2);
+  ASSERT_GT(bias_at, 29);
+  ASSERT_LT(bias_at + 6, 101);  // the shard holds the bias, gaps and parts of two tensors
+  const Stream S = Stream::cpu();
+  for (const DType d : {DType::bf16, DType::f16})
+    for (const FlatRange range : {FlatRange{0, n}, FlatRange{29, 101}}) {
+      const std::string what = std::string(dtype_name(d)) + (range.begin == 0 ? " whole" : " shard");
+      const int64_t k = range.size();
+      AdamW fused(layout, AdamWOptions{}, range, k), two_pass(layout, AdamWOptions{}, range, k);
+      std::vector<float> p = test::randn(static_cast<size_t>(n), 80);
+      p[1] = 70000.0f, p[2] = -65519.0f, p[40] = 3e-7f, p[41] = -2e-5f;  // fp16: ±inf, rounds down, subnormals
+      std::vector<float> q(p.begin() + range.begin, p.begin() + range.end), r = q;
+      std::vector<uint16_t> c16(static_cast<size_t>(k)), r16(c16.size());
+      convert(S, Tensor(c16.data(), Shape{k}, d), Tensor(q.data(), Shape{k}));
+      for (int step = 1; step <= 3; ++step) {
+        const std::vector<float> g = test::randn(static_cast<size_t>(n), 90 + static_cast<uint32_t>(step));
+        const double norm = fused.grad_norm(g.data());
+        for (int64_t e = std::max(bias_at, range.begin); e < std::min(bias_at + 6, range.end); ++e) {
+          q[static_cast<size_t>(e - range.begin)] += 0.37f * static_cast<float>(step);  // the trainer's bias step
+          r[static_cast<size_t>(e - range.begin)] += 0.37f * static_cast<float>(step);
+        }
+        fused.step(q.data(), g.data() + range.begin, 0.05f, norm, 1.0f, Tensor(c16.data(), Shape{k}, d));
+        two_pass.step(r.data(), g.data() + range.begin, 0.05f, norm);
+        convert(S, Tensor(r16.data(), Shape{k}, d), Tensor(r.data(), Shape{k}));
+        const auto bytes = static_cast<size_t>(k) * 4;
+        ASSERT_EQ(std::memcmp(q.data(), r.data(), bytes), 0) << what << " masters, step " << step;
+        ASSERT_EQ(std::memcmp(fused.exp_avg(), two_pass.exp_avg(), bytes), 0) << what << " exp_avg, step " << step;
+        ASSERT_EQ(std::memcmp(fused.exp_avg_sq(), two_pass.exp_avg_sq(), bytes), 0) << what << " exp_avg_sq";
+        for (int64_t e = 0; e < k; ++e)
+          ASSERT_EQ(c16[static_cast<size_t>(e)], r16[static_cast<size_t>(e)])
+              << what << " 16-bit copy of flat element " << range.begin + e << " after step " << step;
+      }
+    }
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // ZeroState on real ranks with a real (tiny) model driving its hooks: the model-state bytes each
 // rank holds equal the ZeRO paper's table, the bytes each stage moves per step equal the
 // theoretical volume, reductions start during backward only when overlap is on, and every stage
-// gives the gradient of a plain single-process model and the AdamW update computed from it here.
+// gives the gradient of a plain single-process model and the AdamW update computed from it here; at
+// 16 bits, the copy AdamW writes in its update's pass is bitwise the rounding made after it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -37,12 +39,15 @@ struct Replica {
   ZeroState zero;
   Stage model;
   AdamW opt;
-  Replica(const ModelConfig& cfg, const Comm& dp, int stage, int64_t bucket_floats, bool overlap)
+  Replica(const ModelConfig& cfg, const Comm& dp, int stage, int64_t bucket_floats, bool overlap,
+          Precision params = Precision::fp32)
       : layout(gpt_param_layout(cfg)),
-        zero(gpt_param_units(layout, whole_model(cfg)), dp, ZeroOptions{stage, bucket_floats, overlap}),
-        model(cfg, kB, kT, layout, whole_model(cfg), StageOptions{}, zero, TensorParallel(int64_t{kB} * kT, cfg.d_model)),
+        zero(gpt_param_units(layout, whole_model(cfg)), dp, ZeroOptions{stage, bucket_floats, overlap, params}),
+        model(cfg, kB, kT, layout, whole_model(cfg), StageOptions{}, zero,
+              TensorParallel(int64_t{kB} * kT, cfg.d_model)),
         opt(model.layout(), AdamWOptions{}, zero.optimizer_range(), zero.optimizer_padded()) {
     init_params_range(model.layout(), zero.held_params(), zero.held_params_range(), cfg, 7);
+    zero.params_written();
   }
   // This rank's micro-batches: afterwards optimizer_grads() holds the reduced gradient.
   void accumulate(int rank) {
@@ -55,7 +60,7 @@ struct Replica {
   }
   double update() {
     const double norm = zero.grad_norm();
-    opt.step(zero.optimizer_params(), zero.optimizer_grads(), kLr, norm);
+    opt.step(zero.optimizer_params(), zero.optimizer_grads(), kLr, norm, 1.0f, zero.optimizer_params16());
     zero.step_end();
     return norm;
   }
@@ -235,6 +240,38 @@ TEST_P(ZeroStages, StepEqualsAPlainModelAndAdamWInDouble) {
       const double w = want[static_cast<size_t>(held.begin + j)];
       ASSERT_NEAR(got[j], w, 1e-4 * kLr + std::ldexp(std::fabs(w), -22))
           << name << " parameter of flat element " << held.begin + j;
+    }
+  }
+}
+
+// [Note: 16-bit parameters] The 16-bit copy written by AdamW's own pass (what update() does) is
+// bitwise the two passes it replaced — the float32 update, then every master rounded into the copy
+// and gathered (params_written()) — over three steps at bf16 and fp16: the same masters, moments
+// and 16-bit values of the rank's range (and so the same gathered copy, which the next step's
+// forward and backward read).
+TEST_P(ZeroStages, SixteenBitCopyWrittenInTheUpdateEqualsRoundingAfterIt) {
+  const int stage = GetParam();
+  const Comm world = Comm::world();
+  const ModelConfig cfg = test::gpt2_like();
+  for (const Precision p : {Precision::bf16, Precision::fp16}) {
+    Replica fused(cfg, world, stage, 300, true, p), two_pass(cfg, world, stage, 300, true, p);
+    const int64_t n = fused.zero.optimizer_range().size(), padded = fused.zero.optimizer_padded();
+    for (int step = 1; step <= 3; ++step) {
+      fused.step(world.rank());
+      two_pass.accumulate(world.rank());
+      two_pass.opt.step(two_pass.zero.optimizer_params(), two_pass.zero.optimizer_grads(), kLr,
+                        two_pass.zero.grad_norm());
+      two_pass.zero.params_written();
+      const std::string at = std::string(precision_name(p)) + " step " + std::to_string(step);
+      const auto bytes = [](int64_t floats) { return static_cast<size_t>(floats) * sizeof(float); };
+      ASSERT_EQ(std::memcmp(fused.zero.optimizer_params(), two_pass.zero.optimizer_params(), bytes(n)), 0) << at;
+      ASSERT_EQ(std::memcmp(fused.opt.exp_avg(), two_pass.opt.exp_avg(), bytes(padded)), 0) << at;
+      ASSERT_EQ(std::memcmp(fused.opt.exp_avg_sq(), two_pass.opt.exp_avg_sq(), bytes(padded)), 0) << at;
+      const Tensor a = fused.zero.optimizer_params16(), b = two_pass.zero.optimizer_params16();
+      ASSERT_EQ(a.numel(), n);
+      for (int64_t e = 0; e < n; ++e)
+        ASSERT_EQ(a.half()[e], b.half()[e]) << at << ": 16-bit copy of flat element "
+                                            << fused.zero.optimizer_range().begin + e;
     }
   }
 }
