@@ -61,9 +61,10 @@ struct GemmMode {
 };
 
 // What the GEMMs of one stream keep between calls: the cuBLASLt handle, a workspace, the plans
-// cached per problem (kernels/cuda/gemm_plan.h) and grow-only scratch (16-bit operand copies, bias
-// gradient partials), all taken from `memory` on `stream`. Serves that stream only, one call at a
-// time.
+// cached per problem (kernels/cuda/gemm_plan.h) with the way each problem ran (a fallback's:
+// kernels/cuda/gemm_fallback.h; cuBLAS's handle for cublasGemmEx, made on its first use) and
+// grow-only scratch (16-bit operand copies, bias gradient partials), all taken from `memory` on
+// `stream`. Serves that stream only, one call at a time.
 class GemmContext {
  public:
   static constexpr size_t kDefaultWorkspace = size_t{32} << 20;  // what cuBLAS asks for on Hopper
@@ -215,6 +216,8 @@ void position_embedding_backward(cudaStream_t stream, float* dwpe, const float* 
 
 // ---- elementwise (kernels/cuda/elementwise.cu): bitwise the CPU's results ----
 void add_forward(cudaStream_t stream, float* out, const float* a, const float* b, int64_t n);
+// out (N, C) += bias (C) on every row: the bias of a GEMM that ran without its epilogue (gemm.cu).
+void bias_add(cudaStream_t stream, float* out, const float* bias, int64_t N, int C);
 void copy(cudaStream_t stream, float* out, const float* inp, int64_t n);
 void scale_inplace(cudaStream_t stream, float* x, int64_t n, float factor);
 void dropout_apply(cudaStream_t stream, float* x, int64_t n, float p, const RngKey& key);

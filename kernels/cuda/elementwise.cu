@@ -1,8 +1,8 @@
-// Elementwise ops on the GPU: residual add, copy, scaling, inverted dropout and the conversions
-// between float32 and bf16 / fp16. Each value is computed by the same float operations as on the
-// CPU (kernels/cpu/elementwise.cpp, kernels/cpu/convert.cpp): results are bitwise the CPU's. The
-// dropout mask and the 16-bit roundings call the very functions the CPU does (kernels/rng.h,
-// kernels/half.h, compiled for the device too).
+// Elementwise ops on the GPU: residual add, a bias added to every row, copy, scaling, inverted
+// dropout and the conversions between float32 and bf16 / fp16. Each value is computed by the same
+// float operations as on the CPU (kernels/cpu/elementwise.cpp, kernels/cpu/convert.cpp): results
+// are bitwise the CPU's. The dropout mask and the 16-bit roundings call the very functions the CPU
+// does (kernels/rng.h, kernels/half.h, compiled for the device too).
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/half.h"
 #include "kernels/rng.h"
@@ -20,6 +20,21 @@ struct Add {
     load<W>(y, b + i);
     for (int k = 0; k < W; ++k) x[k] += y[k];
     store<W>(out + i, x);
+  }
+};
+
+// Rows of out (N, C) += bias (C).
+struct BiasAdd {
+  float* out;
+  const float* bias;
+  int C;
+  template <int W>
+  __device__ void apply(int64_t row, int c) const {
+    float x[W], b[W];
+    load<W>(x, out + row * C + c);
+    load<W>(b, bias + c);
+    for (int k = 0; k < W; ++k) x[k] += b[k];
+    store<W>(out + row * C + c, x);
   }
 };
 
@@ -137,6 +152,10 @@ bool aligned8(const uint16_t* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 
 
 void add_forward(cudaStream_t stream, float* out, const float* a, const float* b, int64_t n) {
   flat_map(stream, n, aligned16(out, a, b), Add{out, a, b});
+}
+
+void bias_add(cudaStream_t stream, float* out, const float* bias, int64_t N, int C) {
+  row_map(stream, N, C, C % 4 == 0 && aligned16(out, bias), BiasAdd{out, bias, C});
 }
 
 void copy(cudaStream_t stream, float* out, const float* inp, int64_t n) {

@@ -1,13 +1,19 @@
 // The linear layer's GEMMs (kernels/ops.h matmul semantics) through cuBLASLt on device pointers:
 // the row-major problems mapped to column-major ones (gemm_mapping.h), bias and GELU fused as
 // cuBLASLt epilogues, plans cached per problem (gemm_plan.h), workspace and scratch from the
-// caching allocator. bf16/fp16 modes round the float32 operands to 16 bits first (a kernel here)
-// and multiply those with float32 sums and outputs.
+// caching allocator. A problem cuBLASLt cannot run as asked falls back, logged once: another
+// offered algorithm, the GEMM without its epilogue and the epilogue as its own kernel, or
+// cublasGemmEx (gemm_fallback.h). bf16/fp16 modes round the float32 operands to 16 bits first (a
+// kernel here) and multiply those with float32 sums and outputs.
 // Compiled here without a GPU at hand: not yet run on one.
 #include "kernels/cuda/caching_allocator.h"
 #include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/gemm_plan.h"
 
+#include <cublas_v2.h>
+
+#include <map>
+#include <string>
 #include <type_traits>
 
 namespace megatrain::MT_CUDA_NS {
@@ -43,6 +49,12 @@ __global__ void round_operand_kernel(H* out, const float* in, int64_t n) {
   }
 }
 
+// Blocks of 256 threads for a grid-stride loop over n elements, at most 4096 of them.
+unsigned grid_for(int64_t n) {
+  const unsigned blocks = ceil_div(n, 256);
+  return blocks < 4096 ? blocks : 4096;
+}
+
 // Term of the bias-gradient column sum: dout (N, OC) element (i, c).
 struct DoutTerm {
   const float* dout;
@@ -70,6 +82,8 @@ struct GemmContext::Impl {
   Scratch operand[3];  // 16-bit copies, by GemmOperand
   Scratch bias_grad;   // BGRADB's output, or the column sum's partials
   GemmPlanCache plans;
+  std::map<GemmKey, GemmAttempt> routes;  // the attempt that ran each problem seen
+  std::unique_ptr<cublasContext, cublasStatus_t (*)(cublasHandle_t)> blas{nullptr, cublasDestroy};  // gemm_ex's
 
   Impl(cudaStream_t s, CachingAllocator& m, size_t ws) : stream(s), memory(m), workspace_bytes(ws) {
     cublasLtHandle_t h = nullptr;
@@ -87,7 +101,7 @@ struct GemmContext::Impl {
   const void* operand_for(GemmOperand which, const float* src, int64_t count, Precision p) {
     if (p == Precision::fp32) return src;
     void* dst = operand[static_cast<int>(which)].reserve(memory, stream, static_cast<size_t>(count) * 2);
-    const dim3 grid(ceil_div(count, 256) < 4096 ? ceil_div(count, 256) : 4096);
+    const dim3 grid(grid_for(count));
     if (p == Precision::bf16)
       launch(round_operand_kernel<__nv_bfloat16>, grid, dim3(256), 0, stream, static_cast<__nv_bfloat16*>(dst), src,
              count);
@@ -96,12 +110,13 @@ struct GemmContext::Impl {
     return dst;
   }
 
-  // D = op(A)·op(B) (+ beta·D) for `pass`, with operands[GemmOperand] already in the GEMM's type.
-  // False, with nothing run and *why_not (if given) saying so, when cuBLASLt offers no algorithm for
-  // the problem with this epilogue.
-  bool try_run(GemmPass pass, int64_t N, int C, int OC, const void* const* operands, float* D,
-               GemmEpilogue epilogue, const void* bias, const void* aux, GemmMode mode,
-               std::string* why_not = nullptr) {
+  // D = op(A)·op(B) (+ beta·D) for `pass`, with operands[GemmOperand] already in the GEMM's type,
+  // the epilogue fused where cuBLASLt offers it. Returns false when the GEMM ran without the
+  // epilogue (gemm_fallback.h), which the caller then runs as its own kernel. The attempts of a
+  // problem's first call are walked in order, the one that ran is kept for its later calls, and a
+  // fallback is logged once (the first call that needed it); throws when nothing runs.
+  bool run(GemmPass pass, int64_t N, int C, int OC, const void* const* operands, float* D, GemmEpilogue epilogue,
+           const void* bias, const void* aux, GemmMode mode) {
     const ColumnMajorGemm g = gemm_mapping(pass, N, C, OC);
     const void* A = operands[static_cast<int>(g.a)];
     const void* B = operands[static_cast<int>(g.b)];
@@ -114,26 +129,77 @@ struct GemmContext::Impl {
                       pointer_alignment(D),
                       pointer_alignment(bias),
                       pointer_alignment(aux)};
-    GemmPlan& plan = plans.get(handle.get(), key, workspace_bytes, bias, aux);
-    if (!plan.runnable) {
-      if (why_not) *why_not = plan.why_not;
-      return false;
+    const auto known = routes.find(key);
+    GemmAttempt at = known != routes.end() ? known->second : gemm_first_attempt(epilogue != GemmEpilogue::none);
+    std::string failures;  // "attempt: why; …"
+    while (at.route != GemmRoute::none) {
+      int offered = 1;
+      std::string why;
+      if (attempt(at, key, A, B, D, bias, aux, offered, why)) break;
+      failures += fmt::format("{}{}: {}", failures.empty() ? "" : "; ", gemm_attempt_name(at), why);
+      at = gemm_next_attempt(at, offered);
     }
-    const float alpha = 1.0f, beta = g.beta;
-    check_cublas(cublasLtMatmul(handle.get(), plan.desc.get(), &alpha, A, plan.a.get(), B, plan.b.get(), &beta, D,
-                                plan.d.get(), D, plan.d.get(), &plan.algo, workspace, workspace_bytes, stream),
-                 "cublasLtMatmul");
-    return true;
+    if (at.route == GemmRoute::none)
+      throw Error(fmt::format("no way to run the GEMM {}: {}", gemm_describe(key), failures));
+    if (!failures.empty()) gemm_log_fallback(key, at, failures);
+    if (known == routes.end() || !failures.empty()) routes[key] = at;
+    return at.route == GemmRoute::fused;
   }
 
-  // try_run, or an error naming the problem (and what the epilogue needs).
-  void run(GemmPass pass, int64_t N, int C, int OC, const void* const* operands, float* D, GemmEpilogue epilogue,
-           const void* bias, const void* aux, GemmMode mode) {
-    std::string why_not;
-    if (!try_run(pass, N, C, OC, operands, D, epilogue, bias, aux, mode, &why_not))
-      throw Error(why_not +
-                  "; an epilogue with an aux buffer (GELU) needs its leading dimension divisible by 8 and 16-byte "
-                  "aligned buffers: run the GEMM without the epilogue and the activation as its own op instead");
+  // One attempt: true when it ran; otherwise why not, and `offered`, the algorithms the route's
+  // heuristic offered (for gemm_next_attempt).
+  bool attempt(GemmAttempt at, const GemmKey& key, const void* A, const void* B, float* D, const void* bias,
+               const void* aux, int& offered, std::string& why) {
+    const ColumnMajorGemm& g = key.g;
+    const float alpha = 1.0f, beta = g.beta;
+    if (at.route == GemmRoute::gemm_ex) {
+      cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+      if (!blas) {  // made on the first fallback to it, on this stream, sharing the workspace
+        cublasHandle_t h = nullptr;
+        st = cublasCreate(&h);
+        decltype(blas) made(h, cublasDestroy);
+        if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetStream(h, stream);
+        if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetWorkspace(h, workspace, workspace_bytes);
+        if (st == CUBLAS_STATUS_SUCCESS) blas = std::move(made);
+      }
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasGemmEx(blas.get(), g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), &alpha, A, key.ab_type,
+                          static_cast<int>(g.lda), B, key.ab_type, static_cast<int>(g.ldb), &beta, D, CUDA_R_32F,
+                          static_cast<int>(g.ldd), key.compute, CUBLAS_GEMM_DEFAULT);
+      if (st != CUBLAS_STATUS_SUCCESS) why = cublasGetStatusString(st);
+      return st == CUBLAS_STATUS_SUCCESS;
+    }
+    const bool fused = at.route == GemmRoute::fused;
+    GemmKey plan_key = key;
+    if (!fused) {  // the plain GEMM's plan, shared with the problems that have no epilogue
+      plan_key.epilogue = GemmEpilogue::none;
+      plan_key.bias_align = plan_key.aux_align = pointer_alignment(nullptr);
+    }
+    GemmPlan& plan = plans.get(handle.get(), plan_key, workspace_bytes, fused ? bias : nullptr, fused ? aux : nullptr);
+    offered = static_cast<int>(plan.algos.size());
+    if (plan.algos.empty()) {
+      why = plan.why_not;
+      return false;
+    }
+    const cublasStatus_t st = cublasLtMatmul(handle.get(), plan.desc.get(), &alpha, A, plan.a.get(), B, plan.b.get(),
+                                             &beta, D, plan.d.get(), D, plan.d.get(),
+                                             &plan.algos[static_cast<size_t>(at.algorithm)], workspace,
+                                             workspace_bytes, stream);
+    if (st != CUBLAS_STATUS_SUCCESS) why = fmt::format("cublasLtMatmul refused it ({})", cublasLtGetStatusString(st));
+    return st == CUBLAS_STATUS_SUCCESS;
+  }
+
+  // The forward GEMM's epilogue as kernels of their own, on out (rows × cols, row-major) that the
+  // GEMM wrote without it: out += bias per column; then with pre_gelu, pre_gelu = out and
+  // out = gelu(pre_gelu).
+  void forward_epilogue(float* out, float* pre_gelu, const float* bias, int64_t rows, int cols) {
+    const int64_t n = rows * cols;
+    if (bias) bias_add(stream, out, bias, rows, cols);
+    if (pre_gelu) {
+      copy(stream, pre_gelu, out, n);
+      gelu_forward(stream, out, pre_gelu, n);
+    }
   }
 };
 
@@ -162,7 +228,8 @@ void matmul_forward(cudaStream_t stream, GemmContext& ctx, float* out, float* pr
       c.operand_for(GemmOperand::weight, weight, int64_t{OC} * C, mode.precision);
   const GemmEpilogue epilogue = pre_gelu ? (bias ? GemmEpilogue::gelu_aux_bias : GemmEpilogue::gelu_aux)
                                          : (bias ? GemmEpilogue::bias : GemmEpilogue::none);
-  c.run(GemmPass::forward, N, C, OC, operands, out, epilogue, bias, pre_gelu, mode);
+  if (!c.run(GemmPass::forward, N, C, OC, operands, out, epilogue, bias, pre_gelu, mode))
+    c.forward_epilogue(out, pre_gelu, bias, N, OC);
 }
 
 void matmul_backward(cudaStream_t stream, GemmContext& ctx, float* dinp, float* dweight, float* dbias,
@@ -181,24 +248,23 @@ void matmul_backward(cudaStream_t stream, GemmContext& ctx, float* dinp, float* 
   if (dinp) {
     operands[static_cast<int>(GemmOperand::weight)] =
         c.operand_for(GemmOperand::weight, weight, int64_t{OC} * C, mode.precision);
-    c.run(GemmPass::dinp, N, C, OC, operands, dinp, gelu_pre ? GemmEpilogue::dgelu : GemmEpilogue::none, nullptr,
-          gelu_pre, mode);
+    const GemmEpilogue epilogue = gelu_pre ? GemmEpilogue::dgelu : GemmEpilogue::none;
+    if (!c.run(GemmPass::dinp, N, C, OC, operands, dinp, epilogue, nullptr, gelu_pre, mode) && gelu_pre)
+      gelu_backward(stream, dinp, dinp, gelu_pre, N * C);  // dinp ⊙= gelu'(gelu_pre), in place
   }
   // BGRADB writes the bias gradient (it cannot accumulate), so it goes to scratch and is added to
   // dbias after. Only at fp32: in the 16-bit modes B is the rounded dout, while dbias sums the
-  // float32 dout (as the CPU op does). Where it is not used, or cuBLASLt does not offer it for the
-  // problem, a column sum computes dbias instead.
+  // float32 dout (as the CPU op does). Where it is not used, or the GEMM ran without it (run
+  // returns false), a column sum computes dbias instead.
   bool fused_dbias = false;
   if (dweight) {
     operands[static_cast<int>(GemmOperand::inp)] = c.operand_for(GemmOperand::inp, inp, N * C, mode.precision);
-    if (dbias && mode.precision == Precision::fp32) {
-      float* partial = static_cast<float*>(c.bias_grad.reserve(c.memory, stream, sizeof(float) * OC));
-      fused_dbias =
-          c.try_run(GemmPass::dweight, N, C, OC, operands, dweight, GemmEpilogue::bgradb, partial, nullptr, mode);
-      if (fused_dbias)  // dbias += partial: the column sum's last step, over one chunk
-        launch(column_finish_kernel<>, dim3(ceil_div(OC, 256)), dim3(256), 0, stream, dbias, partial, 1, OC);
-    }
-    if (!fused_dbias) c.run(GemmPass::dweight, N, C, OC, operands, dweight, GemmEpilogue::none, nullptr, nullptr, mode);
+    const bool bgradb = dbias && mode.precision == Precision::fp32;
+    float* partial = bgradb ? static_cast<float*>(c.bias_grad.reserve(c.memory, stream, sizeof(float) * OC)) : nullptr;
+    fused_dbias = c.run(GemmPass::dweight, N, C, OC, operands, dweight,
+                        bgradb ? GemmEpilogue::bgradb : GemmEpilogue::none, partial, nullptr, mode);
+    if (fused_dbias)  // dbias += partial: the column sum's last step, over one chunk
+      launch(column_finish_kernel<>, dim3(ceil_div(OC, 256)), dim3(256), 0, stream, dbias, partial, 1, OC);
   }
   if (dbias && !fused_dbias) {
     float* partials = static_cast<float*>(

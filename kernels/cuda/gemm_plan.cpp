@@ -2,6 +2,7 @@
 #include "kernels/cuda/gemm_plan.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdint>
 
@@ -31,15 +32,44 @@ void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   check_cublas(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), what);
 }
 
-std::string describe(const GemmKey& k) {
-  return fmt::format("m={} n={} k={} lda={} ldb={} ldd={} trans_a={} trans_b={} operand type {} compute {} "
-                     "epilogue {} alignments a/b/d/bias/aux {}/{}/{}/{}/{}",
-                     k.g.m, k.g.n, k.g.k, k.g.lda, k.g.ldb, k.g.ldd, k.g.trans_a, k.g.trans_b,
-                     static_cast<int>(k.ab_type), static_cast<int>(k.compute), static_cast<int>(k.epilogue), k.a_align,
-                     k.b_align, k.d_align, k.bias_align, k.aux_align);
+const char* type_name(cudaDataType_t t) {
+  return t == CUDA_R_32F ? "float32" : t == CUDA_R_16BF ? "bf16" : t == CUDA_R_16F ? "fp16" : "another type";
+}
+
+const char* compute_name(cublasComputeType_t c) {
+  return c == CUBLAS_COMPUTE_32F ? "float32" : c == CUBLAS_COMPUTE_32F_FAST_TF32 ? "TF32" : "another compute type";
+}
+
+// The epilogue, and the kernel that does its work when it is not fused (gemm.cu).
+const char* epilogue_name(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::none: return "no epilogue";
+    case GemmEpilogue::bias: return "epilogue bias (else a broadcast-add kernel)";
+    case GemmEpilogue::gelu_aux: return "epilogue GELU with aux (else the GELU kernel)";
+    case GemmEpilogue::gelu_aux_bias: return "epilogue bias + GELU with aux (else a broadcast-add and the GELU kernel)";
+    case GemmEpilogue::dgelu: return "epilogue GELU gradient (else the GELU backward kernel)";
+    case GemmEpilogue::bgradb: return "epilogue bias gradient (else a column sum)";
+  }
+  return "";
 }
 
 }  // namespace
+
+std::string gemm_describe(const GemmKey& k) {
+  return fmt::format("m={} n={} k={} lda={} ldb={} ldd={} trans_a={} trans_b={} beta={}, {} A and B, float32 C and "
+                     "D, {} compute, {}, alignments a/b/d/bias/aux {}/{}/{}/{}/{} bytes",
+                     k.g.m, k.g.n, k.g.k, k.g.lda, k.g.ldb, k.g.ldd, k.g.trans_a, k.g.trans_b, k.g.beta,
+                     type_name(k.ab_type), compute_name(k.compute), epilogue_name(k.epilogue), k.a_align, k.b_align,
+                     k.d_align, k.bias_align, k.aux_align);
+}
+
+void gemm_log_fallback(const GemmKey& key, GemmAttempt ran, const std::string& failures) {
+  spdlog::warn("WARNING: GEMM fallback: the GEMM {} runs as {}{} after: {}", gemm_describe(key), gemm_attempt_name(ran),
+               gemm_epilogue_separate(ran.route) && key.epilogue != GemmEpilogue::none
+                   ? ", its epilogue as a kernel of its own"
+                   : "",
+               failures);
+}
 
 void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
@@ -90,16 +120,17 @@ GemmPlan::GemmPlan(cublasLtHandle_t handle, const GemmKey& key, size_t workspace
   pref_attr(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(key.b_align), "B alignment");
   pref_attr(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(key.d_align), "C alignment");
   pref_attr(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(key.d_align), "D alignment");
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kGemmAlgorithms] = {};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, a.get(), b.get(), d.get(), d.get(),
-                                                           raw_pref, 1, &result, &found);
+                                                           raw_pref, kGemmAlgorithms, results, &found);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    why_not = fmt::format("cuBLASLt has no algorithm for the GEMM {} ({})", describe(key), cublasLtGetStatusString(st));
+    why_not = fmt::format("cuBLASLt's heuristic has no algorithm ({})", cublasLtGetStatusString(st));
     return;
   }
-  algo = result.algo;
-  runnable = true;
+  for (int i = 0; i < found && i < kGemmAlgorithms; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) algos.push_back(results[i].algo);
+  if (algos.empty()) why_not = fmt::format("cuBLASLt's heuristic offered {} algorithms, none usable", found);
 }
 
 void GemmPlan::set_epilogue_pointers(const void* bias, const void* aux) {

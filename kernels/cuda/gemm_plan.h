@@ -1,8 +1,10 @@
 // One cuBLASLt GEMM problem made ready to run: its matmul descriptor, matrix layouts and the
-// algorithm the heuristic chose, built once per key (shape, operand type, compute type, epilogue,
-// pointer alignments) and cached, since building descriptors and querying the heuristic costs far
-// more than launching a small GEMM. Host code against cublasLt.h; used by kernels/cuda/gemm.cu.
-// Untested on a GPU so far (this was written on a machine without one).
+// algorithms the heuristic offers (best first, up to kGemmAlgorithms: gemm.cu tries the next when
+// cublasLtMatmul refuses one, kernels/cuda/gemm_fallback.h), built once per key (shape, operand
+// type, compute type, epilogue, pointer alignments) and cached, since building descriptors and
+// querying the heuristic costs far more than launching a small GEMM. Host code against
+// cublasLt.h; used by kernels/cuda/gemm.cu. Untested on a GPU so far (this was written on a
+// machine without one).
 #pragma once
 #include <cublasLt.h>
 
@@ -10,7 +12,9 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
+#include "kernels/cuda/gemm_fallback.h"
 #include "kernels/cuda/gemm_mapping.h"
 
 namespace megatrain::cuda {
@@ -44,8 +48,13 @@ struct GemmKey {
 // The largest power of two (up to 256) that divides the address; 256 for nullptr.
 int pointer_alignment(const void* p);
 
+// The problem in words for errors and the log: shape, leading dimensions, types, epilogue, alignments.
+std::string gemm_describe(const GemmKey& key);
+// Logs (a warning) that the problem `key` ran as `ran` after the failed attempts `failures` names.
+void gemm_log_fallback(const GemmKey& key, GemmAttempt ran, const std::string& failures);
+
 // A plan that cuBLASLt has no algorithm for (an epilogue it does not offer for these types, say)
-// has runnable false and why_not naming the problem; the caller falls back or reports it.
+// has no algos and why_not naming the problem; the caller falls back (gemm_fallback.h).
 class GemmPlan {
  public:
   GemmPlan(cublasLtHandle_t handle, const GemmKey& key, size_t workspace_bytes, const void* bias, const void* aux);
@@ -59,8 +68,7 @@ class GemmPlan {
   Desc desc{nullptr, cublasLtMatmulDescDestroy};
   Layout a{nullptr, cublasLtMatrixLayoutDestroy}, b{nullptr, cublasLtMatrixLayoutDestroy},
       d{nullptr, cublasLtMatrixLayoutDestroy};  // C shares D's layout
-  cublasLtMatmulAlgo_t algo{};
-  bool runnable = false;
+  std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's offers, best first
   std::string why_not;
 };
 

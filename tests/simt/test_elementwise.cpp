@@ -1,6 +1,7 @@
-// kernels/cuda/elementwise.cu under the host SIMT emulation against the CPU ops, bitwise: add, copy,
-// scaling, dropout (the mask of a slice at any offset, vectorised or not) and the float32 ↔ bf16 /
-// fp16 conversions (ties, subnormals, overflow, NaN, infinities and random bit patterns).
+// kernels/cuda/elementwise.cu under the host SIMT emulation against the CPU ops, bitwise: add, the
+// bias added to rows, copy, scaling, dropout (the mask of a slice at any offset, vectorised or
+// not) and the float32 ↔ bf16 / fp16 conversions (ties, subnormals, overflow, NaN, infinities and
+// random bit patterns).
 // Sizes: empty, under a float4, odd, and past one sweep of the grid (the emulated GPU's 8 blocks of
 // 256 threads cover 8192 floats, so 20003 makes the grid-stride loops wrap and leaves a tail of 3);
 // pointers one float off 16-byte alignment take the scalar path.
@@ -55,6 +56,20 @@ TEST(SimtElementwise, AddCopyScaleAreBitwiseTheCpus) {
       gpu::scale_inplace(nullptr, x.data() + shift, n, 0.37f);
       cpu::scale_inplace(x_cpu.data() + shift, n, 0.37f);
       expect_bitwise(x.data(), x_cpu.data(), n + 1, "scale_inplace");
+    }
+}
+
+// The bias of a GEMM that ran without its epilogue (kernels/cuda/gemm.cu): every row gains the
+// bias, float4-wide where the width and pointers allow and one by one where not.
+TEST(SimtElementwise, BiasAddAddsTheBiasToEveryRow) {
+  for (const auto& [N, C] : {std::pair{0, 8}, std::pair{1, 1}, std::pair{9, 40}, std::pair{5, 7}, std::pair{3, 1030}})
+    for (int shift : {0, 1}) {  // shift 1: misaligned, scalar path
+      const auto bias = randn(static_cast<size_t>(C) + 1, 3);
+      std::vector<float> out = randn(static_cast<size_t>(N) * C + 1, 4), want = out;
+      gpu::bias_add(nullptr, out.data() + shift, bias.data() + shift, N, C);
+      for (int64_t i = 0; i < int64_t{N} * C; ++i)
+        want[static_cast<size_t>(i + shift)] += bias[static_cast<size_t>(i % C + shift)];
+      expect_bitwise(out.data(), want.data(), int64_t{N} * C + 1, "bias_add");  // and nothing written outside
     }
 }
 
