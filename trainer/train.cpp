@@ -182,12 +182,13 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
                    scaler ? fmt::format("; dynamic loss scale from {:g}", scaler->scale()) : "");
     if (cfg.train.device != Device::cpu) {
       const LocalDims local = local_dims(cfg.model, run.layout.tp());  // this rank's heads
+      const AttentionPath attention = cuda_backend().attention_path(
+          run.stream, cfg.train.micro_batch_size, cfg.train.seq_len, local.heads, local.kv_heads, cfg.model.head_dim());
       spdlog::info("train.device = \"cuda\": one device per rank; GEMMs: {}; attention: {}; the communicators move "
                    "device buffers through {}",
-                   matmul_path(run.stream),
-                   cuda_backend().attention_path(run.stream, cfg.train.micro_batch_size, cfg.train.seq_len,
-                                                 local.heads, local.kv_heads, cfg.model.head_dim()),
+                   matmul_path(run.stream), attention.path,
                    cuda_backend().host_addressable() ? "MPI (this backend's memory is host memory)" : "NCCL");
+      if (!attention.warning.empty()) spdlog::warn("WARNING: attention: {}", attention.warning);
     }
     spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} chunk(s) per rank, {} "
                  "micro-batch slots on rank 0), dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",

@@ -31,6 +31,16 @@
 
 namespace megatrain {
 
+// The attention kernels a run uses, for its start-up log (trainer/train.cpp). `path`: which kernels
+// and why those. `warning`: non-empty when the run asked for cuDNN's fused attention
+// (train.attention_backend = "auto" on bf16 or fp16) and does not get it, saying why — the cuDNN
+// version and its reason, or a build without cuDNN's attention — since the float32 flash kernels
+// that run instead are slower.
+struct AttentionPath {
+  std::string path;
+  std::string warning;
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -84,9 +94,9 @@ class DeviceBackend {
   // AttentionImpl; flash until this is called). A backend without cuDNN's attention runs flash for
   // automatic and throws Error for cudnn, saying why.
   virtual void set_attention(AttentionImpl impl) = 0;
-  // What attention of this shape runs as on stream s (the start-up log); with automatic this may
-  // build cuDNN's plans for the shape.
-  virtual std::string attention_path(const Stream& s, int B, int T, int H, int Hkv, int D) = 0;
+  // What attention of this shape runs as on stream s, and why (the start-up log); with automatic
+  // this may build cuDNN's plans for the shape.
+  virtual AttentionPath attention_path(const Stream& s, int B, int T, int H, int Hkv, int D) = 0;
   virtual void embedding_forward(const Stream& s, float* out, const int32_t* tokens, const float* wte, int64_t N,
                                  int V, int C, int vocab_begin) = 0;
   virtual void embedding_backward(const Stream& s, float* dwte, const float* dout, const int32_t* tokens, int64_t N,

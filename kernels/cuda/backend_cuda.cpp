@@ -10,6 +10,8 @@
 
 #include "kernels/cuda/kernel_backend.h"
 #ifdef MEGATRAIN_HAS_CUDNN
+#include <cudnn.h>
+
 #include "kernels/cuda/cudnn_attention.h"
 #endif
 
@@ -21,6 +23,15 @@ void check(cudaError_t e, const char* what) {
 }
 
 GemmMode gemm_mode(const Stream& s) { return GemmMode{s.matmul, Fp32Math::exact}; }
+
+#ifdef MEGATRAIN_HAS_CUDNN
+// The cuDNN library this process loaded (not the headers it was built against), as 9.19.0.
+std::string cudnn_version() {
+  const size_t v = cudnnGetVersion();  // 9.x: major·10000 + minor·100 + patch; 8.x: major·1000 + …
+  return v >= 90000 ? fmt::format("{}.{}.{}", v / 10000, v % 10000 / 100, v % 100)
+                    : fmt::format("{}.{}.{}", v / 1000, v % 1000 / 100, v % 100);
+}
+#endif
 
 class CudaBackend final : public KernelBackend {
  public:
@@ -69,11 +80,23 @@ class CudaBackend final : public KernelBackend {
   // cuDNN's path: the float32 tensors rounded to the stream's 16-bit type around it; the
   // statistics are float32 throughout, so lse is written and read in place.
   void set_attention(AttentionImpl impl) override { attention_ = impl; }
-  std::string attention_path(const Stream& s, int B, int T, int H, int Hkv, int D) override {
-    if (attention_ != AttentionImpl::flash && use_cudnn(s, {B, T, H, Hkv, D, s.matmul}))
-      return fmt::format("cuDNN's fused attention on {} copies, float32 softmax", precision_name(s.matmul));
-    const std::string why = attention_ == AttentionImpl::flash ? "" : cudnn_problem(s, {B, T, H, Hkv, D, s.matmul});
-    return fmt::format("the flash-attention kernels, float32{}", why.empty() ? "" : " (cuDNN: " + why + ")");
+  AttentionPath attention_path(const Stream& s, int B, int T, int H, int Hkv, int D) override {
+    const bool automatic = attention_ == AttentionImpl::automatic;
+    if (attention_ == AttentionImpl::flash || (automatic && s.matmul == Precision::fp32))
+      return KernelBackend::attention_path(s, B, T, H, Hkv, D);
+    const SdpaProblem p{B, T, H, Hkv, D, s.matmul};
+    if (use_cudnn(s, p))  // with cudnn, throws when cuDNN cannot
+      return {fmt::format("cuDNN's fused attention on {} copies, float32 softmax (cuDNN {}, train.attention_backend "
+                          "= \"{}\")",
+                          precision_name(s.matmul), cudnn_version(), automatic ? "auto" : "cudnn"),
+              ""};
+    const std::string why = cudnn_problem(s, p);  // automatic, refused
+    return {fmt::format("the flash-attention kernels, float32 (cuDNN {} refuses the shape)", cudnn_version()),
+            fmt::format("train.attention_backend = \"auto\" with precision {} asks for cuDNN's fused attention, but "
+                        "cuDNN {} refuses attention of {} × {} tokens, {} heads ({} key/value) of {}: {}; attention "
+                        "runs on the float32 flash kernels, slower (a newer cuDNN may take the shape; "
+                        "train.attention_backend = \"flash\" chooses them without this warning)",
+                        precision_name(s.matmul), cudnn_version(), B, T, H, Hkv, D, why)};
   }
   void attention_forward(const Stream& s, float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv,
                          int D) override {
@@ -136,7 +159,6 @@ class CudaBackend final : public KernelBackend {
   std::mutex mutex_;
   std::unordered_map<void*, std::unique_ptr<GemmContext>> gemms_;
 #ifdef MEGATRAIN_HAS_CUDNN
-  AttentionImpl attention_ = AttentionImpl::flash;  // until set_attention
   std::unique_ptr<CudnnAttention> cudnn_;  // made on the first use of cuDNN
 #endif
 };

@@ -2,6 +2,8 @@
 // scratch the launcher needs allocated for the call alone.
 #include "kernels/cuda/kernel_backend.h"
 
+#include <fmt/format.h>
+
 namespace megatrain::MT_CUDA_NS {
 namespace {
 
@@ -91,10 +93,23 @@ void KernelBackend::set_attention(AttentionImpl impl) {
         "cuDNN's fused attention is not in this device backend (the host emulation of the tests, or a build whose "
         "configure step found no cuDNN frontend headers: scripts/setup.sh fetches them); use the flash kernels "
         "(\"auto\" or \"flash\")");
+  attention_ = impl;
 }
 
-std::string KernelBackend::attention_path(const Stream&, int, int, int, int, int) {
-  return "the flash-attention kernels, float32";
+AttentionPath KernelBackend::attention_path(const Stream& s, int, int, int, int, int) {
+  if (attention_ == AttentionImpl::flash)
+    return {"the flash-attention kernels, float32 (train.attention_backend = \"flash\")", ""};
+  if (s.matmul == Precision::fp32)
+    return {"the flash-attention kernels, float32 (train.precision is fp32; cuDNN's fused attention takes bf16 or "
+            "fp16)",
+            ""};
+  return {"the flash-attention kernels, float32 (this build has no cuDNN attention)",
+          fmt::format("train.attention_backend = \"auto\" with precision {} asks for cuDNN's fused attention, but "
+                      "this build has no cuDNN attention (the host emulation of the tests, or a build whose configure "
+                      "step found no cuDNN frontend headers: scripts/setup.sh fetches them); attention runs on the "
+                      "float32 flash kernels, slower (train.attention_backend = \"flash\" chooses them without this "
+                      "warning)",
+                      precision_name(s.matmul))};
 }
 
 void KernelBackend::embedding_forward(const Stream& s, float* out, const int32_t* tokens, const float* wte, int64_t N,

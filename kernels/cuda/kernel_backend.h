@@ -52,7 +52,9 @@ class KernelBackend : public DeviceBackend {
                           const float* lse, int B, int T, int H, int Hkv, int D) override;
   // The flash kernels only: automatic and flash run them, cudnn is an Error.
   void set_attention(AttentionImpl impl) override;
-  std::string attention_path(const Stream& s, int B, int T, int H, int Hkv, int D) override;
+  // The flash kernels, why, and under automatic on a 16-bit precision a warning that this build
+  // has no cuDNN attention.
+  AttentionPath attention_path(const Stream& s, int B, int T, int H, int Hkv, int D) override;
   void embedding_forward(const Stream& s, float* out, const int32_t* tokens, const float* wte, int64_t N, int V,
                          int C, int vocab_begin) override;
   void embedding_backward(const Stream& s, float* dwte, const float* dout, const int32_t* tokens, int64_t N, int V,
@@ -87,6 +89,8 @@ class KernelBackend : public DeviceBackend {
 
  protected:
   static cudaStream_t stream_of(const Stream& s) { return static_cast<cudaStream_t>(s.handle); }
+
+  AttentionImpl attention_ = AttentionImpl::flash;  // until set_attention
 };
 
 }  // namespace megatrain::MT_CUDA_NS

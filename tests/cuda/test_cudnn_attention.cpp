@@ -80,10 +80,13 @@ TEST_F(CudnnAttention, MatchesTheFlashKernelsWithinBf16Rounding) {
 
 TEST_F(CudnnAttention, AutomaticChoosesByPrecisionAndCudnnOnFloat32IsAnError) {
   backend_->set_attention(AttentionImpl::automatic);
-  EXPECT_NE(backend_->attention_path(Stream{Device::cuda, nullptr, Precision::bf16}, 2, 128, 4, 2, 64).find("cuDNN"),
-            std::string::npos);
-  EXPECT_NE(backend_->attention_path(Stream{Device::cuda, nullptr, Precision::fp32}, 2, 128, 4, 2, 64).find("flash"),
-            std::string::npos);
+  const AttentionPath bf16 = backend_->attention_path(Stream{Device::cuda, nullptr, Precision::bf16}, 2, 128, 4, 2, 64);
+  EXPECT_EQ(bf16.path.rfind("cuDNN's fused attention on bf16 copies", 0), 0u) << bf16.path;
+  EXPECT_NE(bf16.path.find("(cuDNN 9."), std::string::npos) << bf16.path;  // the loaded library's version
+  EXPECT_EQ(bf16.warning, "");
+  const AttentionPath fp32 = backend_->attention_path(Stream{Device::cuda, nullptr, Precision::fp32}, 2, 128, 4, 2, 64);
+  EXPECT_EQ(fp32.path.rfind("the flash-attention kernels, float32 (train.precision is fp32", 0), 0u) << fp32.path;
+  EXPECT_EQ(fp32.warning, "");  // float32 never asks for cuDNN
   try {
     run(AttentionImpl::cudnn, Precision::fp32, 1, 64, 2, 2, 64);
     ADD_FAILURE() << "cudnn on a float32 stream ran";

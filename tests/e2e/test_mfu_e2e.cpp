@@ -41,17 +41,19 @@ class MfuE2E : public TrainE2E {
   }
 };
 
-// Every timing of the start-up measurement sleeps 400 ms, so it reads at most 2·1024³ FLOPs / 0.4 s
-// = 5.4 GFLOP/s, below what the tiny model's steps reach: the first logged interval outruns it,
-// every rank measures again (undisturbed), the log says so with the new figure, and every row
-// divides by that figure, MFU ≤ 1 and not capped.
+// Every timing of the start-up measurement sleeps 1 s, so it reads at most 2·1024³ FLOPs / 1 s =
+// 2.15 GFLOP/s, below what the tiny model's steps reach (30-80 GFLOP/s here alone, 4.5 on a machine
+// busy with other builds and tests): a logged interval outruns it, every rank measures again
+// (undisturbed), the log says so with the new figure, and from that row on every row divides by
+// it; the rows before it (none on a quiet machine) divide by the disturbed figure without exceeding
+// it. MFU is ≤ 1 and never capped throughout.
 TEST_F(MfuE2E, ADisturbedStartupPeakIsMeasuredAgainAndMfuStaysAtMost100) {
-  const auto r = run("env MEGATRAIN_FAULT=peak_slow:ms=400", "");
+  const auto r = run("env MEGATRAIN_FAULT=peak_slow:ms=1000", "");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("FAULT_INJECTED kind=peak_slow rank=0 step=0 ms=400"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("FAULT_INJECTED kind=peak_slow rank=0 step=0 ms=1000"), std::string::npos) << r.output;
   const double disturbed = figure_after(r.output, "MFU peak: measured ");
   ASSERT_GT(disturbed, 0.0) << r.output;
-  ASSERT_LT(disturbed, 5.4) << r.output;
+  ASSERT_LT(disturbed, 2.15) << r.output;
   std::smatch m;
   const std::regex remeasured("MFU peak re-measured \\(1/3\\): [^\n]* measured ([0-9.e+]+) GFLOP/s per rank now "
                               "\\(fp32 GEMM[^\n]* MFU divides by ([0-9.e+]+) GFLOP/s");
@@ -60,17 +62,24 @@ TEST_F(MfuE2E, ADisturbedStartupPeakIsMeasuredAgainAndMfuStaysAtMost100) {
   EXPECT_GT(again, disturbed);
   const auto rows = test::metrics_lines(dir_ / "m.jsonl");
   ASSERT_EQ(rows.size(), 3u);
-  EXPECT_NEAR(rows[0].at("mfu_peak").at("tflops").get<double>() * 1e3, again, 1e-3 * again);  // the log: 4 digits
+  bool after = false;  // a row dividing by the re-measured peak has been seen
   for (const auto& j : rows) {
     const auto& peak = j.at("mfu_peak");
     EXPECT_EQ(peak.at("source"), "measured fp32 GEMM") << j;
     EXPECT_FALSE(peak.at("exceeded").get<bool>()) << j;
-    EXPECT_GE(peak.at("tflops").get<double>() * 1e3, again * (1 - 1e-3)) << j;  // a peak only rises
+    const double gflops = peak.at("tflops").get<double>() * 1e3;
+    if (after || gflops > disturbed * 1.01) {
+      after = true;
+      EXPECT_GE(gflops, again * (1 - 1e-3)) << j;  // the log has 4 digits; a peak only rises
+    } else {
+      EXPECT_NEAR(gflops, disturbed, 1e-3 * disturbed) << j;
+    }
     const double mfu = j.at("mfu").get<double>();
     EXPECT_LE(mfu, 1.0) << j;
     EXPECT_NEAR(mfu, kFlopsPerToken * j.at("tokens_per_s").get<double>() / (peak.at("tflops").get<double>() * 1e12),
                 1e-9) << j;
   }
+  EXPECT_TRUE(after) << "no row divides by the re-measured peak";
   expect_console_mfu_at_most_100(r.output);
 }
 

@@ -173,6 +173,24 @@ TEST_F(DeviceE2E, MixedPrecisionTrainsLikeTheCpu) {
   EXPECT_CONTAINS(log_, "attention: cuDNN's fused attention on bf16 copies");
 }
 
+// train.attention_backend = "auto" on bf16 asks for cuDNN's attention: the run gets it, or its
+// start-up log says which kernels run instead and warns why — cuDNN's version and reason on a GPU,
+// or (the emulation) that the build has none.
+TEST_F(DeviceE2E, OneRankAutoAttentionRunsCudnnOrWarns) {
+  on_device(1, "--set train.precision='\"bf16\"' --set train.attention_backend='\"auto\"' --set train.steps=1",
+            "auto");
+  if (on_gpus() && log_.find("attention: cuDNN's fused attention on bf16 copies") != std::string::npos) return;
+  EXPECT_CONTAINS(log_, "WARNING: attention: train.attention_backend = \"auto\" with precision bf16 asks for "
+                        "cuDNN's fused attention, but ");
+  EXPECT_CONTAINS(log_, "attention runs on the float32 flash kernels");
+  if (on_gpus()) {
+    EXPECT_CONTAINS(log_, "attention: the flash-attention kernels, float32 (cuDNN ");
+  } else {
+    EXPECT_CONTAINS(log_, "attention: the flash-attention kernels, float32 (this build has no cuDNN attention)");
+    EXPECT_CONTAINS(log_, "but this build has no cuDNN attention");
+  }
+}
+
 // Saved on the device at dp 2, ZeRO 1 (each rank's optimizer shard copied down) after step 2;
 // resumed there (copied up), steps 3–4 and the validation at 4 equal the uninterrupted run's. The
 // model has a dense block and an MoE block at ep 2, so the state comes down and goes up in both of
