@@ -1,17 +1,22 @@
 // kernel_times: the time of each op of kernels/ops.h at a model's shapes on one device, against a
 // reference where one exists (bench/gpu/run.sh step 3; issue: CUDA backend):
 //   - GEMMs (the linear layers, forward and both backward products) against the same products by
-//     plain cuBLAS (cublasGemmEx, float32 accumulation, the same input type: bench/gpu/cublas_reference.h);
+//     plain cuBLAS (cublasGemmEx, float32 accumulation, the same input type) on the same random
+//     operands (bench/gpu/cublas_reference.h);
 //   - the flash-attention kernels against cuDNN's fused attention (kernels/cuda/cudnn_attention.h,
 //     with its bf16 conversions) when the backend has it and the GEMM inputs are bf16;
 //   - the memory-bound ops (norms, activations, loss, AdamW) against a device-to-device copy moving
 //     the same number of bytes, the practical bound of a kernel that reads and writes each byte once.
 //   kernel_times --device cuda|cpu --shape gpt2_124m|llama_1b3|tiny [--iters N] [--precision fp32|bf16]
-// Each figure: the mean over N calls (default 20) after 3 warm-up calls, timed by Events on the
-// stream. On CPU there is no reference; `--device cpu --shape tiny` is the benchmark's own check.
+// Each figure, the op's and its reference's alike: the median of 5 timings of N/5 calls each (N =
+// --iters, default 20; at least one call a timing) after 3 warm-up calls, in milliseconds per call,
+// timed by Events on the stream; the median leaves out a timing that a clock change or another
+// process disturbed. On CPU there is no reference; `--device cpu --shape tiny` is the benchmark's
+// own check.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -61,15 +66,33 @@ class Bench {
     copy_from_host(s_, t, host.data());
     return t;
   }
-  // Mean milliseconds per call of op, after 3 warm-up calls.
+  // The same values in the stream's 16-bit GEMM input type (t itself on a float32 stream): the
+  // operands the cuBLAS reference multiplies.
+  Tensor gemm_input(const Tensor& t) {
+    if (s_.matmul == Precision::fp32) return t;
+    arenas_.emplace_back(static_cast<size_t>(t.numel()) * 2, s_);
+    Arena& a = arenas_.back();
+    const Tensor half =
+        Tensor(a.alloc_u16(t.numel()), t.shape, s_.matmul == Precision::bf16 ? DType::bf16 : DType::f16).on(a.device());
+    convert(s_, half, t);
+    return half;
+  }
+  // Milliseconds per call of op: the median of kTimings timings of iters/kTimings calls each (at
+  // least one), after 3 warm-up calls.
   double time(const std::function<void()>& op) {
     for (int i = 0; i < 3; ++i) op();
-    Event start(s_.device), end(s_.device);
-    start.record(s_);
-    for (int i = 0; i < iters_; ++i) op();
-    end.record(s_);
-    end.synchronize();
-    return elapsed_ms(start, end) / iters_;
+    const int calls = std::max(1, iters_ / kTimings);
+    std::vector<double> ms;
+    for (int t = 0; t < kTimings; ++t) {
+      Event start(s_.device), end(s_.device);
+      start.record(s_);
+      for (int i = 0; i < calls; ++i) op();
+      end.record(s_);
+      end.synchronize();
+      ms.push_back(elapsed_ms(start, end) / calls);
+    }
+    std::nth_element(ms.begin(), ms.begin() + kTimings / 2, ms.end());
+    return ms[kTimings / 2];
   }
   // The time of a device copy moving `bytes` (half read, half written).
   double copy_ms(int64_t bytes) {
@@ -78,9 +101,9 @@ class Bench {
     return time([&] { copy(s_, b.part(0, n), a.part(0, n)); });
   }
   const Stream& stream() const { return s_; }
-  int iters() const { return iters_; }
 
  private:
+  static constexpr int kTimings = 5;  // odd: the median is one of them
   Stream s_;
   int iters_;
   uint64_t draws_ = 0;
@@ -105,13 +128,21 @@ void linear(Bench& b, const std::string& name, int64_t N, int C, int OC) {
   const Tensor x = b.randn({N, C}), w = b.randn({OC, C}, 0.02f), y = b.randn({N, OC}), dy = b.randn({N, OC});
   const Tensor dx = b.randn({N, C}), dw = b.randn({OC, C});
   const double flops = 2.0 * static_cast<double>(N) * C * OC;
-  const auto ref = [&](CublasProduct p) -> std::optional<double> { return cublas_gemm_ms(s, p, N, C, OC, b.iters()); };
+  // cuBLAS on the same values, in the GEMM's input type (rounded once here), into the same outputs.
+  std::optional<CublasOperands> operands;
+  if (s.device == Device::cuda) operands = CublasOperands{b.gemm_input(x), b.gemm_input(w), b.gemm_input(dy), {}};
+  const auto ref = [&](CublasProduct p, const Tensor& out) -> std::optional<double> {
+    if (!operands) return std::nullopt;
+    operands->out = out;
+    const auto call = cublas_gemm(s, p, *operands);
+    return call ? std::optional<double>(b.time(*call)) : std::nullopt;
+  };
   const double f = b.time([&] { matmul_forward(s, y, x, w, Tensor{}); });
-  row(name + " forward", f, tflops(flops, f), "cuBLAS", ref(CublasProduct::forward));
+  row(name + " forward", f, tflops(flops, f), "cuBLAS", ref(CublasProduct::forward, y));
   const double di = b.time([&] { matmul_backward(s, dx, Tensor{}, Tensor{}, dy, x, w); });
-  row(name + " input grad", di, tflops(flops, di), "cuBLAS", ref(CublasProduct::input_grad));
+  row(name + " input grad", di, tflops(flops, di), "cuBLAS", ref(CublasProduct::input_grad, dx));
   const double dwt = b.time([&] { matmul_backward(s, Tensor{}, dw, Tensor{}, dy, x, Tensor{}); });
-  row(name + " weight grad", dwt, tflops(flops, dwt), "cuBLAS", ref(CublasProduct::weight_grad));
+  row(name + " weight grad", dwt, tflops(flops, dwt), "cuBLAS", ref(CublasProduct::weight_grad, dw));
 }
 
 void run(Bench& b, const Shapes& m) {
@@ -208,12 +239,14 @@ int main(int argc, char** argv) {
   app.add_option("--shape", shape, "gpt2_124m, llama_1b3 or tiny")
       ->check(CLI::IsMember({"gpt2_124m", "llama_1b3", "tiny"}));
   app.add_option("--precision", precision, "the GEMMs' inputs: fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
-  app.add_option("--iters", iters, "timed calls per op")->check(CLI::Range(1, 100000));
+  app.add_option("--iters", iters, "timed calls per op, in 5 timings whose median is reported")
+      ->check(CLI::Range(1, 100000));
   CLI11_PARSE(app, argc, argv);
   try {
     const Precision p = precision == "bf16" ? Precision::bf16 : Precision::fp32;
     Bench b(Stream{device == "cuda" ? Device::cuda : Device::cpu, nullptr, p}, iters);
-    fmt::print("{} shapes on {}, GEMM inputs {}, {} calls per op\n", shape, device, precision, iters);
+    fmt::print("{} shapes on {}, GEMM inputs {}, {} calls per op: ms per call, median of 5 timings\n", shape, device,
+               precision, iters);
     run(b, shapes_of(shape));
   } catch (const Error& e) {
     fmt::print(stderr, "kernel_times: {}\n", e.what());
