@@ -1,11 +1,13 @@
 // Fixture for end-to-end tests: a temp folder with a byte-level dataset made from two of Debian's
-// fortune files (train: science, valid: wisdom) and a tiny config, and a helper that trains and
-// returns the metrics file's JSON lines (tests/e2e/metrics_reader.h), in one process or on MPI ranks.
+// fortune files (train: science, valid: wisdom; from $MEGATRAIN_FORTUNES where it is set) and a
+// tiny config, and a helper that trains and returns the metrics file's JSON lines
+// (tests/e2e/metrics_reader.h), in one process or on MPI ranks.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -18,15 +20,22 @@
 namespace megatrain::test {
 namespace fs = std::filesystem;
 
-inline constexpr const char* kFortunes = "/usr/share/games/fortunes";
+// The folder of the fortune files `science` and `wisdom`: Debian's (package fortunes), or
+// $MEGATRAIN_FORTUNES on a machine without the package (a folder holding copies of the two).
+inline fs::path fortunes_dir() {
+  const char* dir = std::getenv("MEGATRAIN_FORTUNES");
+  return dir != nullptr && *dir != 0 ? fs::path(dir) : fs::path("/usr/share/games/fortunes");
+}
 
 class TrainE2E : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(fs::exists(fs::path(kFortunes) / "science")) << "Debian package fortunes missing: run scripts/setup.sh";
+    ASSERT_TRUE(fs::exists(fortunes_dir() / "science") && fs::exists(fortunes_dir() / "wisdom"))
+        << "no fortune files science and wisdom in " << fortunes_dir()
+        << ": run scripts/setup.sh (Debian package fortunes), or set MEGATRAIN_FORTUNES to a folder holding them";
     for (const auto& [name, file] : {std::pair{"train", "science"}, std::pair{"valid", "wisdom"}}) {
       auto r = test::run_megatrain("preprocess --tokenizer bytes --doc-separator % --input " +
-                             (fs::path(kFortunes) / file).string() + " --output-prefix " + (dir_ / name).string());
+                                   (fortunes_dir() / file).string() + " --output-prefix " + (dir_ / name).string());
       ASSERT_EQ(r.code, 0) << r.output;
     }
     config_ = dir_ / "tiny.toml";

@@ -148,7 +148,7 @@ TEST_F(TrainE2E, TokenizeAndInspectShowWhatTheDataHolds) {
   EXPECT_NE(r.output.find("'999' is not a token id"), std::string::npos) << r.output;
 
   // Document 0 of the training set is the first fortune of the science file, then EOD.
-  std::ifstream in(fs::path(test::kFortunes) / "science");
+  std::ifstream in(test::fortunes_dir() / "science");
   std::string first, line;
   while (std::getline(in, line) && line != "%") first += line + "\n";
   r = run_megatrain("data inspect " + (dir_ / "train").string());

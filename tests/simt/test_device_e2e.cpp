@@ -1,19 +1,23 @@
 // train.device = "cuda" end to end, without a GPU: megatrain_simt is the megatrain binary whose
 // Device::cuda ops run the CUDA kernels' own source under the host SIMT emulation
-// (megatrain_simt.cpp). With MEGATRAIN_DEVICE_BIN set (ctest device_e2e_cuda, label cuda, through
-// tests/cuda/with_gpus.sh) the same tests run that binary — the megatrain binary — on GPUs, one
-// per rank, skipping the cases that need more ranks than there are GPUs. Each layout trains on
-// device memory — stages, ZeRO buffers, optimizer moments, pipeline messages — and is held to the
-// CPU binary's single process: loss, gradient norm and validation loss of every step within 1e-5
-// relative (the kernels sum in other orders than the CPU ops; dropout is on, so the masks are the
-// CPU's too); mixed precision is held to the CPU binary with the same layout within 1e-3
-// (kMixedRel). A device checkpoint resumes bitwise, and settings the device path does not run yet
-// are refused naming the fix.
+// (megatrain_simt.cpp). With MEGATRAIN_DEVICE_BIN set (ctest device_e2e_cuda.DeviceE2E.<case>,
+// label cuda, through tests/cuda/with_gpus.sh) the same tests run that binary — the megatrain
+// binary — on GPUs, one per rank, skipping the cases that need more ranks than there are GPUs.
+// Each layout trains on device memory — stages, ZeRO buffers, optimizer moments, pipeline
+// messages — and is held to the CPU binary's single process: loss, gradient norm and validation
+// loss of every step within 1e-5 relative (the kernels sum in other orders than the CPU ops;
+// dropout is on, so the masks are the CPU's too); mixed precision is held to the CPU binary with
+// the same layout within 1e-3 (kMixedRel). A device checkpoint resumes bitwise, and settings the
+// device path does not run yet are refused naming the fix. One GPU runs one-rank versions of the
+// two-rank mixed-precision and cuDNN checks, and GPT-2 124M's shape against the CPU binary. The
+// fortune files come from $MEGATRAIN_FORTUNES where it is set (tests/e2e/e2e_fixture.h).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "health/exit_codes.h"
 #include "tests/e2e/e2e_fixture.h"
@@ -57,13 +61,15 @@ std::string too_few_gpus(int ranks) {
 
 class DeviceE2E : public test::TrainE2E {
  protected:
-  // `np` ranks of `bin` with `extra` flags; the metrics' JSON lines (the log in log_).
-  std::vector<json> run(const std::string& bin, int np, const std::string& extra, const std::string& name) {
+  // `np` ranks of `bin` with `extra` flags after `steps` (kShort's run, or another), each rank with
+  // `threads` OpenMP threads; the metrics' JSON lines (the log in log_).
+  std::vector<json> run(const std::string& bin, int np, const std::string& extra, const std::string& name,
+                        const std::string& steps = kShort, int threads = 1) {
     const fs::path metrics = dir_ / (name + ".jsonl");
     const std::string cmd =
         fmt::format("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np {} "
-                    "-x OMP_NUM_THREADS=1 {} train --config {} --set log.metrics_file={} {} {}",
-                    np, bin, config_.string(), metrics.string(), kShort, extra);
+                    "-x OMP_NUM_THREADS={} {} train --config {} --set log.metrics_file={} {} {}",
+                    np, threads, bin, config_.string(), metrics.string(), steps, extra);
     const auto r = test::run_shell(cmd, 600);
     EXPECT_EQ(r.code, 0) << cmd << "\n" << r.output;
     log_ = r.output;
@@ -173,6 +179,29 @@ TEST_F(DeviceE2E, MixedPrecisionTrainsLikeTheCpu) {
   EXPECT_CONTAINS(log_, "attention: cuDNN's fused attention on bf16 copies");
 }
 
+// The one-GPU version of MixedPrecisionTrainsLikeTheCpu: bf16 on the device (the 16-bit parameter
+// copy and GEMM operands rounded there, the flash kernels) against bf16 in the CPU binary.
+TEST_F(DeviceE2E, OneRankBf16TrainsLikeTheCpu) {
+  const std::string bf16 = "--set train.precision='\"bf16\"'";
+  EXPECT_EQ(test::compare_runs(on_cpu(bf16, "bf16_cpu"), on_device(1, bf16, "bf16_device"), kMixedRel, "bf16"),
+            kCompared);
+  EXPECT_CONTAINS(log_, "precision bf16: compute reads a bf16 copy of the float32 master weights");
+}
+
+// The one-GPU version of MixedPrecisionTrainsLikeTheCpu's cuDNN check: cuDNN's attention
+// (train.attention_backend = "auto" on bf16) against the flash kernels; its bf16 copies of q, k, v
+// and the output move the loss and norm by well under 2 %.
+TEST_F(DeviceE2E, OneRankCudnnMatchesFlash) {
+  if (!on_gpus())
+    GTEST_SKIP() << "cuDNN's attention runs on a GPU only; the emulation has the flash kernels "
+                    "(OneRankAutoAttentionRunsCudnnOrWarns checks what a run there says)";
+  const std::string bf16 = "--set train.precision='\"bf16\"' ";
+  const auto flash = on_device(1, bf16, "bf16_flash");
+  const auto cudnn = on_device(1, bf16 + "--set train.attention_backend='\"auto\"'", "bf16_cudnn");
+  EXPECT_EQ(test::compare_runs(flash, cudnn, 2e-2, "cudnn vs flash"), kCompared);
+  EXPECT_CONTAINS(log_, "attention: cuDNN's fused attention on bf16 copies");
+}
+
 // train.attention_backend = "auto" on bf16 asks for cuDNN's attention: the run gets it, or its
 // start-up log says which kernels run instead and warns why — cuDNN's version and reason on a GPU,
 // or (the emulation) that the build has none.
@@ -189,6 +218,29 @@ TEST_F(DeviceE2E, OneRankAutoAttentionRunsCudnnOrWarns) {
     EXPECT_CONTAINS(log_, "attention: the flash-attention kernels, float32 (this build has no cuDNN attention)");
     EXPECT_CONTAINS(log_, "but this build has no cuDNN attention");
   }
+}
+
+// configs/gpt2_124m.toml's shape — 12 layers of width 768, 12 heads of 64, its vocabulary of 50257
+// padded to 50304, 1024 tokens — for 3 steps of one sequence in float32 on one GPU against the CPU
+// binary on every core. Both are float32 and differ only in the order of their sums; the tiny
+// model's 1e-5 (kRel) covers sums of at most a few hundred terms, and this shape's go to 1024
+// (attention over keys, weight gradients over tokens), 3072 (the MLP's down projection) and
+// 50304 (the softmax's normaliser). Rounding differences grow about as the square root of a sum's
+// length, about 14× from 256 to 50304, so the bound is 1e-4; a wrong index or a lost term moves
+// the loss (ln 50304 ≈ 10.8 at the start) by far more.
+TEST_F(DeviceE2E, ProductionShapeTrainsLikeTheCpu) {
+  if (!on_gpus())
+    GTEST_SKIP() << "GPT-2 124M at 1024 tokens is too slow for the emulation (every GPU thread a fiber); it runs on "
+                    "a GPU";
+  const std::string gpt2 =
+      "--set model.n_layers=12 --set model.d_model=768 --set model.n_heads=12 --set model.vocab_size=50257 "
+      "--set model.max_seq_len=1024 --set model.dropout=0.0 --set train.seq_len=1024 --set train.micro_batch_size=1 "
+      "--set train.global_batch_size=1 --set train.steps=3 --set train.eval_interval=0 --set optimizer.warmup_steps=1";
+  constexpr double kProductionRel = 1e-4;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto cpu = run(test::megatrain_bin(), 1, gpt2, "gpt2_cpu", "", cores);
+  const auto device = run(device_bin(), 1, std::string(kOnDevice) + " " + gpt2, "gpt2_device", "");
+  EXPECT_EQ(test::compare_runs(cpu, device, kProductionRel, "gpt2 124m shape"), 3 * 2);
 }
 
 // Saved on the device at dp 2, ZeRO 1 (each rank's optimizer shard copied down) after step 2;
