@@ -62,6 +62,13 @@ if [ "${SKIP_PIP:-0}" != 1 ]; then
   fi
 fi
 
+# The CUDA toolkit where NVIDIA's installers put it, when its nvcc is not on PATH: the cuDNN
+# frontend below is fetched only where nvcc is found, and CMake's check_language(CUDA) looks on PATH.
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+  echo "setup: nvcc is not on PATH; using /usr/local/cuda/bin/nvcc"
+fi
+
 # cuDNN's frontend, header-only C++ that NVIDIA ships on PyPI as the nvidia-cudnn-frontend wheel,
 # for the CUDA backend's fused attention (kernels/cuda/cudnn_attention.h): only its include/ folder,
 # unpacked into build/_deps, where a CUDA toolkit is installed. Pinned; fetched once.
@@ -79,5 +86,18 @@ fi
 
 build_type=${BUILD_TYPE:-Release}
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" ${MEGATRAIN_CMAKE_ARGS:-}
+# Whether the CUDA backend is built, as the configure step decided (MEGATRAIN_CUDA in its cache).
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" build/CMakeCache.txt; }
+nvcc_found=$(command -v nvcc || true)
+if [ "$(cache_value MEGATRAIN_CUDA)" = ON ]; then
+  nvcc_used=$(cache_value CMAKE_CUDA_COMPILER)
+  nvcc_version=$("$nvcc_used" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
+  echo "setup: CUDA backend: ON (nvcc $nvcc_version at $nvcc_used)"
+elif [ -n "$nvcc_found" ]; then
+  echo "setup: CUDA backend: OFF (MEGATRAIN_CUDA=OFF was asked for; nvcc is at $nvcc_found)"
+else
+  echo "setup: CUDA backend: OFF (no nvcc found on PATH or at /usr/local/cuda/bin/nvcc;" \
+    "install the CUDA toolkit to build it)"
+fi
 cmake --build build -j "$(nproc)"
 echo "setup: built build/megatrain"
