@@ -3,7 +3,8 @@
 //   p ← p − (lr / (1−β₁ᵗ)) · m / (√v / √(1−β₂ᵗ) + ε).
 // [Note: fused 16-bit copy] With a 16-bit copy (mixed precision) the same pass also writes the
 // updated p rounded to bf16 or fp16 — the bits f32_to_half gives (kernels/half.h) — so the masters
-// are not read a second time to make the copy compute reads. Both forms run one element function.
+// are not read a second time from memory to make the copy compute reads (a block is rounded while
+// it is still in cache). Both forms run one element function.
 #include <cmath>
 
 #include "kernels/cpu/cpu.h"
@@ -33,12 +34,20 @@ inline float update_one(float* param, const float* grad, float* m, float* v, int
   return p;
 }
 
+// Blocks of kBlock elements: the vectorised update, then the rounding of the block while it is in
+// L1 (fp16's rounding branches, which would keep the update from vectorising in one loop).
 template <class Round>
 void update_rounding(float* param, uint16_t* param16, const float* grad, float* m, float* v, int64_t n,
                      const AdamWStep& st, Round round) {
+  constexpr int64_t kBlock = 1024;
   const Constants c = constants_of(st);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) param16[i] = round(update_one(param, grad, m, v, i, st, c));
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = b + kBlock < n ? b + kBlock : n;
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) update_one(param, grad, m, v, i, st, c);
+    for (int64_t i = b; i < e; ++i) param16[i] = round(param[i]);
+  }
 }
 
 }  // namespace
