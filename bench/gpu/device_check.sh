@@ -155,7 +155,7 @@ fi
 [ "$rc" = 0 ] || fail
 cublas_rate=$(sed -n 's/^cuBLAS bf16 GEMM best: \([0-9.]*\) TFLOP\/s.*/\1/p' "$res/kernels.txt" | sort -g | tail -1)
 record kernels "$(status_of "$rc")" $(($(date +%s) - t0)) \
-  "$(grep -c ' cuBLAS ' "$res/kernels.txt") GEMMs against cuBLAS; best cuBLAS bf16 rate ${cublas_rate:-?} TFLOP/s"
+  "$(grep -cE ' cuBLAS +[0-9]' "$res/kernels.txt") GEMMs timed against cuBLAS; best cuBLAS bf16 rate ${cublas_rate:-?} TFLOP/s; $(grep -c 'WARNING' "$res/kernels.txt") WARNING lines"
 
 # 5. bf16 training throughput and MFU. Dry run: the CPU, a few short steps of smaller models.
 # shellcheck source=bench/gpu/throughput_stage.sh

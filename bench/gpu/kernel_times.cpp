@@ -1,5 +1,5 @@
 // kernel_times: the time of each op of kernels/ops.h at a model's shapes on one device, against a
-// reference where one exists (bench/gpu/run.sh step 3; issue: CUDA backend):
+// reference where one exists (bench/gpu/device_check.sh, its kernels stage; issue: CUDA backend):
 //   - GEMMs (the linear layers, forward and both backward products) against the same products by
 //     plain cuBLAS (cublasGemmEx, float32 accumulation, the same input type) on the same random
 //     operands (bench/gpu/cublas_reference.h);
@@ -122,8 +122,18 @@ std::string tflops(double flops, double ms) {
 }
 std::string gbps(double bytes, double ms) { return fmt::format("{:.0f} GB/s", bytes / (ms * 1e-3) / 1e9); }
 
+// The fastest cuBLAS GEMM of the run: the rate this card's GEMMs reach, which bench/gpu/device_check.sh
+// holds the training MFU to beside the datasheet peak.
+struct BestGemm {
+  double flops_per_s = 0;
+  std::string gemm;
+  void offer(const std::string& name, double flops, std::optional<double> ms) {
+    if (ms && flops / (*ms * 1e-3) > flops_per_s) flops_per_s = flops / (*ms * 1e-3), gemm = name;
+  }
+};
+
 // One linear layer (N × C → OC): forward, then the input and weight gradients.
-void linear(Bench& b, const std::string& name, int64_t N, int C, int OC) {
+void linear(Bench& b, BestGemm& best, const std::string& name, int64_t N, int C, int OC) {
   const Stream& s = b.stream();
   const Tensor x = b.randn({N, C}), w = b.randn({OC, C}, 0.02f), y = b.randn({N, OC}), dy = b.randn({N, OC});
   const Tensor dx = b.randn({N, C}), dw = b.randn({OC, C});
@@ -137,12 +147,16 @@ void linear(Bench& b, const std::string& name, int64_t N, int C, int OC) {
     const auto call = cublas_gemm(s, p, *operands);
     return call ? std::optional<double>(b.time(*call)) : std::nullopt;
   };
-  const double f = b.time([&] { matmul_forward(s, y, x, w, Tensor{}); });
-  row(name + " forward", f, tflops(flops, f), "cuBLAS", ref(CublasProduct::forward, y));
-  const double di = b.time([&] { matmul_backward(s, dx, Tensor{}, Tensor{}, dy, x, w); });
-  row(name + " input grad", di, tflops(flops, di), "cuBLAS", ref(CublasProduct::input_grad, dx));
-  const double dwt = b.time([&] { matmul_backward(s, Tensor{}, dw, Tensor{}, dy, x, Tensor{}); });
-  row(name + " weight grad", dwt, tflops(flops, dwt), "cuBLAS", ref(CublasProduct::weight_grad, dw));
+  const auto timed = [&](const std::string& pass, double ms, CublasProduct p, const Tensor& out) {
+    const std::optional<double> ref_ms = ref(p, out);
+    row(name + pass, ms, tflops(flops, ms), "cuBLAS", ref_ms);
+    best.offer(name + pass, flops, ref_ms);
+  };
+  timed(" forward", b.time([&] { matmul_forward(s, y, x, w, Tensor{}); }), CublasProduct::forward, y);
+  timed(" input grad", b.time([&] { matmul_backward(s, dx, Tensor{}, Tensor{}, dy, x, w); }),
+        CublasProduct::input_grad, dx);
+  timed(" weight grad", b.time([&] { matmul_backward(s, Tensor{}, dw, Tensor{}, dy, x, Tensor{}); }),
+        CublasProduct::weight_grad, dw);
 }
 
 void run(Bench& b, const Shapes& m) {
@@ -150,10 +164,14 @@ void run(Bench& b, const Shapes& m) {
   const int64_t N = static_cast<int64_t>(m.B) * m.T;
   const int D = m.C / m.H, QKV = (m.H + 2 * m.Hkv) * D;
   fmt::print("{:<34} {:>9} {:>14}  {:<22} {:>9} {:>8}\n", "op", "ms", "rate", "reference", "ref ms", "ratio");
-  linear(b, "qkv", N, m.C, QKV);
-  linear(b, "attention out", N, m.C, m.C);
-  linear(b, m.llama ? "mlp up (gate|up)" : "mlp up", N, m.C, m.llama ? 2 * m.F : m.F);
-  linear(b, "mlp down", N, m.F, m.C);
+  BestGemm best;
+  linear(b, best, "qkv", N, m.C, QKV);
+  linear(b, best, "attention out", N, m.C, m.C);
+  linear(b, best, m.llama ? "mlp up (gate|up)" : "mlp up", N, m.C, m.llama ? 2 * m.F : m.F);
+  linear(b, best, "mlp down", N, m.F, m.C);
+  if (best.flops_per_s > 0)
+    fmt::print("cuBLAS {} GEMM best: {:.1f} TFLOP/s ({})\n", precision_name(s.matmul), best.flops_per_s / 1e12,
+               best.gemm);
 
   // Attention: causal, so half the T² score matrix; backward ≈ 2.5 × forward's products.
   const Tensor qkv = b.randn({m.B, m.T, QKV}), out = b.randn({N, m.C}), lse = b.randn({m.B, m.H, m.T});

@@ -53,7 +53,9 @@ for rep in 1 2; do
     mfu=$(metrics_median "$run.jsonl" mfu "$warm")
     gib=$(grep '"step_time_ms"' "$run.jsonl" | tail -1 | json_field device_peak | awk '{printf "%.1f", $1 / 2^30}')
     mfu_cublas=$(awk -v m="$mfu" -v p="$peak" -v c="${cublas_rate:-}" 'BEGIN {if (c > 0) printf "%.3f", m * p / c; else print "-"}')
-    attention=$(grep -o 'attention: [^;]*' "$run.log" | head -1)
+    attention=$(grep -v 'WARNING' "$run.log" | grep -o 'attention: [^;]*' | head -1)
+    warnings=$(grep -c 'WARNING' "$run.log")
+    [ "$warnings" = 0 ] || attention+=" ($warnings WARNING lines: $(grep -m1 -o 'WARNING: [^:]*' "$run.log"))"
     printf '%s\t%s\t%s\t%.1f\t%.0f\t%.3f\t%s\t%s\t%s\n' "$model" "$rep" "$(grep -c '"step_time_ms"' "$run.jsonl")" \
       "$ms" "$tps" "$mfu" "$mfu_cublas" "$gib" "$attention" >>"$tsv"
     rows=$((rows + 1))

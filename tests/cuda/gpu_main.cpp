@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   const cudaError_t err = cudaGetDeviceCount(&devices);
   if (err != cudaSuccess || devices == 0) {
     std::printf("skipped: no CUDA device (cudaGetDeviceCount: %s, %d devices); these tests run the CUDA "
-                "backend on a GPU against the CPU backend (bench/gpu/run.sh runs them there)\n",
+                "backend on a GPU against the CPU backend (bench/gpu/device_check.sh runs them there)\n",
                 err == cudaSuccess ? "no error" : cudaGetErrorString(err), devices);
     return 77;
   }
