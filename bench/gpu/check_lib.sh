@@ -31,8 +31,13 @@ run_boxed() {
     return 125
   fi
   echo "\$ $* (time box ${cap}s)" >>"$log"
-  timeout -k 5 "$cap" "$@" >>"$log" 2>&1
+  # In the background and waited for, so a signal to the check is handled at once (stop_boxed).
+  timeout -k 5 "$cap" "$@" >>"$log" 2>&1 &
+  boxed_pid=$!
+  wait "$boxed_pid"
 }
+# Stops the running stage's command (timeout passes the signal on to it).
+stop_boxed() { [ -n "${boxed_pid:-}" ] && kill "$boxed_pid" 2>/dev/null; }
 
 # record NAME STATUS SECONDS FIGURES: one summary row, written to summary.txt at once (a killed run
 # still leaves every finished stage's row).

@@ -64,7 +64,7 @@ finish() {
   cat "$res/summary.txt"
 }
 trap finish EXIT
-trap 'failed_any=1; exit 130' INT TERM
+trap 'failed_any=1; stop_boxed; exit 130' INT TERM
 fail() { failed_any=1; }
 
 # 1. The machine and the kit.

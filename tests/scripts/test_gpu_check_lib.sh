@@ -33,6 +33,24 @@ run_boxed 10 "$tmp/ok.log" sh -c 'echo out; exit 3'
 [ $? = 3 ] || fail "the command's own status is returned"
 grep -q '^out$' "$tmp/ok.log" || fail "the command's output is logged"
 
+# A signal to the check stops the running stage at once (the device machine's own limit is a kill).
+cat >"$tmp/interrupted.sh" <<SCRIPT
+cd "$(pwd)"; res=$tmp/res logs=$tmp/logs mode=test; . bench/gpu/check_lib.sh
+deadline_at=\$((\$(date +%s) + 100))
+trap 'stop_boxed; echo stopped >"$tmp/stopped"; exit 130' TERM
+run_boxed 60 "$tmp/long.log" sleep 41
+SCRIPT
+start=$(date +%s)
+bash "$tmp/interrupted.sh" &
+pid=$!
+sleep 1
+kill -TERM "$pid"
+wait "$pid"
+[ $? = 130 ] && [ -f "$tmp/stopped" ] || fail "the trap did not run on TERM"
+[ $(($(date +%s) - start)) -le 5 ] || fail "TERM waited for the stage's command to end"
+sleep 1
+pgrep -f 'sleep 41' >/dev/null && fail "the stage's command outlived the check"
+
 for pair in 0:PASS 77:SKIP 124:TIMEOUT 137:TIMEOUT 125:NOT-RUN 1:FAIL 2:FAIL; do
   [ "$(status_of "${pair%%:*}")" = "${pair#*:}" ] || fail "status_of ${pair%%:*}: $(status_of "${pair%%:*}")"
 done
