@@ -6,7 +6,7 @@
 # Writes throughput.tsv (one row per run) and one summary row.
 t0=$(date +%s)
 tsv=$res/throughput.tsv
-printf 'model\trep\tsteps\tstep_ms\ttokens_per_s\tmfu_datasheet\tmfu_cublas\tdevice_peak_gib\tattention\n' >"$tsv"
+printf 'model\trep\tsteps\tstep_ms\ttokens_per_s\tmfu_vs_peak\tmfu_vs_cublas\tdevice_peak_gib\tattention\n' >"$tsv"
 case "$device_name" in
   *H200*|*H100*SXM*|*"H100 80GB HBM3"*) peak=989 ;;
   *H100*) peak=756 ;;
