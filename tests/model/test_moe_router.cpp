@@ -1,10 +1,14 @@
 // The MoE router's forward (model/moe_router.h) against the naive reference of
 // tests/model/moe_router_reference.h and against hand-worked cases: choice, gates, scores, ties,
-// the aux-free bias, capacity drops under both policies, and the aux and z loss values.
+// the aux-free bias and its update (model/moe.h moe_update_bias), capacity drops under both
+// policies, and the aux and z loss values.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+
 #include "kernels/check.h"
+#include "model/moe.h"
 #include "tests/model/moe_router_reference.h"
 
 namespace megatrain {
@@ -129,6 +133,42 @@ TEST(MoeRouter, AuxFreeBiasChangesTheChoiceNotTheGates) {
     expect_matches_reference(router(kind, 4, 2), 1, logits, bias);
     const std::vector<float> many = uniform(64, -2.0f, 2.0f, 11), many_bias = uniform(8, -0.3f, 0.3f, 12);
     expect_matches_reference(router(kind, 8, 2), 8, many, many_bias);
+  }
+}
+
+// moe_update_bias (model/moe.h) against its definition, b_e += rate · sign(mean load − load_e): an
+// overloaded expert's bias goes down by the rate, an underloaded one's up, one at the mean stays,
+// added to the bias there (not set); the mean need not be an integer.
+TEST(MoeRouter, AuxFreeBiasUpdateMovesEachExpertByTheRateTowardsTheMeanLoad) {
+  const float rate = 0.01f;
+  std::vector<float> bias = {0.5f, -0.25f, 0.125f, 0.0f};
+  const std::vector<int64_t> load = {10, 2, 6, 6};  // mean 6
+  moe_update_bias(bias.data(), load.data(), 4, rate);
+  EXPECT_EQ(bias, (std::vector<float>{0.5f - rate, -0.25f + rate, 0.125f, 0.0f}));
+  std::vector<float> b = {0.0f, 0.0f, 0.0f, 0.0f};
+  const std::vector<int64_t> one_busy = {3, 0, 0, 0};  // mean 0.75
+  moe_update_bias(b.data(), one_busy.data(), 4, rate);
+  EXPECT_EQ(b, (std::vector<float>{-rate, rate, rate, rate}));
+}
+
+// The update as the router reads it: every token prefers expert 0 (k = 1); a few updates at a rate
+// of the scores' spread move tokens from it to the others, so the loads come closer together.
+TEST(MoeRouter, AuxFreeBiasUpdatesBalanceTheRouting) {
+  constexpr int E = 4;
+  constexpr int64_t N = 32;
+  std::vector<float> logits = uniform(static_cast<size_t>(N * E), -0.5f, 0.5f, 21);
+  for (int64_t t = 0; t < N; ++t) logits[static_cast<size_t>(t * E)] += 1.0f;
+  for (RouterKind kind : {RouterKind::softmax, RouterKind::sigmoid}) {
+    std::vector<float> bias(E, 0.0f);
+    const std::vector<int64_t> before = route(router(kind, E, 1), N, logits, bias).tokens_per_expert;
+    ASSERT_EQ(before[0], N);
+    for (int update = 0; update < 4; ++update) {
+      const std::vector<int64_t> load = route(router(kind, E, 1), N, logits, bias).tokens_per_expert;
+      moe_update_bias(bias.data(), load.data(), E, 0.1f);
+    }
+    const std::vector<int64_t> after = route(router(kind, E, 1), N, logits, bias).tokens_per_expert;
+    const auto [lo, hi] = std::minmax_element(after.begin(), after.end());
+    EXPECT_LT(*hi - *lo, N) << "the loads are no closer: " << ::testing::PrintToString(after);
   }
 }
 
