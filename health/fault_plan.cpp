@@ -29,7 +29,7 @@ const std::vector<KindSpec>& kinds() {
       {FaultKind::kill, "kill", {"rank", "step"}, {"sig", "attempt"}},
       {FaultKind::hang, "hang", {"rank", "step"}, {"how", "attempt"}},
       {FaultKind::exc, "exc", {"rank", "step"}, {"extra_collective", "attempt"}},
-      {FaultKind::nan, "nan", {"rank", "step"}, {"where", "attempt"}},
+      {FaultKind::nan, "nan", {"rank", "step"}, {"where", "element", "attempt"}},
       {FaultKind::spike, "spike", {"rank", "step", "factor"}, {"attempt"}},
       {FaultKind::bitflip, "bitflip", {"rank", "step", "tensor"}, {"attempt"}},
       {FaultKind::ckpt_crash, "ckpt_crash", {"rank", "step", "phase"}, {"attempt"}},
@@ -139,6 +139,11 @@ Fault parse_one(const std::string& spec, const std::string& item) {
   } else if (f.kind == FaultKind::nan) {
     f.detail = kv.contains("where") ? kv["where"] : "grad";
     one_of(spec, "where", f.detail, {"grad", "loss"});
+    if (kv.contains("element")) {
+      f.element = kv["element"];
+      one_of(spec, "element", f.element, {"first", "middle", "last"});
+      if (f.detail != "grad") bad(spec, "element places one NaN among the gradients: it needs where=grad");
+    }
   } else if (f.kind == FaultKind::bitflip) {
     f.detail = kv["tensor"];
   } else if (f.kind == FaultKind::exc && kv.contains("extra_collective")) {

@@ -16,8 +16,11 @@
 //   exc:rank=R:step=S[:extra_collective=1]       an exception at the start of step S; with
 //                                                extra_collective=1 instead one all-reduce over the
 //                                                world that no other rank issues (a desync)
-//   nan:rank=R:step=S[:where=grad]               after backward of step S: a NaN gradient (grad)
-//                                                or this rank's loss NaN (loss)
+//   nan:rank=R:step=S[:where=grad][:element=E]   in step S: NaN gradients (grad: every one, from a
+//                                                NaN loss scale; with element = first, middle or
+//                                                last, one value of that flat element of the dense
+//                                                gradients, health/grad_nan_injector.h) or this
+//                                                rank's loss NaN (loss)
 //   spike:rank=*:step=S:factor=F                 the step's loss, as every rank sees it, is F times
 //                                                larger (a loss spike; every rank, so all decide alike)
 //   bitflip:rank=R:step=S:tensor=NAME            after the update of step S, one bit of the first
@@ -63,6 +66,7 @@ struct Fault {
   int sig = 9;         // kill
   int factor = 1;      // selfcheck_slow, spike
   std::string detail;  // hang: how; nan: where; bitflip: tensor; ckpt_crash: phase; exc: "extra_collective" or ""
+  std::string element;  // nan where=grad: "first", "middle" or "last" (one NaN value); "" = every gradient
   int attempt = 1;     // the launch it acts in; -1 = every launch
   bool on(int r, int64_t step) const {
     return (rank < 0 || rank == r) && step >= first_step && step <= last_step && (step - first_step) % every == 0;

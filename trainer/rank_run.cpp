@@ -149,6 +149,7 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
       zero(gpt_param_units(layout, ranges), dp_comm, dense_zero_options(c, layout),
            std::vector<int>(chunk_units.begin() + 1, chunk_units.end() - 1)),
       optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded(), stream),
+      grad_nan_(zero, gpt_param_units(layout, ranges), zero.buckets(), stream),
       split_backward_(splits_backward(steps)),
       tp_shared_(layout, tp_comm, stream),
       inputs_(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
@@ -182,7 +183,7 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
   std::vector<int> slots;
   for (size_t k = 0; k < ranges.size(); ++k) {
     Chunk ch;
-    ch.units = std::make_unique<UnitSlice>(zero, chunk_units[k]);
+    ch.units = std::make_unique<UnitSlice>(grad_nan_, chunk_units[k]);
     slots.push_back(peak_held(steps, static_cast<int>(k)));
     const StageOptions options{slots.back(), split_backward_, c.train.recompute, c.train.recompute_layers,
                                c.train.precision, c.train.device};

@@ -18,8 +18,10 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "health/grad_nan_injector.h"
 #include "model/optimizer.h"
 #include "model/stage.h"
 #include "model/tp_shared.h"
@@ -63,6 +65,9 @@ class RankRun final : public PipelineWork {
     const char* where = "";  // "loss", "grad" (before reduction) or "reduced grad"
   };
   Overflow first_overflow(bool loss_nonfinite = false);
+  // MEGATRAIN_FAULT nan with element=E: one NaN in the dense gradients of the coming step
+  // (health/grad_nan_injector.h); returns what the injection's log line says of it.
+  std::string arm_grad_nan(const std::string& element) { return grad_nan_.arm(element); }
   // Global L2 norm of the step's gradient: every global parameter counted once (model/tp_shared.h).
   double grad_norm();
   // The optimizer's update of every parameter this rank updates (dense and expert), then ZeRO's
@@ -164,6 +169,7 @@ class RankRun final : public PipelineWork {
     std::vector<float> expert_params, expert_exp_avg, expert_exp_avg_sq;  // MoE models: the experts' piece
   };
   std::unique_ptr<HostState> host_state_;
+  GradNanInjector grad_nan_;        // between the chunks' unit views and zero
   bool split_backward_;             // the schedule has weight steps (zero-bubble)
   std::vector<Chunk> chunks_;
   TpSharedParams tp_shared_;

@@ -234,11 +234,14 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     if (hpz) run.zero.hpz_comm().reset_stats();
     world.reset_stats();
     const double scale = scaler ? scaler->scale() : 1.0;
-    // MEGATRAIN_FAULT nan: this rank's loss, or (a NaN loss scale) its gradients before any reduction
-    // (synchronous training only: a stale step computes other steps' batches).
+    // MEGATRAIN_FAULT nan: this rank's loss, or its gradients before any reduction: all of them (a
+    // NaN loss scale) or, with element=, one value (synchronous training only: a stale step
+    // computes other steps' batches).
     const Fault* nan = cfg.parallel.max_staleness == 0 ? faults.find(FaultKind::nan, rank, step + 1) : nullptr;
-    if (nan) log_injection(*nan, rank, step + 1, "where=" + nan->detail);
-    const bool nan_grads = nan && nan->detail == "grad", loss_nonfinite = nan && nan->detail == "loss";
+    const bool loss_nonfinite = nan && nan->detail == "loss", one_nan = nan && !nan->element.empty();
+    const bool nan_grads = nan && nan->detail == "grad" && !one_nan;
+    if (nan)
+      log_injection(*nan, rank, step + 1, "where=" + nan->detail + (one_nan ? " " + run.arm_grad_nan(nan->element) : ""));
     double loss = cfg.parallel.max_staleness > 0
                       ? run.stale_step(step, data_skip, stale_horizon(step))
                       : run.train_step(step + data_skip, nan_grads ? std::numeric_limits<double>::quiet_NaN() : scale);

@@ -1,12 +1,14 @@
 // Non-finite gradients at fp32 (robustness spec R16; trainer/train.h): a step whose gradients hold
-// Inf/NaN on any rank (injected with MEGATRAIN_FAULT nan, health/fault_plan.h) is skipped on every rank — the
-// weights after it equal those before it, byte for byte — and logged with the rank it came from;
-// train.max_consecutive_skips such steps in a row stop the run with exit code 76. Loss spikes are
-// skipped or rolled back (R17).
+// Inf/NaN on any rank (injected with MEGATRAIN_FAULT nan, health/fault_plan.h: every gradient, or
+// one element of one bucket) is skipped on every rank — the weights after it equal those before it,
+// byte for byte — and logged with the rank it came from; train.max_consecutive_skips such steps in
+// a row stop the run with exit code 76. Loss spikes are skipped or rolled back (R17).
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <regex>
 #include <string>
+#include <utility>
 
 #include "tests/e2e/e2e_fixture.h"
 #include "tests/expect_contains.h"
@@ -42,6 +44,40 @@ TEST_F(NonFiniteE2E, ANonFiniteGradientOnRankOneSkipsThatStepOnEveryRank) {
   ASSERT_GT(s3.size(), 1000u);
   EXPECT_TRUE(s3 == exported_weights(ckpt + "/step_0000004")) << "the skipped step 4 changed the weights";
   EXPECT_FALSE(s3 == exported_weights(ckpt + "/step_0000005")) << "step 5 did not update";
+}
+
+// One NaN in one element of rank 1's gradients (MEGATRAIN_FAULT nan element=, at step 2 of 3) is
+// found there, before the data-parallel reduction, and named with rank 1 — in turn in the first
+// element (the last bucket reduced), the middle one (a bucket between) and the last (bucket 0, the
+// tail of its range), at ZeRO 1, 2 and 3 (the accumulated gradients and the working buffers); the
+// step is skipped and the next trains. A scan that missed it would leave the NaN to the reduced
+// gradients: "where=reduced grad", named with the lowest rank holding them.
+TEST_F(NonFiniteE2E, OneNanInTheFirstMiddleOrLastElementIsFoundBeforeTheReduction) {
+  const std::regex injected(R"(FAULT_INJECTED kind=nan rank=1 step=2 where=grad element=\w+ flat=(\d+) bucket=(\d+)/(\d+))");
+  for (const auto& [element, zero] : {std::pair{"first", 1}, std::pair{"middle", 2}, std::pair{"last", 3}}) {
+    const auto r = run(2, std::string("nan:rank=1:step=2:element=") + element,
+                       "--set train.steps=3 --set parallel.bucket_size_mb=0.05 --set parallel.zero_stage=" +
+                           std::to_string(zero));
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_CONTAINS(r.output, "NONFINITE step=2 origin_rank=1 where=grad skipped=1/5");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m, injected)) << r.output;
+    const int bucket = std::stoi(m[2]), buckets = std::stoi(m[3]);
+    ASSERT_GE(buckets, 3) << r.output;
+    const std::string e = element;
+    if (e == "first") {
+      EXPECT_EQ(bucket, buckets - 1);
+    } else if (e == "last") {
+      EXPECT_EQ(bucket, 0);
+    } else {
+      EXPECT_TRUE(bucket > 0 && bucket < buckets - 1) << "bucket " << bucket << " of " << buckets;
+    }
+    const auto metrics = test::metrics_lines(dir_ / "m.jsonl");
+    ASSERT_EQ(metrics.size(), 3u) << e;
+    EXPECT_EQ(metrics[1]["skipped_steps"], 1) << e;
+    EXPECT_TRUE(metrics[1]["grad_norm"].is_null()) << e;
+    EXPECT_FALSE(metrics[2]["grad_norm"].is_null()) << e;
+  }
 }
 
 // A NaN loss on rank 1 alone is found there, before anything is reduced, and named as such.

@@ -33,6 +33,11 @@ TEST(FaultPlan, EachKindParsesWithItsDefaults) {
   EXPECT_EQ(p.find(FaultKind::nan, 0, 6), nullptr);
   EXPECT_EQ(p.find(FaultKind::nan, 0, 15), nullptr);
   EXPECT_EQ(p.find(FaultKind::nan, 0, 7)->detail, "loss");
+  EXPECT_EQ(p.find(FaultKind::nan, 0, 7)->element, "");  // where=grad: every gradient
+  const Fault* one = FaultPlan::parse("nan:rank=1:step=2:element=last").find(FaultKind::nan, 1, 2);
+  ASSERT_NE(one, nullptr);
+  EXPECT_EQ(one->detail, "grad");
+  EXPECT_EQ(one->element, "last");
   for (int r = 0; r < 4; ++r) {  // rank * is every rank
     EXPECT_EQ(p.find(FaultKind::slow, r, 4), nullptr);
     ASSERT_NE(p.find(FaultKind::slow, r, 5), nullptr);
@@ -132,6 +137,8 @@ TEST(FaultPlan, MalformedValuesNameTheVariableAndTheProblem) {
   EXPECT_CONTAINS(error("slow:rank=0:ms=-3"), "ms must be ≥ 0");
   EXPECT_CONTAINS(error("slow:rank=0:ms=3:every=0"), "every must be ≥ 1");
   EXPECT_CONTAINS(error("kill:rank=0:step=3:every=2"), "not \"every\"");
+  EXPECT_CONTAINS(error("nan:rank=0:step=1:element=tail"), "element = \"tail\" is not one of first, middle, last");
+  EXPECT_CONTAINS(error("nan:rank=0:step=1:where=loss:element=first"), "it needs where=grad");
 }
 
 }  // namespace
