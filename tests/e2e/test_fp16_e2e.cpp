@@ -1,9 +1,10 @@
 // fp16 training end to end (the tiny config): the linear layers multiply fp16 roundings with the
 // loss dynamically scaled (trainer/loss_scaler.h). An overflow injected at one step
-// (MEGATRAIN_FAULT nan, health/fault_plan.h) skips exactly that step — the weights after
-// it equal the weights before it, to the byte — and lowers the scale as specified; an overflow on
-// rank 1 is reported as rank 1's; a scale that would fall below the minimum stops the run with the
-// error; fp16 runs at (tp, pp) = (2, 2) like one process (tolerances of
+// (MEGATRAIN_FAULT nan, health/fault_plan.h) skips exactly that step — the weights after it equal
+// the weights before it, to the byte — and lowers the scale as specified; the scale is taken out of
+// the gradient norm and of AdamW's update (3 steps' norms and Adam state within 1 % of fp32's); an
+// overflow on rank 1 is reported as rank 1's; a scale that would fall below the minimum stops the
+// run with the error; fp16 runs at (tp, pp) = (2, 2) like one process (tolerances of
 // tests/e2e/test_precision_e2e.cpp, which also compares fp16 with fp32) and resumes bitwise, loss
 // scaler included.
 #include <gtest/gtest.h>
@@ -12,15 +13,16 @@
 #include <string>
 #include <vector>
 
-#include "tests/e2e/e2e_fixture.h"
+#include "tests/e2e/checkpoint_fixture.h"
 #include "tests/expect_contains.h"
 
 namespace megatrain {
 namespace {
 
+namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-class Fp16E2E : public test::TrainE2E {
+class Fp16E2E : public test::CheckpointE2E {
  protected:
   static constexpr const char* kFp16 =
       "--set train.eval_interval=0 --set model.dropout=0.0 --set train.precision=fp16 --set optimizer.decay_steps=40";
@@ -60,6 +62,42 @@ TEST_F(Fp16E2E, AnInjectedOverflowSkipsExactlyThatStepAndBacksTheScaleOff) {
   const auto c = test::metrics_lines(dir_ / "clean.jsonl");
   const std::vector<json> head(m.begin(), m.begin() + 3);
   EXPECT_EQ(test::compare_runs(c, head, 0.0, "injected run before step 4"), 3 * 2);
+}
+
+// The loss scale is taken out again wherever the gradients' size matters: the gradient norm (logged,
+// and what clipping compares with optimizer.grad_clip) divides it out, and AdamW multiplies the
+// gradients by 1 / scale before they enter its moments. The losses would hide either one missing
+// (clipping and AdamW's normalisation cancel a constant factor, up to eps), so an fp16 run is held
+// to an fp32 run of the same 3 steps: each step's loss and gradient norm, and in the checkpoint
+// after step 3 the parameters and both Adam moments (relative L2 norm), within 1 %. The GEMMs round
+// their operands to fp16 (2^-11 relative); here the norms differ by up to 3e-4 and the state by up
+// to 8e-4 (second moments). A missing unscale is off by the scale, 65536 (its square in the second
+// moments), or, missing from the norm alone, clips every step by that much more.
+TEST_F(Fp16E2E, GradientNormAndAdamStateMatchFp32) {
+  std::vector<float> state[2];
+  std::vector<json> metrics[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string precision = i == 0 ? "fp32" : "fp16", ckpt = (dir_ / ("ckpt_" + precision)).string();
+    const auto r = run("", "--set train.steps=3 --set checkpoint.save_interval=3 --set checkpoint.dir=" + ckpt +
+                               " --set train.precision=" + precision, precision + ".jsonl");
+    ASSERT_EQ(r.code, 0) << r.output;
+    metrics[i] = test::metrics_lines(dir_ / (precision + ".jsonl"));
+    ASSERT_EQ(metrics[i].size(), 3u);
+    EXPECT_EQ(metrics[i][0]["precision"], precision);
+    state[i] = state_of(fs::path(ckpt) / "step_0000003");
+  }
+  EXPECT_EQ(metrics[1][2]["skipped_steps"], 0);  // no overflow: every step updated
+  EXPECT_EQ(test::compare_runs(metrics[0], metrics[1], 0.01, "fp16 against fp32"), 3 * 2);
+  const size_t n = state[0].size() / 3;
+  const char* names[3] = {"parameters", "first moments", "second moments"};
+  for (size_t k = 0; k < 3; ++k) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t j = k * n; j < (k + 1) * n; ++j) {
+      diff += std::pow(static_cast<double>(state[1][j]) - state[0][j], 2);
+      norm += std::pow(static_cast<double>(state[0][j]), 2);
+    }
+    EXPECT_LT(std::sqrt(diff / norm), 0.01) << names[k] << " of fp16 against fp32 after step 3";
+  }
 }
 
 TEST_F(Fp16E2E, AnOverflowOnRankOneIsLoggedWithRankOne) {
