@@ -1,15 +1,17 @@
 // Pipeline parallelism end to end: every factorisation of 2, 4 and 8 ranks into (tp, pp, dp), with
-// every schedule where pp > 1 (taking turns on the layouts of 8 ranks and the pp = 2 ones of 4), of
-// an 8-block GPT-2 (tied embedding and head on the first and last stage, dropout on) and Llama
-// (GQA, untied), with ZeRO 0–3, sequence parallelism, activation recompute and uneven stages taking
-// turns, trains like one process: loss and gradient norm of each of 10 steps within 1e-5 relative;
-// a layout run twice is bitwise identical. GPipe holds every micro-batch's activations on stage 0,
-// 1F1B only pp of them, and the metrics show it. A checkpoint saved at (tp, pp) = (2, 2) resumes
-// at pp = 1 and pp = 4, and one saved at (tp, pp, dp) = (2, 2, 2) at six other 3D layouts.
+// each schedule meeting every world size, of an 8-block GPT-2 (tied embedding and head on the first
+// and last stage, dropout on) and Llama (GQA, untied), with ZeRO 0–3, sequence parallelism,
+// activation recompute and uneven stages, trains like one process: loss and gradient norm of each
+// of 10 steps within 1e-5 relative; every schedule has a case run twice, bitwise identical. ZeRO 1,
+// 2 and 3, zero-bubble and interleaved each meet pp > 1 at dp > 1. GPipe holds every micro-batch's
+// activations on stage 0, 1F1B only pp of them, and the metrics show it. A checkpoint saved at
+// (tp, pp) = (2, 2) resumes at pp = 1 and pp = 4, and one saved at (tp, pp, dp) = (2, 2, 2) at six
+// other 3D layouts.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <array>
+#include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -32,7 +34,8 @@ class PpE2E : public test::TrainE2E {
                                  tp, pp, model, extra),
                      name);
   }
-  void parity_matrix(int world);
+  struct Case;
+  void parity_matrix(int world, const std::vector<Case>& cases);
   // 8 blocks of 8 heads, so that tp and pp reach 8; micro-batches of 2, so that dp does.
   static constexpr const char* kMatrix =
       "--set model.n_layers=8 --set model.n_heads=8 --set train.micro_batch_size=2";
@@ -43,75 +46,107 @@ constexpr const char* kLlama =
     "--set model.norm='\"rmsnorm\"' --set model.position='\"rope\"' --set model.activation='\"swiglu\"' "
     "--set model.bias=false --set model.tie_embeddings=false --set model.n_kv_heads=2";
 
-// The parity matrix of one world size: every (tp, pp, dp) with tp·pp·dp = world; on each layout
-// with pp > 1 every schedule at 2 ranks and at 4 ranks with pp = 4, and one schedule per layout on
-// the other layouts of 4 ranks and at 8 ranks (the schedules in turn, so that each meets every
-// world size; all of them on every layout took over a quarter of CI's time), else one case. The
-// cases take turns over the model (tied GPT-2 with dropout, GQA Llama), ZeRO stages, sequence
-// parallelism (where tp > 1), recompute (none, selective, full; not with zero-bubble) and even or
-// uneven stages, so each of those meets every world size; the interleaved schedule runs 2 model
-// chunks per rank. Each case's 10 steps equal the single process's within 1e-5; each layout's first
-// case is run twice and must agree bitwise.
-void PpE2E::parity_matrix(int world) {
-  struct Case {
-    int tp, pp, dp;
-    std::string schedule;
-  };
-  std::vector<Case> cases;
-  int turn = 0;  // 8 ranks: the schedules take turns over the layouts with pp > 1
+// One case of a parity matrix: the model family, a layout, the schedule (interleaved runs 2 model
+// chunks per rank), the ZeRO stage, recompute (none with zero-bubble, whose weight steps read saved
+// activations) and flags: sequence parallelism (tp > 1), an uneven split of the 8 blocks ([3, 5] at
+// pp = 2, [1, 3, 2, 2] at pp = 4; not interleaved), a second run that must agree bitwise.
+enum class Family { gpt2, llama };
+constexpr unsigned kSp = 1, kUneven = 2, kRerun = 4;
+struct PpE2E::Case {
+  Family family;
+  int tp, pp, dp;
+  const char* schedule;
+  int zero;
+  const char* recompute;
+  unsigned flags = 0;
+};
+
+// The parity matrix of one world size: `cases` hold every (tp, pp, dp) with tp·pp·dp = world (checked
+// here), ZeRO above 0 only where dp > 1 (at dp = 1 a stage shards over one rank: stage 0 again).
+// Each case's 10 steps equal the single process's within 1e-5.
+void PpE2E::parity_matrix(int world, const std::vector<Case>& cases) {
+  std::set<std::tuple<int, int, int>> want, got;
   for (int tp = 1; tp <= world; tp *= 2)
-    for (int pp = 1; tp * pp <= world; pp *= 2) {
-      std::vector<std::string> schedules = {"1f1b", "gpipe", "zero_bubble", "interleaved"};
-      if (pp == 1) schedules = {"1f1b"};
-      if (pp == 8) schedules.pop_back();  // 2 chunks of 8 stages > 8 blocks
-      // At 8 ranks, and at 4 ranks where pp = 2 (pp = 4 there and pp = 2 at 2 ranks run them all).
-      if (pp > 1 && (world == 8 || (world == 4 && pp == 2)))
-        schedules = {schedules[static_cast<size_t>(turn++) % schedules.size()]};
-      for (const std::string& schedule : schedules) cases.push_back({tp, pp, world / (tp * pp), schedule});
-    }
-  const std::string family[2] = {"gpt2", "llama"};
+    for (int pp = 1; tp * pp <= world; pp *= 2) want.insert({tp, pp, world / (tp * pp)});
+  for (const Case& c : cases) {
+    got.insert({c.tp, c.pp, c.dp});
+    ASSERT_EQ(c.tp * c.pp * c.dp, world);
+    ASSERT_TRUE(c.zero == 0 || c.dp > 1) << "ZeRO " << c.zero << " at dp = 1";
+  }
+  ASSERT_EQ(got, want) << "the cases must hold every layout of " << world << " ranks";
   std::vector<json> single[2];
   for (int f = 0; f < 2; ++f) {
-    single[f] = run(1, 1, 1, f == 1 ? kLlama : "", fmt::format("{}_single_{}", family[f], world), kMatrix);
+    single[f] = run(1, 1, 1, f == 1 ? kLlama : "", fmt::format("{}_single", f == 1 ? "llama" : "gpt2"), kMatrix);
     ASSERT_EQ(single[f].size(), 12u);  // 10 steps + 2 validations
   }
-  int interleaved_seen = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
-    const int f = static_cast<int>(i % 2);
-    // ZeRO 0–3 in turn (the interleaved cases on a count of their own, so that they meet every
-    // stage); zero-bubble runs with 0 or 1 (the config refuses 2 and 3 with it).
-    const int zero = c.schedule == "interleaved" ? interleaved_seen++ % 4
-                                                 : static_cast<int>(i / 2 % 4) % (c.schedule == "zero_bubble" ? 2 : 4);
-    const bool sp = c.tp > 1 && i / 3 % 2 == 0;
-    const char* recompute = c.schedule == "zero_bubble" ? "none" : std::array{"none", "full", "selective"}[i % 3];
-    // pp = 2 and 4 take turns between an even and an uneven split of the 8 blocks.
-    const std::string uneven = c.pp == 2 ? "[3, 5]" : c.pp == 4 ? "[1, 3, 2, 2]" : "";
-    const bool interleaved = c.schedule == "interleaved";  // 2 model chunks per rank
-    const bool use_uneven = !uneven.empty() && i / 2 % 2 == 1 && !interleaved;
-    const std::string name = fmt::format("{}_tp{}_pp{}_dp{}_zero{}_{}{}_recompute_{}{}", family[f], c.tp, c.pp, c.dp,
-                                         zero, c.schedule, sp ? "_sp" : "", recompute, use_uneven ? "_uneven" : "");
+  for (const Case& c : cases) {
+    const bool llama = c.family == Family::llama, sp = c.flags & kSp, uneven = c.flags & kUneven;
+    const bool interleaved = std::string(c.schedule) == "interleaved";
+    const std::string split = c.pp == 2 ? "[3, 5]" : "[1, 3, 2, 2]";
+    const std::string name = fmt::format("{}_tp{}_pp{}_dp{}_zero{}_{}{}_recompute_{}{}", llama ? "llama" : "gpt2", c.tp,
+                                         c.pp, c.dp, c.zero, c.schedule, sp ? "_sp" : "", c.recompute,
+                                         uneven ? "_uneven" : "");
     const std::string set = fmt::format(
         "{} --set parallel.zero_stage={} --set parallel.pipeline_schedule='\"{}\"' --set parallel.sequence_parallel={} "
         "--set train.recompute='\"{}\"' --set parallel.virtual_stages={} {}",
-        f == 1 ? kLlama : "", zero, c.schedule, sp, recompute, interleaved ? 2 : 1,
-        use_uneven ? "--set 'parallel.pipeline_layers=" + uneven + "'" : "");
+        llama ? kLlama : "", c.zero, c.schedule, sp, c.recompute, interleaved ? 2 : 1,
+        uneven ? "--set 'parallel.pipeline_layers=" + split + "'" : "");
     const auto a = run(c.tp, c.pp, c.dp, set, name, kMatrix);
-    EXPECT_EQ(test::compare_runs(single[f], a, 1e-5, name + " vs one process"), 10 * 2 + 2);
+    EXPECT_EQ(test::compare_runs(single[llama ? 1 : 0], a, 1e-5, name + " vs one process"), 10 * 2 + 2);
     ASSERT_FALSE(a.empty()) << name;
     EXPECT_EQ(a[0]["pp_idle_ms"].size(), static_cast<size_t>(c.pp)) << name;  // every stage's idle time
     if (c.pp > 1) {
       EXPECT_GT(a[0]["pp_comm_ms"].get<double>(), 0.0) << name;
     }
-    if (c.schedule == "1f1b") {
+    if (c.flags & kRerun) {
       EXPECT_EQ(test::compare_runs(a, run(c.tp, c.pp, c.dp, set, name + "_again", kMatrix), 0.0, name + " rerun"), 22);
     }
   }
 }
 
-TEST_F(PpE2E, EveryLayoutOfTwoRanksMatchesOneProcess) { parity_matrix(2); }
-TEST_F(PpE2E, EveryLayoutOfFourRanksMatchesOneProcess) { parity_matrix(4); }
-TEST_F(PpE2E, EveryLayoutOfEightRanksMatchesOneProcess) { parity_matrix(8); }
+// The tables: 2 ranks run every schedule on pp = 2; 4 ranks every schedule on pp = 4 and
+// zero-bubble with ZeRO 1 at (pp, dp) = (2, 2); 8 ranks one schedule per layout, two at
+// (pp, dp) = (4, 2): 1F1B with ZeRO 2 and zero-bubble with ZeRO 1, interleaved with ZeRO 3 at
+// (pp, dp) = (2, 4) and GPipe with ZeRO 3 at (tp, pp, dp) = (2, 2, 2). So ZeRO 1, 2 and 3,
+// zero-bubble (which the config refuses with ZeRO 2 and 3) and interleaved meet pp > 1 at dp > 1.
+// Bitwise reruns: GPipe at 2 ranks, zero-bubble at 4, interleaved and 1F1B at 8. (All schedules on
+// every layout took over a quarter of CI's time.)
+constexpr Family kG = Family::gpt2, kL = Family::llama;
+
+TEST_F(PpE2E, EveryLayoutOfTwoRanksMatchesOneProcess) {
+  parity_matrix(2, {{kG, 1, 1, 2, "1f1b", 2, "none"},
+                    {kL, 1, 2, 1, "1f1b", 0, "full", kUneven},
+                    {kG, 1, 2, 1, "gpipe", 0, "selective", kUneven | kRerun},
+                    {kL, 1, 2, 1, "zero_bubble", 0, "none", kUneven},
+                    {kG, 1, 2, 1, "interleaved", 0, "full"},
+                    {kL, 2, 1, 1, "1f1b", 0, "selective"}});
+}
+
+TEST_F(PpE2E, EveryLayoutOfFourRanksMatchesOneProcess) {
+  parity_matrix(4, {{kG, 1, 1, 4, "1f1b", 1, "none"},
+                    {kL, 1, 2, 2, "zero_bubble", 1, "none", kUneven | kRerun},
+                    {kG, 1, 4, 1, "1f1b", 0, "selective"},
+                    {kL, 1, 4, 1, "gpipe", 0, "full", kUneven},
+                    {kG, 1, 4, 1, "zero_bubble", 0, "none", kUneven},
+                    {kL, 1, 4, 1, "interleaved", 0, "selective"},
+                    {kG, 2, 1, 2, "1f1b", 3, "full", kSp},
+                    {kL, 2, 2, 1, "gpipe", 0, "full", kSp | kUneven},
+                    {kG, 4, 1, 1, "1f1b", 0, "selective", kSp}});
+}
+
+TEST_F(PpE2E, EveryLayoutOfEightRanksMatchesOneProcess) {
+  parity_matrix(8, {{kG, 1, 1, 8, "1f1b", 2, "none"},
+                    {kL, 1, 2, 4, "interleaved", 3, "full", kRerun},
+                    {kG, 1, 4, 2, "1f1b", 2, "selective", kUneven | kRerun},
+                    {kL, 1, 4, 2, "zero_bubble", 1, "none"},
+                    {kL, 1, 8, 1, "gpipe", 0, "full"},
+                    {kG, 2, 1, 4, "1f1b", 1, "selective"},
+                    {kG, 2, 2, 2, "gpipe", 3, "selective", kSp | kUneven},
+                    {kG, 2, 4, 1, "1f1b", 0, "full", kSp | kUneven},
+                    {kL, 4, 1, 2, "1f1b", 3, "none", kSp},
+                    {kG, 4, 2, 1, "gpipe", 0, "full", kSp},
+                    {kL, 8, 1, 1, "1f1b", 0, "selective"}});
+}
 
 // Stage 0 of pp = 2 with 4 micro-batches per step: GPipe keeps 4 micro-batches of activations,
 // 1F1B 2 — the accounting in the metrics shows twice the slots' bytes, never less.
