@@ -40,7 +40,7 @@ class AdamW {
   // update's own pass (kernels/cpu/adamw.cpp [Note: fused 16-bit copy]; the parameters AdamW does
   // not update, ParamGroup::state, are rounded as they are), on a device by one convert after it.
   // Alignment gaps between tensors are not written: they hold the rounding of the masters' gaps,
-  // which nothing changes (parallel/zero.h [Note: 16-bit parameters]).
+  // which nothing changes (optim/zero_plan.h [Note: 16-bit parameters]).
   void step(float* params, const float* grads, float lr, double norm, float unscale = 1.0f, Tensor params16 = {});
 
   FlatRange range() const { return range_; }

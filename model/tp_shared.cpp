@@ -39,14 +39,4 @@ void TpSharedParams::reduce_partial_grads(float* grads, FlatRange range) const {
   }
 }
 
-double TpSharedParams::sum_squares(const float* grads, FlatRange range) const {
-  std::vector<Tensor> list;
-  for (const FlatRange& o : layout_.owned()) {
-    const FlatRange mine = flat_intersect(o, range);
-    float* g = const_cast<float*>(grads) + (mine.begin - range.begin);  // read only
-    if (mine.size() > 0) list.push_back(Tensor(g, Shape{mine.size()}).on(stream_.device));
-  }
-  return megatrain::sum_squares(stream_, list);
-}
-
 }  // namespace megatrain

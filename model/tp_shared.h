@@ -1,7 +1,6 @@
 // The parameter values several tensor-parallel ranks hold (ParamLayout::shared(): replicated
 // tensors, key/value heads replicated under GQA): their partial gradients summed over the ranks
-// that share them, and a gradient norm that counts every global parameter exactly once
-// (ParamLayout::owned).
+// that share them. (The global norm counts each of them once: optim/clip.h.)
 #pragma once
 #include <map>
 #include <vector>
@@ -23,10 +22,6 @@ class TpSharedParams {
   // tp rank must call it with the same range (the layout's flat ranges are the same on every tp
   // rank). Allocates nothing.
   void reduce_partial_grads(float* grads, FlatRange range) const;
-  // Σ g² over the values of `range` this rank owns (ParamLayout::owned: shared values on the first
-  // of their sharers only, tied copies on their owner stage); summed over tp, pp (and the
-  // data-parallel partitions) this is the squared norm of the global gradient.
-  double sum_squares(const float* grads, FlatRange range) const;
 
  private:
   const ParamLayout& layout_;

@@ -7,7 +7,7 @@
 // write of the micro-batch; unit_grads(u) may be asked again before that and returns the same
 // memory). Both return a pointer p with p[j] = flat element units[u].begin + j. A provider is free
 // to keep full replicated buffers (FullState), or to gather parameters and reduce gradients across
-// data-parallel ranks just in time (parallel/zero.h). Invariant: a pointer stays valid until the
+// data-parallel ranks just in time (optim/zero_state.h). Invariant: a pointer stays valid until the
 // matching *_done call.
 #pragma once
 #include <cstdint>

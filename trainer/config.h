@@ -13,7 +13,7 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "model/recompute.h"
-#include "parallel/grad_compression.h"
+#include "optim/compress/grad_compression.h"
 #include "trainer/loss_scaler.h"
 
 namespace megatrain {
@@ -24,7 +24,7 @@ struct ParallelConfig {
   int tp = 1, pp = 1, cp = 1;
   int ep = 1;  // expert-parallel ranks inside each data-parallel group (Megatron's expert-model-parallel-size)
   int dp = 0;  // 0 = world / (tp·cp·pp) (parallel/groups.h resolve_dims); a multiple of ep
-  int zero_stage = 0;               // 0 | 1 | 2 | 3 (parallel/zero.h)
+  int zero_stage = 0;               // 0 | 1 | 2 | 3 (optim/zero_plan.h)
   double bucket_size_mb = 25.0;     // gradient bucket size for the data-parallel reduction
   bool overlap_grad_reduce = true;  // start each bucket's reduction during backward
   bool sequence_parallel = false;   // norms, dropout and residuals on N/tp rows (parallel/mappings.h)
@@ -32,11 +32,12 @@ struct ParallelConfig {
   std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved | zero_bubble (parallel/pipeline_schedule.h)
   int virtual_stages = 1;                  // model chunks per pipeline rank (interleaved)
   std::vector<int> pipeline_layers;        // blocks per virtual stage; empty = n_layers / (pp·virtual_stages) each
-  Precision grad_reduce_dtype = Precision::fp32;  // fp32 | bf16: the data-parallel gradient reduction (parallel/zero.h)
-  GradCompression grad_compression = GradCompression::none;  // none | powersgd | onebit (parallel/grad_compression.h)
+  Precision grad_reduce_dtype = Precision::fp32;  // fp32 | bf16: the data-parallel reduction (optim/zero_plan.h)
+  // none | powersgd | onebit (optim/compress/grad_compression.h)
+  GradCompression grad_compression = GradCompression::none;
   int powersgd_rank = 4;                                      // PowerSGD's rank r
-  int max_staleness = 0;  // stale-synchronous data parallelism: apply step t − s's gradients (parallel/zero.h)
-  // ZeRO++ ([Note: ZeRO++] in parallel/zero.h), DeepSpeed's names: qwZ, qgZ, hpZ and their int8 block.
+  int max_staleness = 0;  // stale-synchronous data parallelism: apply step t − s's gradients (optim/zero_plan.h)
+  // ZeRO++ ([Note: ZeRO++] in optim/zero_plan.h), DeepSpeed's names: qwZ, qgZ, hpZ and their int8 block.
   bool zero_quantized_weights = false;
   bool zero_quantized_gradients = false;
   int zero_hpz_partition_size = 1;  // 1 = off

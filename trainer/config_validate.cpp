@@ -12,9 +12,19 @@
 #include "parallel/groups.h"
 #include "parallel/pipeline_schedule.h"
 #include "trainer/config.h"
+#include "trainer/optim_groups.h"
 
 namespace megatrain {
 namespace {
+
+// Whether the dense parameters' ZeRO options break the rule of `what` (optim/zero_plan.h
+// zero_options_problems, the one list of which options combine); each check below words it in
+// config keys.
+bool refuses(const Config& c, ZeroSwitch what) {
+  for (const ZeroProblem& p : zero_options_problems(zero_options(c), c.parallel.dp))
+    if (p.what == what) return true;
+  return false;
+}
 
 // [moe] settings that model/config.h describes but the MoE layer does not build yet: refused here,
 // in one place, so that each is deleted with the commit that builds it.
@@ -40,8 +50,7 @@ void check_device(const Config& c) {
                  "set train.device = \"cuda\", or attention_backend = \"auto\"",
                  f);
   if (c.train.device == Device::cpu) return;
-  MT_INPUT_CHECK(p.grad_compression == GradCompression::none && !p.zero_quantized_weights &&
-                     !p.zero_quantized_gradients && p.zero_hpz_partition_size == 1 && p.max_staleness == 0,
+  MT_INPUT_CHECK(!refuses(c, ZeroSwitch::device),
                  "{}: train.device = \"cuda\" reduces gradients exactly so far, but parallel.grad_compression = "
                  "\"{}\", zero_quantized_weights = {}, zero_quantized_gradients = {}, zero_hpz_partition_size = {}, "
                  "max_staleness = {}; set \"none\", false, false, 1 and 0, or train.device = \"cpu\"",
@@ -49,22 +58,22 @@ void check_device(const Config& c) {
                  p.zero_hpz_partition_size, p.max_staleness);
 }
 
-// ZeRO++ ([Note: ZeRO++] in parallel/zero.h): the combinations that are built. Expert parameters
+// ZeRO++ ([Note: ZeRO++] in optim/zero_plan.h): the combinations that are built. Expert parameters
 // (MoE) keep the exact path, so these switches act on the dense parameters only.
 void check_zeropp(const Config& c) {
   const std::string& f = c.source;
   const ParallelConfig& p = c.parallel;
-  MT_INPUT_CHECK(!p.zero_quantized_weights || (p.zero_stage >= 1 && c.train.precision == Precision::fp32),
+  MT_INPUT_CHECK(!refuses(c, ZeroSwitch::qwz),
                  "{}: parallel.zero_quantized_weights = true (qwZ) quantizes the parameter all-gather of ZeRO "
                  "stages 1–3 with float32 parameters, but zero_stage = {} and train.precision = \"{}\"; set "
                  "zero_stage ≥ 1 and precision = \"fp32\", or zero_quantized_weights = false",
                  f, p.zero_stage, precision_name(c.train.precision));
-  MT_INPUT_CHECK(!p.zero_quantized_gradients || (p.zero_stage >= 1 && p.grad_reduce_dtype == Precision::fp32),
+  MT_INPUT_CHECK(!refuses(c, ZeroSwitch::qgz),
                  "{}: parallel.zero_quantized_gradients = true (qgZ) quantizes the float32 gradient reduce-scatter of "
                  "ZeRO stages 1–3, but zero_stage = {} and grad_reduce_dtype = \"{}\"; set zero_stage ≥ 1 and "
                  "grad_reduce_dtype = \"fp32\", or zero_quantized_gradients = false",
                  f, p.zero_stage, precision_name(p.grad_reduce_dtype));
-  MT_INPUT_CHECK(p.zero_hpz_partition_size == 1 || (p.zero_stage == 3 && p.dp % p.zero_hpz_partition_size == 0),
+  MT_INPUT_CHECK(!refuses(c, ZeroSwitch::hpz),
                  "{}: parallel.zero_hpz_partition_size = {} (hpZ) keeps a secondary parameter shard per group of that "
                  "many data-parallel ranks at ZeRO stage 3, so it needs zero_stage = 3 (got {}) and must divide "
                  "dp = {}; pick a divisor of dp (ranks per host), or 1 to turn hpZ off",
@@ -249,21 +258,21 @@ void resolve_config(Config& c, int world_size) {
                  "each micro-batch's weight gradients past its backward, but ZeRO 2 and 3 reduce-scatter a "
                  "micro-batch's gradients as its backward ends; use zero_stage 0 or 1 with it",
                  f, p.zero_stage);
-  // Gradient compression replaces stage 0's all-reduce of each float32 bucket (parallel/zero.h).
-  MT_INPUT_CHECK(p.grad_compression == GradCompression::none ||
-                     (p.zero_stage == 0 && p.grad_reduce_dtype == Precision::fp32 && m.moe.n_experts == 0),
+  // Gradient compression replaces stage 0's all-reduce of each float32 bucket (optim/zero_plan.h),
+  // of the dense parameters only.
+  MT_INPUT_CHECK(!refuses(c, ZeroSwitch::compression) && (p.grad_compression == GradCompression::none ||
+                                                          m.moe.n_experts == 0),
                  "{}: parallel.grad_compression = \"{}\" compresses ZeRO stage 0's float32 all-reduce of a dense "
                  "model's gradients, but zero_stage = {}, grad_reduce_dtype = \"{}\", moe.n_experts = {}; set "
                  "zero_stage = 0 and grad_reduce_dtype = \"fp32\" on a dense model, or grad_compression = \"none\"",
                  f, grad_compression_name(p.grad_compression), p.zero_stage, precision_name(p.grad_reduce_dtype),
                  m.moe.n_experts);
-  // Stale-synchronous training (parallel/zero.h [Note: bounded staleness]) is built for ZeRO stage
-  // 0's float32 all-reduce of a dense model on data parallelism alone, in float32, with no step
-  // that needs this step's reduced gradients at once (loss scaling, spike rollback).
-  MT_INPUT_CHECK(p.max_staleness == 0 ||
-                     (p.zero_stage == 0 && p.grad_reduce_dtype == Precision::fp32 &&
-                      p.grad_compression == GradCompression::none && m.moe.n_experts == 0 && p.tp == 1 && p.pp == 1 &&
-                      p.cp == 1 && c.train.precision != Precision::fp16 && c.health.on_spike != "rollback"),
+  // Stale-synchronous training (optim/zero_plan.h [Note: bounded staleness]) is built for ZeRO
+  // stage 0's float32 all-reduce of a dense model on data parallelism alone, in float32, with no
+  // step that needs this step's reduced gradients at once (loss scaling, spike rollback).
+  const bool stale_alone = m.moe.n_experts == 0 && p.tp == 1 && p.pp == 1 && p.cp == 1 &&
+                           c.train.precision != Precision::fp16 && c.health.on_spike != "rollback";
+  MT_INPUT_CHECK(!refuses(c, ZeroSwitch::staleness) && (p.max_staleness == 0 || stale_alone),
                  "{}: parallel.max_staleness = {} is built for ZeRO stage 0's float32 all-reduce of a dense model on "
                  "data parallelism alone, but zero_stage = {}, grad_reduce_dtype = \"{}\", grad_compression = \"{}\", "
                  "moe.n_experts = {}, tp = {}, pp = {}, cp = {}, train.precision = \"{}\", health.on_spike = \"{}\"; "

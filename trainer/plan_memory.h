@@ -1,13 +1,11 @@
 // The planner's memory per rank (`megatrain plan`): what a run at a layout accounts in its metrics'
 // memory_bytes, predicted without MPI and without allocating the model. It reuses the trainer's own
-// sizing — the parameter layout and units (model/params.h), ZeRO's shard sizes and gradient
-// buckets (parallel/zero.h, grad_buckets.h), the pipeline schedule's micro-batches in flight
+// sizing — the parameter layout and units (model/params.h), each optimizer group's ZeRO plan
+// (optim/zero_plan.h: the buffers the run allocates from it, and its working buffers from one replay
+// of the backward's unit order) and AdamW's moments, the pipeline schedule's micro-batches in flight
 // (parallel/pipeline.h) and each stage's activation plan run on a measuring arena
 // (StageOptions::measure_only) — so the prediction is RankRun::memory() by construction, not a
-// formula beside it. Two working buffers depend on the order things happen in a step and are
-// replayed from ZeRO's rules: the stage-2/3 gradient buffers (kGradBuffers in flight, reused when
-// large enough) and the unit-sized gather buffers (stage 3 or 16-bit parameters).
-// GEMM scratch (16-bit operand copies) and the process's RSS are not predicted.
+// formula beside it. GEMM scratch (16-bit operand copies) and the process's RSS are not predicted.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -20,14 +20,6 @@ ParallelDims parallel_dims(const Config& c) {
 // Where the rank computes ([Note: a run on a device]): the device's default stream.
 Stream run_stream(const Config& c) { return Stream{c.train.device, nullptr, c.train.precision}; }
 
-ZeroOptions zero_options(const Config& c) {
-  const auto floats = static_cast<int64_t>(c.parallel.bucket_size_mb * 1024.0 * 1024.0 / sizeof(float));
-  ZeroOptions z{c.parallel.zero_stage, std::max<int64_t>(1, floats), c.parallel.overlap_grad_reduce, c.train.precision,
-                c.parallel.grad_reduce_dtype};
-  z.stream = run_stream(c);
-  return z;
-}
-
 // The device backend of a run on a device, its attention kernels chosen (train.attention_backend),
 // or an InputError naming the config key and the fix.
 DeviceBackend& run_backend(const Config& c) {
@@ -58,29 +50,6 @@ ProcessGroups process_groups(const Config& c, const Comm& world) {
 #endif
 }
 
-// The dense ZeroState's options: with gradient compression, the layout's 2-D tensors.
-ZeroOptions dense_zero_options(const Config& c, const ParamLayout& layout) {
-  ZeroOptions z = zero_options(c);
-  z.compression = c.parallel.grad_compression;
-  z.powersgd_rank = c.parallel.powersgd_rank;
-  z.seed = c.train.seed;
-  z.max_staleness = c.parallel.max_staleness;
-  z.quantized_weights = c.parallel.zero_quantized_weights;
-  z.quantized_gradients = c.parallel.zero_quantized_gradients;
-  z.hpz_partition_size = c.parallel.zero_hpz_partition_size;
-  z.quant_block = c.parallel.zero_quant_block;
-  if (z.compression != GradCompression::none)
-    for (size_t i = 0; i < layout.size(); ++i)
-      if (layout.local_shape(i).ndim == 2)
-        z.matrices.push_back({layout.offset(i), layout.local_shape(i)[0], layout.local_shape(i)[1]});
-  return z;
-}
-
-AdamWOptions adamw_options(const Config& c) {
-  const auto& o = c.optimizer;
-  return {o.beta1, o.beta2, o.eps, o.weight_decay, o.grad_clip, o.decay_embeddings, o.decay_norms_and_biases};
-}
-
 // Model chunk c of pipeline rank s is virtual stage c·pp + s.
 std::vector<StageRange> chunk_ranges(const Config& c, int stage) {
   std::vector<StageRange> out;
@@ -97,34 +66,16 @@ std::vector<int> chunk_unit_bounds(const ParamLayout& layout, const std::vector<
   return out;
 }
 
-// Units rebased to start at flat element `by` (their state's element 0).
-std::vector<FlatRange> rebased(std::vector<FlatRange> units, int64_t by) {
-  for (FlatRange& u : units) u = u.shifted(-by);
-  return units;
-}
-
-// Where each chunk's expert units start in the rank's expert unit list, then the total.
-std::vector<int> expert_unit_bounds(const ParamLayout& layout, const std::vector<StageRange>& ranges) {
-  std::vector<int> out{0};
-  for (const StageRange& r : ranges) out.push_back(out.back() + static_cast<int>(moe_expert_units(layout, {r}).size()));
-  return out;
-}
-
-// The first units of chunks after the first that start a new group of buckets (inside the list).
-std::vector<int> bucket_breaks(const std::vector<int>& bounds) {
-  std::vector<int> out;
-  for (size_t k = 1; k + 1 < bounds.size(); ++k)
-    if (bounds[k] > 0 && bounds[k] < bounds.back() && (out.empty() || out.back() != bounds[k])) out.push_back(bounds[k]);
-  return out;
+// This rank's optimizer group `k` (trainer/optim_groups.h: 0 the dense parameters, 1 the experts').
+OptimGroupSpec group_spec(const Config& c, const ParamLayout& layout, const std::vector<StageRange>& ranges, size_t k) {
+  return optim_group_specs(c, layout, ranges)[k];
 }
 
 }  // namespace
 
-RankRun::Experts::Experts(const ParamLayout& layout, const std::vector<StageRange>& ranges, const Comm& edp,
-                          const ZeroOptions& z, const AdamWOptions& a)
-    : begin(dense_end(layout)), chunk_units(expert_unit_bounds(layout, ranges)),
-      zero(rebased(moe_expert_units(layout, ranges), begin), edp, z, bucket_breaks(chunk_units)),
-      optimizer(layout, a, zero.optimizer_range().shifted(begin), zero.optimizer_padded(), z.stream) {}
+RankRun::Experts::Experts(const ParamLayout& layout, const OptimGroupSpec& g, const Comm& edp, const AdamWOptions& a)
+    : begin(g.begin), chunk_units(g.chunk_units), zero(g.units, edp, g.zero, g.breaks, g.order),
+      optimizer(layout, a, zero.optimizer_range().shifted(begin), zero.optimizer_padded(), g.zero.stream) {}
 
 StageRange virtual_stage_range(const Config& c, int vs) {
   const std::vector<int>& given = c.parallel.pipeline_layers;
@@ -145,9 +96,8 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
                               EpCoord{groups.ep().rank(), groups.ep().size()})),
       chunk_units(chunk_unit_bounds(layout, ranges)),
       stored_layout(gpt_param_layout(c.model)),
-      // Gradient buckets break where each chunk after the first starts.
-      zero(gpt_param_units(layout, ranges), dp_comm, dense_zero_options(c, layout),
-           std::vector<int>(chunk_units.begin() + 1, chunk_units.end() - 1)),
+      zero(group_spec(c, layout, ranges, 0).units, dp_comm, group_spec(c, layout, ranges, 0).zero,
+           group_spec(c, layout, ranges, 0).breaks, group_spec(c, layout, ranges, 0).order),
       optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded(), stream),
       grad_nan_(zero, gpt_param_units(layout, ranges), zero.buckets(), stream),
       split_backward_(splits_backward(steps)),
@@ -165,7 +115,7 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
     init_params_range(layout, zero.held_params(), zero.held_params_range(), c.model, c.train.seed);
   }
   if (!moe_expert_units(layout, ranges).empty()) {
-    experts = std::make_unique<Experts>(layout, ranges, groups.edp(), zero_options(c), adamw_options(c));
+    experts = std::make_unique<Experts>(layout, group_spec(c, layout, ranges, 1), groups.edp(), adamw_options(c));
     const FlatRange held = experts->zero.held_params_range().shifted(experts->begin);
     float* params = experts->zero.held_params();
     if (on_device()) {
@@ -334,7 +284,7 @@ double RankRun::forward_backward(int64_t batch, double loss_scale) {
 double RankRun::train_step(int64_t batch, double loss_scale) {
   const double loss_sum = forward_backward(batch, loss_scale);
   // The gradients of values held twice: a tied embedding's two copies (first and last stage)
-  // summed over the embedding group before their bucket's data-parallel reduction (parallel/zero.h
+  // summed over the embedding group before their bucket's data-parallel reduction (optim/zero_state.h
   // [Note: held bucket]), so both stages reduce and update the same values at any ZeRO stage;
   // then partial ones summed over their tensor-parallel sharers.
   zero.reduce_held([&](float* g) { embedding_comm_->all_reduce(g, embedding_range_.size()).wait(); });
@@ -343,17 +293,17 @@ double RankRun::train_step(int64_t batch, double loss_scale) {
 }
 
 double RankRun::grad_norm() {
-  const FlatRange range = zero.optimizer_range();
-  double squares = zero.sum_over_partitions(tp_shared_.sum_squares(zero.optimizer_grads(), range));
+  std::vector<GradPart> parts{
+      GradPart(owned_grads(stream, layout, zero.optimizer_grads(), zero.optimizer_range()), {zero.partitions()})};
   if (experts) {  // each ep rank holds other experts: their squares are summed over ep too
     const FlatRange er = experts->zero.optimizer_range().shifted(experts->begin);
-    double e = experts->zero.sum_over_partitions(tp_shared_.sum_squares(experts->zero.optimizer_grads(), er));
-    if (groups.ep().size() > 1) groups.ep().all_reduce(&e, 1).wait();
-    squares += e;
+    const Comm& ep = groups.ep();
+    parts.emplace_back(owned_grads(stream, layout, experts->zero.optimizer_grads(), er),
+                       std::vector<const Comm*>{experts->zero.partitions(), ep.size() > 1 ? &ep : nullptr});
   }
-  if (tp_comm.size() > 1) tp_comm.all_reduce(&squares, 1).wait();
-  if (pp_comm.size() > 1) pp_comm.all_reduce(&squares, 1).wait();  // each stage holds its own tensors
-  return std::sqrt(squares);
+  // Each pipeline stage holds its own tensors.
+  return megatrain::grad_norm(stream, parts, {tp_comm.size() > 1 ? &tp_comm : nullptr,
+                                              pp_comm.size() > 1 ? &pp_comm : nullptr});
 }
 
 RankRun::Overflow RankRun::first_overflow(bool loss_nonfinite) {

@@ -4,7 +4,7 @@
 // loop (trainer/train.cpp) calls train_step, grad_norm, the optimizer and evaluate.
 //
 // [Note: a run on a device] With train.device = "cuda" the rank's compute stream is the device's
-// default stream: the stages' activations, ZeRO's buffers (parallel/zero.h [Note: ZeRO on a
+// default stream: the stages' activations, ZeRO's buffers (optim/zero_plan.h [Note: ZeRO on a
 // device]), the optimizer's moments, the pipeline's message buffers and the tensor-parallel
 // packing buffer are device memory, and the gradient checks (Inf/NaN, Σ g²) are ops on the stream.
 // The communicators move device buffers: NCCL's (parallel/comm_nccl.h, which also picks the rank's
@@ -25,12 +25,14 @@
 #include "model/optimizer.h"
 #include "model/stage.h"
 #include "model/tp_shared.h"
+#include "optim/clip.h"
+#include "optim/zero_state.h"
 #include "parallel/groups.h"
 #include "parallel/pipeline.h"
-#include "parallel/zero.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/metrics.h"
+#include "trainer/optim_groups.h"
 #include "trainer/train_data.h"
 
 namespace megatrain {
@@ -44,7 +46,7 @@ class RankRun final : public PipelineWork {
   RankRun(const Config& c, const Comm& world);
 
   // Forward + backward over this rank's micro-batches of `step` through the pipeline, gradients
-  // reduced over the data-parallel ranks (parallel/zero.h), the loss gradient multiplied by
+  // reduced over the data-parallel ranks (optim/zero_state.h), the loss gradient multiplied by
   // loss_scale (fp16). Returns the mean loss over the global batch.
   double train_step(int64_t batch, double loss_scale = 1.0);
   // [Note: stale-synchronous step] (trainer/rank_run_stale.cpp), parallel.max_staleness = s > 0:
@@ -68,7 +70,7 @@ class RankRun final : public PipelineWork {
   // MEGATRAIN_FAULT nan with element=E: one NaN in the dense gradients of the coming step
   // (health/grad_nan_injector.h); returns what the injection's log line says of it.
   std::string arm_grad_nan(const std::string& element) { return grad_nan_.arm(element); }
-  // Global L2 norm of the step's gradient: every global parameter counted once (model/tp_shared.h).
+  // Global L2 norm of the step's gradient: every global parameter counted once (optim/clip.h).
   double grad_norm();
   // The optimizer's update of every parameter this rank updates (dense and expert), then ZeRO's
   // step_end: lr, the global norm of the unscaled gradient (for clipping), 1 / the loss scale.
@@ -127,8 +129,7 @@ class RankRun final : public PipelineWork {
   // [begin, layout.total()), with a ZeRO state of their own over the expert-data-parallel group
   // (parallel/groups.h) and their own optimizer. Absent for a dense model.
   struct Experts {
-    Experts(const ParamLayout& layout, const std::vector<StageRange>& ranges, const Comm& edp, const ZeroOptions& z,
-            const AdamWOptions& a);
+    Experts(const ParamLayout& layout, const OptimGroupSpec& g, const Comm& edp, const AdamWOptions& a);
     int64_t begin;               // dense_end(layout): their state's flat element 0
     std::vector<int> chunk_units;  // chunk k's expert units: [chunk_units[k], chunk_units[k + 1])
     ZeroState zero;

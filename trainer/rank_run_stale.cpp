@@ -3,7 +3,7 @@
 // [Note: stale-synchronous step] With s = max_staleness the update of step k (0-based) is built
 // from batch k's gradients, computed on the parameters after update k − s − 1: batch k + s is
 // computed just before update k is applied, so up to s reductions are in flight while a rank
-// computes (parallel/zero.h [Note: bounded staleness]). The first s steps after a start or a
+// computes (optim/zero_plan.h [Note: bounded staleness]). The first s steps after a start or a
 // horizon compute their batches on the same parameters (a warm-up of s + 1 batches in the first
 // step), and the s steps before a horizon compute none, so no reduction is in flight at a horizon:
 // a checkpoint saved there holds no in-flight state, and a run resumed from it continues exactly

@@ -1,4 +1,4 @@
-// Gradient compression end to end (parallel.grad_compression, parallel/grad_compression.h): on 2
+// Gradient compression end to end (parallel.grad_compression, optim/compress/grad_compression.h): on 2
 // data-parallel ranks, 40 steps of the tiny model with PowerSGD (r = 4) and with onebit against
 // the exact all-reduce. Each compressed run trains (finite losses, the last five steps' mean below
 // the first five's by at least half as much as the exact run's drop), really compresses (its

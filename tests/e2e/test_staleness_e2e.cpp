@@ -1,4 +1,4 @@
-// Bounded staleness end to end (parallel.max_staleness, parallel/zero.h [Note: bounded staleness],
+// Bounded staleness end to end (parallel.max_staleness, optim/zero_plan.h [Note: bounded staleness],
 // trainer/rank_run_stale.cpp): max_staleness = 0 is synchronous training bitwise (losses, gradient
 // norms, validation losses and the saved weights) on 2 and 4 ranks. At s = 1 and 2 the update of
 // step k is built from batch k computed on the parameters of step k − s − 1, so the first s + 1

@@ -1,4 +1,4 @@
-// ZeRO++ end to end ([Note: ZeRO++] in parallel/zero.h): the tiny model on 4 data-parallel ranks
+// ZeRO++ end to end ([Note: ZeRO++] in optim/zero_plan.h): the tiny model on 4 data-parallel ranks
 // for 30 steps, each switch alone and all three, against the exact run of the same ZeRO stage.
 // hpZ alone gives the exact stage-3 run's losses bitwise; the quantized runs train (the mean of the
 // last five losses within 2% of the exact run's, where the loss falls by far more than that), move

@@ -1,4 +1,4 @@
-// The int8 block quantizer (parallel/block_quant.h): the packed byte layout byte for byte, the
+// The int8 block quantizer (optim/compress/block_quant.h): the packed byte layout byte for byte, the
 // round trip within half a scale per element over odd sizes and tails, all-zero and non-finite
 // blocks, and unpack_add as one term of a sum.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "parallel/block_quant.h"
+#include "optim/compress/block_quant.h"
 
 namespace megatrain {
 namespace {

@@ -1,4 +1,4 @@
-// Gradient compression (parallel/grad_compression.h) on 1, 2 and 4 ranks, against references
+// Gradient compression (optim/compress/grad_compression.h) on 1, 2 and 4 ranks, against references
 // computed here from every rank's gradients (each rank can make every rank's: they are seeded by
 // rank):
 //  - onebit: the result equals, exactly, the sum in rank order of each rank's block scale (mean |c|)
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "parallel/comm.h"
-#include "parallel/grad_compression.h"
+#include "optim/compress/grad_compression.h"
 
 namespace megatrain {
 namespace {

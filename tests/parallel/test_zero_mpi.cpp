@@ -13,7 +13,7 @@
 
 #include "model/gpt.h"
 #include "model/optimizer.h"
-#include "parallel/zero.h"
+#include "optim/zero_state.h"
 #include "tests/model/tiny_models.h"
 
 namespace megatrain {
@@ -59,7 +59,7 @@ struct Replica {
     }
   }
   double update() {
-    const double norm = zero.grad_norm();
+    const double norm = grad_norm(Stream::cpu(), {zero.grad_part()});
     opt.step(zero.optimizer_params(), zero.optimizer_grads(), kLr, norm, 1.0f, zero.optimizer_params16());
     zero.step_end();
     return norm;
@@ -206,7 +206,7 @@ TEST_P(ZeroStages, StepEqualsAPlainModelAndAdamWInDouble) {
   const int stage = GetParam();
   const Comm world = Comm::world();
   // Six layers make eight buckets, more than ZeroState's four gradient working buffers, so stages
-  // 2/3 reuse freed buffers and recycle in-flight ones (parallel/zero.cpp, grad_buffer_take).
+  // 2/3 reuse freed buffers and recycle in-flight ones (optim/grad_pool.h [Note: gradient pool]).
   ModelConfig deep = test::gpt2_like();
   deep.n_layers = 6;
   for (const ModelConfig& cfg : {test::gpt2_like(), test::llama_like(), deep}) {
@@ -260,7 +260,7 @@ TEST_P(ZeroStages, SixteenBitCopyWrittenInTheUpdateEqualsRoundingAfterIt) {
       fused.step(world.rank());
       two_pass.accumulate(world.rank());
       two_pass.opt.step(two_pass.zero.optimizer_params(), two_pass.zero.optimizer_grads(), kLr,
-                        two_pass.zero.grad_norm());
+                        grad_norm(Stream::cpu(), {two_pass.zero.grad_part()}));
       two_pass.zero.params_written();
       const std::string at = std::string(precision_name(p)) + " step " + std::to_string(step);
       const auto bytes = [](int64_t floats) { return static_cast<size_t>(floats) * sizeof(float); };

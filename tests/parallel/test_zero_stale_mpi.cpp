@@ -1,4 +1,4 @@
-// ZeroState's delayed reductions ([Note: bounded staleness] in parallel/zero.h) on real ranks with
+// ZeroState's delayed reductions ([Note: bounded staleness] in optim/zero_plan.h) on real ranks with
 // known gradients: rank r writes g(t, r, i) = 1000·(t + 1) + 10·r + i into element i at step t, so
 // every sum is an exact float. With max_staleness = s the gradients retired after step t are the
 // sum over ranks of step t − s's (the first s steps retire nothing, the last s are drained at the
@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "parallel/zero.h"
+#include "optim/zero_state.h"
 
 namespace megatrain {
 namespace {

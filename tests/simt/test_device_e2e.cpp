@@ -153,7 +153,7 @@ TEST_F(DeviceE2E, MoeTrainsLikeTheCpu) {
             kCompared);
 }
 
-// Mixed precision on the device (parallel/zero.h [Note: ZeRO on a device]): the 16-bit parameter
+// Mixed precision on the device (optim/zero_plan.h [Note: ZeRO on a device]): the 16-bit parameter
 // copy rounded from the float32 masters, gathered as 16-bit values and widened per unit, and the
 // bf16 gradient reduction (rounded, reduced, widened) are ops on the device stream; fp16 adds the
 // dynamic loss scale. Each is held to the CPU binary with the same layout: bf16 rounding makes two

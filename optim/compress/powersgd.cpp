@@ -1,4 +1,4 @@
-// PowerSGD with error feedback (parallel/grad_compression.h): one power iteration per step,
+// PowerSGD with error feedback (optim/compress/grad_compression.h): one power iteration per step,
 // warm-started, on every large enough 2-D tensor of a reduced range; the rest all-reduced exactly.
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "kernels/ops.h"
 #include "kernels/rng.h"
-#include "parallel/grad_compression.h"
+#include "optim/compress/grad_compression.h"
 
 namespace megatrain {
 namespace {

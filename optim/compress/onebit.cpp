@@ -1,9 +1,9 @@
-// Sign compression with error feedback (parallel/grad_compression.h): one bit per value and one
+// Sign compression with error feedback (optim/compress/grad_compression.h): one bit per value and one
 // scale per block of kOneBitBlock values, gathered from every rank and summed in rank order.
 #include <cmath>
 #include <map>
 
-#include "parallel/grad_compression.h"
+#include "optim/compress/grad_compression.h"
 
 namespace megatrain {
 namespace {

@@ -1,11 +1,11 @@
-// The choice of gradient compressor (parallel/grad_compression.h).
-#include "parallel/grad_compression.h"
+// The choice of gradient compressor (optim/compress/grad_compression.h).
+#include "optim/compress/grad_compression.h"
 
 namespace megatrain {
 
 std::unique_ptr<GradCompressor> make_powersgd(const Comm& comm, std::vector<MatrixSpan> matrices, int rank,
-                                              uint64_t seed);  // parallel/powersgd.cpp
-std::unique_ptr<GradCompressor> make_onebit(const Comm& comm);    // parallel/onebit.cpp
+                                              uint64_t seed);  // optim/compress/powersgd.cpp
+std::unique_ptr<GradCompressor> make_onebit(const Comm& comm);    // optim/compress/onebit.cpp
 
 const char* grad_compression_name(GradCompression c) {
   switch (c) {
