@@ -26,7 +26,7 @@
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "model/gpt.h"
-#include "model/optimizer.h"
+#include "optim/adamw.h"
 
 using namespace megatrain;
 using Clock = std::chrono::steady_clock;

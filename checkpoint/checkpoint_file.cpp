@@ -24,13 +24,11 @@ const FlatSlice& slice_of(const CheckpointPiece& t, int kind) {
   return kind == 0 ? t.params : kind == 1 ? t.exp_avg : t.exp_avg_sq;
 }
 
-CheckpointPiece main_piece(const CheckpointTensors& t) {
-  return {t.params, t.exp_avg, t.exp_avg_sq, t.part_begin, t.part_end};
-}
-
-// The slices and partition that hold local tensor i ([Note: expert piece]).
-CheckpointPiece piece_of(const CheckpointTensors& t, size_t i) {
-  return t.experts && t.layout->spec(i).expert ? *t.experts : main_piece(t);
+// The piece that holds local tensor i ([Note: checkpoint pieces]).
+const CheckpointPiece& piece_of(const CheckpointTensors& t, size_t i) {
+  size_t k = 0;
+  while (k + 1 < t.pieces.size() && t.pieces[k + 1].begin <= t.layout->offset(i)) ++k;
+  return t.pieces[k];
 }
 
 // Where flat element `flat` (inside the slice) lives.
@@ -175,9 +173,8 @@ H5 open_for_read(const std::string& path) {
 // has no data, or the local tensors do not match the stored ones. Empty when usable.
 std::string misuse(const CheckpointTensors& t, std::vector<int>& local) {
   if (t.layout == nullptr) return "checkpoint: no layout";
-  std::vector<CheckpointPiece> pieces{main_piece(t)};
-  if (t.experts) pieces.push_back(*t.experts);
-  for (const CheckpointPiece& p : pieces)
+  if (t.pieces.empty() || t.pieces.front().begin != 0) return "checkpoint: no piece starts at flat element 0";
+  for (const CheckpointPiece& p : t.pieces)
     for (int kind = 0; kind < 3; ++kind) {
       const FlatSlice& s = slice_of(p, kind);
       if ((p.part_begin < p.part_end && (s.begin > p.part_begin || s.end < p.part_end)) ||
@@ -229,7 +226,7 @@ void read_local(const std::string& path, const CheckpointTensors& t, const std::
       out.stored.push_back(want);
       if (local[s] < 0) continue;
       const auto i = static_cast<size_t>(local[s]);
-      const CheckpointPiece piece = piece_of(t, i);
+      const CheckpointPiece& piece = piece_of(t, i);
       const FlatSlice& slice = slice_of(piece, kind);
       const FlatRange part{piece.part_begin, piece.part_end};
       const int64_t off = layout.offset(i), numel = spec.shape.numel();
@@ -357,7 +354,7 @@ CheckpointWritten checkpoint_file_write(const std::string& path, const Checkpoin
       FlatSlice slice;
       if (local[s] >= 0) {
         const auto i = static_cast<size_t>(local[s]);
-        const CheckpointPiece piece = piece_of(t, i);
+        const CheckpointPiece& piece = piece_of(t, i);
         slice = slice_of(piece, kind);
         const FlatRange part{piece.part_begin, piece.part_end};
         off = layout.offset(i);

@@ -13,7 +13,6 @@
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,24 +46,31 @@ struct FlatSlice {
 };
 
 // What one rank holds of the state a checkpoint stores; the flat index space is `layout`'s (this
-// rank's tensor-parallel view). The ranks of one tp rank partition [0, layout->total()) by
-// [part_begin, part_end), and each slice contains this rank's partition. ZeRO 0: three full
-// slices; ZeRO 1/2: full params, partition-only moments; ZeRO 3: all three partition-only.
+// rank's tensor-parallel view), which the pieces cover in order. [Note: checkpoint pieces] A piece
+// holds the tensors from its `begin` to the next piece's (the last to layout->total()): its
+// parameters and moments, each a slice containing the piece's partition [part_begin, part_end).
+// The ranks of one tp rank partition each piece's range. ZeRO 0: three full slices; ZeRO 1/2: full
+// params, partition-only moments; ZeRO 3: all three partition-only. An MoE model's expert tensors
+// (flat range [dense_end, total()), model/params.h) are partitioned over other ranks (the
+// expert-data-parallel group) than the dense ones, so they are a piece of their own.
 // `stored` lists the global tensors of the file (names and shapes: the whole model at tp = 1, whose
 // vocabulary padding is that of tp = 1); nullptr means `layout` itself.
-// [Note: expert piece] An MoE model's expert tensors (flat range [dense_end, total()) of the layout,
-// model/params.h) are partitioned over other ranks (the expert-data-parallel group) than the dense
-// ones: `experts` then holds their slices and partition, and the fields above cover the rest.
 struct CheckpointPiece {
   FlatSlice params, exp_avg, exp_avg_sq;
-  int64_t part_begin = 0, part_end = 0;
+  int64_t part_begin = 0, part_end = 0;  // this rank's partition
+  int64_t begin = 0;                     // the first flat element of the tensors it holds
 };
 struct CheckpointTensors {
+  CheckpointTensors() = default;
+  CheckpointTensors(const ParamLayout* layout, const ParamLayout* stored, std::vector<CheckpointPiece> pieces)
+      : layout(layout), stored(stored), pieces(std::move(pieces)) {}
+  // One piece holding every tensor.
+  CheckpointTensors(const ParamLayout* layout, FlatSlice params, FlatSlice exp_avg, FlatSlice exp_avg_sq,
+                    int64_t part_begin, int64_t part_end, const ParamLayout* stored = nullptr)
+      : layout(layout), stored(stored), pieces{{params, exp_avg, exp_avg_sq, part_begin, part_end, 0}} {}
   const ParamLayout* layout = nullptr;
-  FlatSlice params, exp_avg, exp_avg_sq;
-  int64_t part_begin = 0, part_end = 0;  // this rank's partition
   const ParamLayout* stored = nullptr;
-  std::optional<CheckpointPiece> experts = {};
+  std::vector<CheckpointPiece> pieces;  // by `begin`, the first at 0
 };
 
 // Full (replicated) buffers of layout.total() floats each, held by rank `rank` of a communicator of

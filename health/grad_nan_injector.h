@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "kernels/device.h"
+#include "model/unit_state.h"
 #include "parallel/grad_buckets.h"
-#include "parallel/unit_state.h"
 
 namespace megatrain {
 

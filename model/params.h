@@ -18,7 +18,7 @@
 #include "kernels/flat_buffer.h"
 #include "kernels/tensor.h"
 #include "model/config.h"
-#include "parallel/unit_state.h"
+#include "model/unit_state.h"
 
 namespace megatrain {
 
@@ -157,7 +157,7 @@ inline ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool seq
 // The whole, unsplit model (tp = 1): the global tensors checkpoints and Hugging Face files hold.
 inline ParamLayout gpt_param_layout(const ModelConfig& cfg) { return gpt_param_layout(cfg, TpCoord{}, false); }
 
-// The units (parallel/unit_state.h) of chunk `range` of a layout: the embeddings (first stage), one
+// The units (model/unit_state.h) of chunk `range` of a layout: the embeddings (first stage), one
 // per block, then the final norm and the untied head (last stage), back to back up to the next
 // chunk's first tensor (or the end).
 std::vector<FlatRange> gpt_param_units(const ParamLayout& layout, const StageRange& range);

@@ -24,8 +24,8 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/recompute.h"
+#include "model/unit_state.h"
 #include "parallel/mappings.h"
-#include "parallel/unit_state.h"
 
 namespace megatrain {
 

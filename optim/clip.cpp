@@ -31,4 +31,15 @@ double grad_norm(const Stream& s, const std::vector<GradPart>& parts, const std:
   return std::sqrt(sum_over(squares, then));
 }
 
+int64_t overflow_key(bool loss, bool grad, bool reduced_grad, int rank, int ranks) {
+  const int64_t cause = loss ? 3 : grad ? 2 : reduced_grad ? 1 : 0;
+  return cause == 0 ? 0 : cause * ranks + (ranks - 1 - rank);
+}
+
+Overflow overflow_of(int64_t max_key, int ranks) {
+  if (max_key == 0) return {};
+  static constexpr const char* kWhere[] = {"", "reduced grad", "grad", "loss"};
+  return {static_cast<int>(ranks - 1 - max_key % ranks), kWhere[max_key / ranks]};
+}
+
 }  // namespace megatrain

@@ -1,4 +1,4 @@
-// The one gradient norm of a training step, and the one overflow check.
+// The one gradient norm of a training step, and where an overflow came from.
 // [Note: global norm] A rank holds parts of the step's gradient: each parameter group's (optim/
 // optim_group.h) values this rank owns of its optimizer range (a value several tensor-parallel
 // ranks share counted on the first of them, a tied copy on its owner stage: ParamLayout::owned).
@@ -22,7 +22,9 @@ namespace megatrain {
 struct GradPart {
   GradPart(std::vector<Tensor> g, std::vector<const Comm*> over = {})
       : grads(std::move(g)), sum_over(std::move(over)) {}
-  GradPart(Tensor g) : grads{g} {}  // a whole gradient, held here
+  // n floats at `g` on device `d`: a whole gradient, held here.
+  GradPart(const float* g, int64_t n, Device d = Device::cpu)
+      : grads{Tensor(const_cast<float*>(g), Shape{n}).on(d)} {}  // read only
   std::vector<Tensor> grads;
   std::vector<const Comm*> sum_over;
 };
@@ -33,5 +35,17 @@ struct GradPart {
 std::vector<Tensor> owned_grads(const Stream& s, const ParamLayout& layout, const float* grads, FlatRange range);
 // √(Σ over parts of (Σ g² summed over the part's communicators), summed over `then`).
 double grad_norm(const Stream& s, const std::vector<GradPart>& parts, const std::vector<const Comm*>& then = {});
+
+// [Note: overflow origin] Where a step's first Inf/NaN came from, the same on every rank: the
+// lowest rank whose own loss or own gradients before the data-parallel reduction held one; failing
+// that, the lowest rank whose reduced gradients do (an overflow in the reduction itself). Each rank
+// makes a key that ranks the causes (own loss, own gradients, reduced gradients) and their ranks;
+// the maximum over the ranks (one all-reduce) names the origin.
+struct Overflow {
+  int rank = -1;           // −1: every value finite
+  const char* where = "";  // "loss", "grad" (before the reduction) or "reduced grad"
+};
+int64_t overflow_key(bool loss, bool grad, bool reduced_grad, int rank, int ranks);
+Overflow overflow_of(int64_t max_key, int ranks);
 
 }  // namespace megatrain

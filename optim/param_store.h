@@ -12,7 +12,7 @@
 //     QuantizedShard (qwz.cpp)              qwZ at stage 3
 //     Hpz (hpz.cpp)                         hpZ's secondary shards around a stage-3 codec
 // Invariant: unit_params(u)[j] is flat element units[u].begin + j of the parameters as compute
-// reads them, valid until unit_params_done(u) (parallel/unit_state.h).
+// reads them, valid until unit_params_done(u) (model/unit_state.h).
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "model/unit_state.h"
 #include "optim/clip.h"
 #include "optim/zero_parts.h"
 #include "optim/zero_plan.h"
-#include "parallel/unit_state.h"
 
 namespace megatrain {
 

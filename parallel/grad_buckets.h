@@ -1,7 +1,7 @@
 // Gradient buckets: the flat gradient range split into a few contiguous pieces, each reduced
 // across data-parallel ranks as one operation as soon as backward has produced all of it.
 //
-// Buckets are built from the model's units (parallel/unit_state.h), which backward completes in
+// Buckets are built from the model's units (model/unit_state.h), which backward completes in
 // decreasing order: walking the units from the last down, a bucket closes once it holds at least
 // `bucket_floats` floats (a unit is never split, so one large unit may make a larger bucket).
 // Bucket 0 therefore holds the highest units and is reduced first. A bucket also closes at each

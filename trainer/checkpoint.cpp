@@ -212,21 +212,20 @@ bool Checkpointer::save(const std::function<CheckpointTensors()>& take, const Tr
     report();
     return true;
   }
-  // Only the partitions are written, so only the partitions are copied ([Note: expert piece]).
-  const auto copy_piece = [](std::array<std::vector<float>, 3>& host, const CheckpointPiece& p) {
+  // Only the partitions are written, so only the partitions are copied ([Note: checkpoint pieces]).
+  host_.resize(t.pieces.size());
+  CheckpointTensors copy{t.layout, t.stored, {}};
+  for (size_t k = 0; k < t.pieces.size(); ++k) {
+    const CheckpointPiece& p = t.pieces[k];
     const auto n = static_cast<size_t>(p.part_end - p.part_begin);
     const auto copy_partition = [&](std::vector<float>& to, const FlatSlice& s) {
       to.resize(n);
       if (n > 0) std::memcpy(to.data(), s.data + (p.part_begin - s.begin), sizeof(float) * n);
       return FlatSlice{to.data(), p.part_begin, p.part_end};
     };
-    return CheckpointPiece{copy_partition(host[0], p.params), copy_partition(host[1], p.exp_avg),
-                           copy_partition(host[2], p.exp_avg_sq), p.part_begin, p.part_end};
-  };
-  const CheckpointPiece dense =
-      copy_piece(host_dense_, {t.params, t.exp_avg, t.exp_avg_sq, t.part_begin, t.part_end});
-  CheckpointTensors copy{t.layout, dense.params, dense.exp_avg, dense.exp_avg_sq, t.part_begin, t.part_end, t.stored};
-  if (t.experts) copy.experts = copy_piece(host_experts_, *t.experts);
+    copy.pieces.push_back({copy_partition(host_[k][0], p.params), copy_partition(host_[k][1], p.exp_avg),
+                           copy_partition(host_[k][2], p.exp_avg_sq), p.part_begin, p.part_end, p.begin});
+  }
   const Stall copied{waited, seconds_since(t0) - waited};
   writing_ = true;
   worker_ = std::thread([this, copy, meta, copied] { write_keeping_failure(copy, meta, copied); });

@@ -86,8 +86,8 @@ class Checkpointer {
   const Comm& world_;
   Comm io_;  // a communicator of its own, so the writer thread never interleaves with training's
   std::string config_toml_, layout_json_;
-  // The partitions (params, exp_avg, exp_avg_sq), for async saves: dense, and expert ([Note: expert piece]).
-  std::array<std::vector<float>, 3> host_dense_, host_experts_;
+  // Each piece's partitions (params, exp_avg, exp_avg_sq), for async saves ([Note: checkpoint pieces]).
+  std::vector<std::array<std::vector<float>, 3>> host_;
   std::thread worker_;
   std::atomic<bool> writing_{false};
   std::exception_ptr worker_error_;  // anything but an I/O failure: rethrown by join()

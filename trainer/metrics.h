@@ -11,7 +11,7 @@
 
 namespace megatrain {
 
-// Bytes one rank holds, by kind (optim/zero_plan.h, model/optimizer.h, model/stage.h).
+// Bytes one rank holds, by kind (optim/zero_plan.h, optim/adamw.h, model/stage.h).
 // params: what compute reads (16-bit at bf16/fp16); master_params: the float32 masters the
 // optimizer updates, when they are a separate buffer (bf16/fp16). gemm_scratch: the linear layers'
 // 16-bit operand copies (bf16/fp16). peak_rss: the process's peak resident memory so far

@@ -1,10 +1,11 @@
 #include "trainer/rank_run.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "kernels/cuda/backend.h"
+#include "kernels/flat_buffer.h"
 #include "kernels/ops.h"
+#include "trainer/optim_groups.h"
 #ifdef MEGATRAIN_HAS_CUDA
 #include "parallel/comm_nccl.h"
 #endif
@@ -58,24 +59,7 @@ std::vector<StageRange> chunk_ranges(const Config& c, int stage) {
   return out;
 }
 
-// Where each chunk's units start in the rank's unit list, then the total: chunk k has units
-// [out[k], out[k + 1]).
-std::vector<int> chunk_unit_bounds(const ParamLayout& layout, const std::vector<StageRange>& ranges) {
-  std::vector<int> out{0};
-  for (const StageRange& r : ranges) out.push_back(out.back() + static_cast<int>(gpt_param_units(layout, r).size()));
-  return out;
-}
-
-// This rank's optimizer group `k` (trainer/optim_groups.h: 0 the dense parameters, 1 the experts').
-OptimGroupSpec group_spec(const Config& c, const ParamLayout& layout, const std::vector<StageRange>& ranges, size_t k) {
-  return optim_group_specs(c, layout, ranges)[k];
-}
-
 }  // namespace
-
-RankRun::Experts::Experts(const ParamLayout& layout, const OptimGroupSpec& g, const Comm& edp, const AdamWOptions& a)
-    : begin(g.begin), chunk_units(g.chunk_units), zero(g.units, edp, g.zero, g.breaks, g.order),
-      optimizer(layout, a, zero.optimizer_range().shifted(begin), zero.optimizer_padded(), g.zero.stream) {}
 
 StageRange virtual_stage_range(const Config& c, int vs) {
   const std::vector<int>& given = c.parallel.pipeline_layers;
@@ -86,120 +70,95 @@ StageRange virtual_stage_range(const Config& c, int vs) {
   return {first, layers(vs), vs == 0, vs + 1 == stages};
 }
 
+namespace {
+
+// The optimizer groups of trainer/optim_groups.h: the dense parameters over dp, the experts over
+// the expert-data-parallel group (and summed over ep in the global norm: each ep rank holds others).
+std::deque<OptimGroup> make_optim_groups(const Config& c, const ProcessGroups& groups, const ParamLayout& layout,
+                                    const std::vector<StageRange>& ranges, const Stream& stream) {
+  std::deque<OptimGroup> out;
+  const Comm* ep = groups.ep().size() > 1 ? &groups.ep() : nullptr;
+  for (const OptimGroupSpec& g : optim_group_specs(c, layout, ranges))
+    out.emplace_back(g, layout, g.experts ? groups.edp() : groups.dp(), g.experts ? ep : nullptr, adamw_options(c),
+                     stream);
+  return out;
+}
+
+}  // namespace
+
 RankRun::RankRun(const Config& c, const Comm& world_comm)
     : cfg(c), stream(run_stream(c)), groups(process_groups(c, world_comm)),
-      dp_comm(groups.dp()), tp_comm(groups.tp()), pp_comm(groups.pp()), world(world_comm), dp_rank(dp_comm.rank()),
-      dp(dp_comm.size()), data(c, dp_rank, dp), ranges(chunk_ranges(c, pp_comm.rank())),
-      steps(pipeline_schedule(c.parallel.pipeline_schedule, pp_comm.rank(),
-                              PipeShape{pp_comm.size(), data.train().micro_batches_per_step(), c.parallel.virtual_stages})),
-      layout(gpt_param_layout(c.model, TpCoord{tp_comm.rank(), tp_comm.size()}, c.parallel.sequence_parallel, ranges,
-                              EpCoord{groups.ep().rank(), groups.ep().size()})),
-      chunk_units(chunk_unit_bounds(layout, ranges)),
-      stored_layout(gpt_param_layout(c.model)),
-      zero(group_spec(c, layout, ranges, 0).units, dp_comm, group_spec(c, layout, ranges, 0).zero,
-           group_spec(c, layout, ranges, 0).breaks, group_spec(c, layout, ranges, 0).order),
-      optimizer(layout, adamw_options(c), zero.optimizer_range(), zero.optimizer_padded(), stream),
-      grad_nan_(zero, gpt_param_units(layout, ranges), zero.buckets(), stream),
-      split_backward_(splits_backward(steps)),
-      tp_shared_(layout, tp_comm, stream),
-      inputs_(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
-      targets_(inputs_.size()) {
-  if (on_device()) {
-    const FlatRange held = zero.held_params_range(), opt = optimizer.range();
-    host_state_ = std::make_unique<HostState>();
-    host_state_->params.resize(static_cast<size_t>(held.size()));
-    host_state_->exp_avg.resize(static_cast<size_t>(opt.size()));
-    host_state_->exp_avg_sq.resize(static_cast<size_t>(opt.size()));
-    init_params_range(layout, host_state_->params.data(), held, c.model, c.train.seed);
-  } else {
-    init_params_range(layout, zero.held_params(), zero.held_params_range(), c.model, c.train.seed);
-  }
-  if (!moe_expert_units(layout, ranges).empty()) {
-    experts = std::make_unique<Experts>(layout, group_spec(c, layout, ranges, 1), groups.edp(), adamw_options(c));
-    const FlatRange held = experts->zero.held_params_range().shifted(experts->begin);
-    float* params = experts->zero.held_params();
-    if (on_device()) {
-      const FlatRange opt = experts->optimizer.range();
-      host_state_->expert_params.resize(static_cast<size_t>(held.size()));
-      host_state_->expert_exp_avg.resize(static_cast<size_t>(opt.size()));
-      host_state_->expert_exp_avg_sq.resize(static_cast<size_t>(opt.size()));
-      params = host_state_->expert_params.data();
-    }
-    init_params_range(layout, params, held, c.model, c.train.seed);
-  }
-  params_written();
+      world(world_comm), data(c, groups.dp().rank(), groups.dp().size()), ranges(chunk_ranges(c, groups.pp().rank())),
+      steps(pipeline_schedule(c.parallel.pipeline_schedule, groups.pp().rank(),
+                              PipeShape{groups.pp().size(), data.train().micro_batches_per_step(),
+                                        c.parallel.virtual_stages})),
+      layout(gpt_param_layout(c.model, TpCoord{groups.tp().rank(), groups.tp().size()}, c.parallel.sequence_parallel,
+                              ranges, EpCoord{groups.ep().rank(), groups.ep().size()})),
+      stored_layout(gpt_param_layout(c.model)), optim_(make_optim_groups(c, groups, layout, ranges, stream)),
+      grad_nan_(optim_.front().zero(), optim_.front().spec().units, optim_.front().zero().buckets(), stream),
+      split_backward_(splits_backward(steps)), tp_shared_(layout, groups.tp(), stream),
+      feed_{std::vector<int32_t>(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
+            std::vector<int32_t>(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len)} {
+  for (OptimGroup& g : optim_) g.initialise(c.model, c.train.seed);
   const TpOptions tp_options{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm};
   const int64_t rows = int64_t{c.train.micro_batch_size} * c.train.seq_len;
   std::vector<int> slots;
   for (size_t k = 0; k < ranges.size(); ++k) {
     Chunk ch;
-    ch.units = std::make_unique<UnitSlice>(grad_nan_, chunk_units[k]);
+    StageExperts stage_experts;
+    for (OptimGroup& g : optim_) {
+      UnitState& state = g.spec().experts ? static_cast<UnitState&>(g.zero()) : static_cast<UnitState&>(grad_nan_);
+      ch.units.push_back(std::make_unique<UnitSlice>(state, g.spec().chunk_units[k]));
+      if (g.spec().experts) stage_experts = {ch.units.back().get(), groups.ep()};
+    }
     slots.push_back(peak_held(steps, static_cast<int>(k)));
     const StageOptions options{slots.back(), split_backward_, c.train.recompute, c.train.recompute_layers,
                                c.train.precision, c.train.device};
-    StageExperts stage_experts;
-    if (experts) {
-      ch.expert_units = std::make_unique<UnitSlice>(experts->zero, experts->chunk_units[k]);
-      stage_experts = {ch.expert_units.get(), groups.ep()};
-    }
+    TensorParallel tp(groups.tp(), tp_options, rows, c.model.d_model);
     ch.stage = std::make_unique<Stage>(c.model, c.train.micro_batch_size, c.train.seq_len, layout, ranges[k], options,
-                                       *ch.units, TensorParallel(tp_comm, tp_options, rows, c.model.d_model),
-                                       stage_experts);
+                                       *ch.units.front(), std::move(tp), stage_experts);
     chunks_.push_back(std::move(ch));
   }
   for (int n : slots) peak_held_all_ += n;
-  pipeline_ = std::make_unique<PipelineExecutor>(pp_comm, chunks_[0].stage->output(0).numel(), slots, stream);
-  const bool embedding = ranges.front().embedding, head = ranges.back().head;
-  if (c.model.tie_embeddings && pp_comm.size() > 1) {
-    Comm group = pp_comm.split(embedding || head ? 0 : 1, pp_comm.rank(), "embedding");
-    if (embedding || head) {
-      embedding_comm_.emplace(std::move(group));
-      const size_t i = layout.index_of("embed.wte");
-      embedding_range_ = {layout.offset(i), layout.offset(i) + layout.local_shape(i).numel()};
-      zero.hold(embedding_range_);  // summed over the group before the data-parallel reduction
-    }
+  pipeline_ = std::make_unique<PipelineExecutor>(groups.pp(), chunks_[0].stage->output(0).numel(), slots, stream);
+  const bool ends = ranges.front().embedding || ranges.back().head;
+  if (c.model.tie_embeddings && groups.pp().size() > 1) {
+    Comm group = groups.pp().split(ends ? 0 : 1, groups.pp().rank(), "embedding");
+    if (ends) tied_.emplace(std::move(group));
   }
 }
 
 Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
-  const int B = cfg.train.micro_batch_size, G = cfg.train.global_batch_size;
+  const int B = cfg.train.micro_batch_size, G = cfg.train.global_batch_size, dp = groups.dp().size();
   ForwardOptions opt;
   Stage& stage = *chunks_[static_cast<size_t>(chunk)].stage;
+  Feed& f = feed_;
   if (stage.range().embedding || stage.range().head) {
-    if (evaluating_) {
-      data.valid()->load(eval_batch_, micro, inputs_.data(), targets_.data());
+    if (f.evaluating) {
+      data.valid()->load(f.eval_batch, micro, f.inputs.data(), f.targets.data());
     } else {
-      data.train().load(batch_, micro, inputs_.data(), targets_.data());
+      data.train().load(f.batch, micro, f.inputs.data(), f.targets.data());
     }
   }
-  if (!evaluating_) {
+  if (!f.evaluating) {
     opt.grad = LossGrad::in_place;
-    opt.dloss_scale = static_cast<float>(loss_scale_ / static_cast<double>(tokens_per_step()));
+    opt.dloss_scale = static_cast<float>(f.loss_scale / static_cast<double>(tokens_per_step()));
     opt.dropout = true;
     opt.dropout_seed = cfg.train.seed;
-    opt.first_sample = static_cast<uint64_t>(batch_) * G + static_cast<uint64_t>(dp_rank) * (G / dp) +
+    opt.first_sample = static_cast<uint64_t>(f.batch) * G + static_cast<uint64_t>(groups.dp().rank()) * (G / dp) +
                        static_cast<uint64_t>(micro) * B;
   }
-  loss_sum_ += stage.forward(slot, MicroBatch{inputs_.data(), targets_.data(), opt}, input);
+  f.loss_sum += stage.forward(slot, MicroBatch{f.inputs.data(), f.targets.data(), opt}, input);
   return stage.output(slot);
 }
 
-bool RankRun::chunk_has_experts(int chunk) const {
-  const auto k = static_cast<size_t>(chunk);
-  return experts && experts->chunk_units[k] < experts->chunk_units[k + 1];
-}
-
 void RankRun::gradients_begin(int chunk) {
-  const auto k = static_cast<size_t>(chunk);
-  const bool last = --chunks_[k].backwards_left == 0;
-  zero.micro_batch_begin(last, chunk_units[k], chunk_units[k + 1]);
-  if (chunk_has_experts(chunk))
-    experts->zero.micro_batch_begin(last, experts->chunk_units[k], experts->chunk_units[k + 1]);
+  const bool last = --chunks_[static_cast<size_t>(chunk)].backwards_left == 0;
+  for (OptimGroup& g : optim_) g.gradients_begin(chunk, last);
 }
 
 void RankRun::gradients_end(int chunk) {
-  zero.micro_batch_end();
-  if (chunk_has_experts(chunk)) experts->zero.micro_batch_end();
+  for (OptimGroup& g : optim_) g.gradients_end(chunk);
 }
 
 Tensor RankRun::backward(int chunk, int slot, Tensor dout) {
@@ -218,26 +177,139 @@ void RankRun::weight(int chunk, int slot) {
 }
 
 double RankRun::mean_over_replicas(double sum, int micro) const {
-  if (pp_comm.size() > 1) pp_comm.all_reduce(&sum, 1).wait();  // only the last stage's is not 0
-  if (dp > 1) dp_comm.all_reduce(&sum, 1).wait();
-  return sum / (micro * dp);
+  const Comm &pp = groups.pp(), &dp = groups.dp();
+  if (pp.size() > 1) pp.all_reduce(&sum, 1).wait();  // only the last stage's is not 0
+  if (dp.size() > 1) dp.all_reduce(&sum, 1).wait();
+  return sum / (micro * dp.size());
+}
+
+double RankRun::forward_backward(int64_t batch, double loss_scale) {
+  feed_.batch = batch;
+  feed_.loss_scale = loss_scale;
+  feed_.loss_sum = 0.0;
+  for (Chunk& ch : chunks_) {
+    ch.backwards_left = data.train().micro_batches_per_step();
+    ch.stage->reset_step_tokens();
+  }
+  for (OptimGroup& g : optim_) g.step_begin();
+  pipeline_->run(steps, *this);
+  return feed_.loss_sum;
+}
+
+double RankRun::train_step(int64_t batch, double loss_scale) {
+  const double loss_sum = forward_backward(batch, loss_scale);
+  for (OptimGroup& g : optim_) g.finish(tied_ ? &*tied_ : nullptr, tp_shared_);
+  return mean_over_replicas(loss_sum, data.train().micro_batches_per_step());
+}
+
+double RankRun::stale_step(int64_t step, int64_t data_skip, int64_t horizon) {
+  const int s = cfg.parallel.max_staleness;
+  MT_CHECK(s > 0 && step < horizon, "stale_step({}) needs max_staleness > 0 and a horizon after it ({})", step,
+           horizon);
+  if (stale_.queued.empty()) stale_.next = step;
+  const int w = world.size(), r = world.rank();
+  for (; stale_.next <= std::min(step + s, horizon - 1); ++stale_.next) {
+    StaleScalars& q = stale_.queued.emplace_back();
+    q.loss = forward_backward(stale_.next + data_skip, 1.0);
+    bool own_bad = false;
+    for (OptimGroup& g : optim_) {
+      g.zero().defer_reduction();
+      own_bad = own_bad || g.zero().local_nonfinite();
+    }
+    q.key = overflow_key(false, own_bad, false, r, w);
+    if (groups.dp().size() > 1) q.loss_work = groups.dp().all_reduce(&q.loss, 1);
+    q.key_work = world.all_reduce(&q.key, 1, ReduceOp::max);
+  }
+  for (OptimGroup& g : optim_) g.zero().retire_reduction();
+  StaleScalars& q = stale_.queued.front();
+  q.loss_work.wait();
+  q.key_work.wait();
+  const double loss = q.loss / (data.train().micro_batches_per_step() * groups.dp().size());
+  stale_.key = q.key;
+  stale_.queued.pop_front();
+  return loss;
+}
+
+void RankRun::stale_discard() {
+  for (OptimGroup& g : optim_) g.zero().discard_reductions();
+  for (const StaleScalars& q : stale_.queued) {
+    q.loss_work.wait();
+    q.key_work.wait();
+  }
+  stale_.queued.clear();
+}
+
+Overflow RankRun::first_overflow(bool loss_nonfinite) {
+  bool reduced_bad = false, own_bad = false;
+  for (const OptimGroup& g : optim_) {
+    reduced_bad = g.reduced_nonfinite() || reduced_bad;
+    own_bad = own_bad || g.zero().local_nonfinite();
+  }
+  int64_t key = overflow_key(loss_nonfinite, own_bad, reduced_bad, world.rank(), world.size());
+  if (cfg.parallel.max_staleness == 0) {
+    world.all_reduce(&key, 1, ReduceOp::max).wait();
+  } else {  // [Note: stale-synchronous step]: reduced when queued; reduced gradients are alike everywhere
+    key = std::max(stale_.key, overflow_key(false, false, reduced_bad, 0, world.size()));
+  }
+  return overflow_of(key, world.size());
+}
+
+double RankRun::grad_norm() {
+  std::vector<GradPart> parts;
+  for (const OptimGroup& g : optim_) parts.push_back(g.grad_part());
+  const Comm &tp = groups.tp(), &pp = groups.pp();  // each pipeline stage holds its own tensors
+  return megatrain::grad_norm(stream, parts, {tp.size() > 1 ? &tp : nullptr, pp.size() > 1 ? &pp : nullptr});
 }
 
 void RankRun::optimizer_step(float lr, double norm, float unscale) {
-  // Before the update, whose pass rounds the router biases (which AdamW leaves alone) into the 16-bit
-  // copy with the rest; step_end then hands the updated values to every rank.
-  update_router_biases();
-  optimizer.step(zero.optimizer_params(), zero.optimizer_grads(), lr, norm, unscale, zero.optimizer_params16());
-  zero.step_end();
-  if (!experts) return;
-  experts->optimizer.step(experts->zero.optimizer_params(), experts->zero.optimizer_grads(), lr, norm, unscale,
-                          experts->zero.optimizer_params16());
-  experts->zero.step_end();
+  const std::vector<StateStep> biases = router_bias_steps();
+  for (OptimGroup& g : optim_) g.update(lr, norm, unscale, biases);
+}
+
+// Each MoE block's aux-free bias step (model/moe.h moe_update_bias) from its loads this step, summed
+// over dp (tp ranks route the same rows).
+std::vector<StateStep> RankRun::router_bias_steps() {
+  const MoeConfig& moe = cfg.model.moe;
+  std::vector<StateStep> out;
+  if (moe.aux_free_bias <= 0.0f) return out;
+  for (Chunk& ch : chunks_)
+    for (const MoeLayerStats& m : ch.stage->moe_stats()) {
+      std::vector<int64_t> load = m.step_tokens;
+      if (groups.dp().size() > 1) groups.dp().all_reduce(load.data(), moe.n_experts).wait();
+      const size_t i = layout.index_of("layers." + std::to_string(m.layer) + ".moe.router.bias");
+      StateStep& s = out.emplace_back(StateStep{{layout.offset(i), layout.offset(i) + moe.n_experts},
+                                                std::vector<float>(static_cast<size_t>(moe.n_experts))});
+      moe_update_bias(s.delta.data(), load.data(), moe.n_experts, moe.aux_free_bias);
+    }
+  return out;
 }
 
 void RankRun::set_step_count(int64_t t) {
-  optimizer.set_step_count(t);
-  if (experts) experts->optimizer.set_step_count(t);
+  for (OptimGroup& g : optim_) g.set_step_count(t);
+}
+
+void RankRun::params_written() {
+  for (OptimGroup& g : optim_) g.params_written();
+}
+
+void RankRun::state_written() {
+  for (OptimGroup& g : optim_) g.state_written();
+}
+
+FlatSlice RankRun::held_params_host() {
+  const HostSlice s = optim_.front().held_params_host();
+  return {s.data, s.range.begin, s.range.end};
+}
+
+CheckpointTensors RankRun::checkpoint_tensors() {
+  CheckpointTensors t{&layout, &stored_layout, {}};
+  const auto slice = [](const HostSlice& s) { return FlatSlice{s.data, s.range.begin, s.range.end}; };
+  for (OptimGroup& g : optim_) {
+    const HostState h = g.host_state();
+    t.pieces.push_back({slice(h.params), slice(h.exp_avg), slice(h.exp_avg_sq), h.partition.begin, h.partition.end,
+                        g.spec().begin});
+  }
+  return t;
 }
 
 size_t RankRun::activation_bytes() const {
@@ -247,94 +319,66 @@ size_t RankRun::activation_bytes() const {
 }
 
 MemoryMetrics RankRun::memory() const {
-  const ZeroMemory z = zero.memory();
   MemoryMetrics m;
-  m.params = z.params;
-  m.master_params = z.master_params;
-  m.grads = z.grads;
-  m.optimizer = optimizer.state_bytes();
-  m.activations = static_cast<int64_t>(activation_bytes());
-  m.comm_buffers = z.comm_buffers;
-  if (experts) {
-    const ZeroMemory e = experts->zero.memory();
-    m.params += e.params, m.master_params += e.master_params, m.grads += e.grads;
-    m.optimizer += experts->optimizer.state_bytes();
-    m.comm_buffers += e.comm_buffers;
+  for (const OptimGroup& g : optim_) {
+    const ZeroMemory z = g.memory();
+    m.params += z.params, m.master_params += z.master_params, m.grads += z.grads, m.comm_buffers += z.comm_buffers;
+    m.optimizer += g.optimizer_bytes();
   }
+  m.activations = static_cast<int64_t>(activation_bytes());
   m.gemm_scratch = matmul_scratch_bytes(stream);
   m.peak_rss = peak_rss_bytes();
   if (on_device()) m.device_peak = cuda_backend().memory_stats().peak_allocated;
   return m;
 }
 
-double RankRun::forward_backward(int64_t batch, double loss_scale) {
-  batch_ = batch;
-  loss_scale_ = loss_scale;
-  loss_sum_ = 0.0;
+double RankRun::moe_dispatch_ms() const {
+  double ms = 0.0;
+  for (const Chunk& ch : chunks_) ms += ch.stage->moe_dispatch_ms();
+  return ms;
+}
+
+std::vector<MoeLayerStats> RankRun::moe_stats() {
+  std::vector<MoeLayerStats> all;
+  for (int l = 0; l < cfg.model.n_layers; ++l)
+    if (cfg.model.moe.is_moe_layer(l))
+      all.push_back({l, std::vector<int64_t>(static_cast<size_t>(cfg.model.moe.n_experts)), {}});
+  if (all.empty()) return all;
+  // Every value of every layer in one sum over the world; tp ranks route the same rows, so only
+  // tp rank 0 of each stage adds its own.
+  const size_t E = static_cast<size_t>(cfg.model.moe.n_experts), per = E + 5;
+  std::vector<double> sums(all.size() * per, 0.0);
   for (Chunk& ch : chunks_) {
-    ch.backwards_left = data.train().micro_batches_per_step();
-    ch.stage->reset_step_tokens();
+    for (const MoeLayerStats& m : ch.stage->moe_stats()) {
+      size_t i = 0;
+      while (all[i].layer != m.layer) ++i;
+      double* v = sums.data() + i * per;
+      if (groups.tp().rank() == 0) {
+        for (size_t e = 0; e < E; ++e) v[e] = static_cast<double>(m.tokens[e]);
+        v[E] = static_cast<double>(m.dropped), v[E + 1] = static_cast<double>(m.assignments);
+        v[E + 2] = m.aux, v[E + 3] = m.z, v[E + 4] = static_cast<double>(m.micro_batches);
+      }
+    }
+    ch.stage->reset_moe_stats();
   }
-  zero.step_begin();
-  if (experts) experts->zero.step_begin();
-  pipeline_->run(steps, *this);
-  return loss_sum_;
-}
-
-double RankRun::train_step(int64_t batch, double loss_scale) {
-  const double loss_sum = forward_backward(batch, loss_scale);
-  // The gradients of values held twice: a tied embedding's two copies (first and last stage)
-  // summed over the embedding group before their bucket's data-parallel reduction (optim/zero_state.h
-  // [Note: held bucket]), so both stages reduce and update the same values at any ZeRO stage;
-  // then partial ones summed over their tensor-parallel sharers.
-  zero.reduce_held([&](float* g) { embedding_comm_->all_reduce(g, embedding_range_.size()).wait(); });
-  tp_shared_.reduce_partial_grads(zero.optimizer_grads(), zero.optimizer_range());
-  return mean_over_replicas(loss_sum, data.train().micro_batches_per_step());
-}
-
-double RankRun::grad_norm() {
-  std::vector<GradPart> parts{
-      GradPart(owned_grads(stream, layout, zero.optimizer_grads(), zero.optimizer_range()), {zero.partitions()})};
-  if (experts) {  // each ep rank holds other experts: their squares are summed over ep too
-    const FlatRange er = experts->zero.optimizer_range().shifted(experts->begin);
-    const Comm& ep = groups.ep();
-    parts.emplace_back(owned_grads(stream, layout, experts->zero.optimizer_grads(), er),
-                       std::vector<const Comm*>{experts->zero.partitions(), ep.size() > 1 ? &ep : nullptr});
+  world.all_reduce(sums.data(), static_cast<int64_t>(sums.size())).wait();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const double* v = sums.data() + i * per;
+    for (size_t e = 0; e < E; ++e) all[i].tokens[e] = static_cast<int64_t>(v[e]);
+    all[i].dropped = static_cast<int64_t>(v[E]), all[i].assignments = static_cast<int64_t>(v[E + 1]);
+    all[i].aux = v[E + 2], all[i].z = v[E + 3], all[i].micro_batches = static_cast<int64_t>(v[E + 4]);
   }
-  // Each pipeline stage holds its own tensors.
-  return megatrain::grad_norm(stream, parts, {tp_comm.size() > 1 ? &tp_comm : nullptr,
-                                              pp_comm.size() > 1 ? &pp_comm : nullptr});
-}
-
-RankRun::Overflow RankRun::first_overflow(bool loss_nonfinite) {
-  bool reduced_bad = !all_finite(stream, zero.optimizer_grads_tensor());
-  bool local_bad = zero.local_nonfinite();
-  if (experts) {
-    reduced_bad = !all_finite(stream, experts->zero.optimizer_grads_tensor()) || reduced_bad;
-    local_bad = local_bad || experts->zero.local_nonfinite();
-  }
-  // One all-reduce (max) of a key that ranks the causes: own loss, own gradients, reduced gradients,
-  // each from the lowest rank.
-  const int64_t w = world.size(), r = world.rank();
-  const int64_t cause = loss_nonfinite ? 3 : local_bad ? 2 : reduced_bad ? 1 : 0;
-  int64_t key = cause == 0 ? 0 : cause * w + (w - 1 - r);
-  if (cfg.parallel.max_staleness == 0) {
-    world.all_reduce(&key, 1, ReduceOp::max).wait();
-  } else {  // [Note: stale-synchronous step]: reduced when queued; reduced gradients are alike everywhere
-    key = std::max(stale_key_, reduced_bad ? w + (w - 1) : int64_t{0});
-  }
-  if (key == 0) return {};
-  static constexpr const char* kWhere[] = {"", "reduced grad", "grad", "loss"};
-  return {static_cast<int>(w - 1 - key % w), kWhere[key / w]};
+  return all;
 }
 
 double RankRun::evaluate() {
   const int micro = data.valid()->micro_batches_per_step();
-  evaluating_ = true;
-  loss_sum_ = 0.0;
-  for (eval_batch_ = 0; eval_batch_ < cfg.train.eval_steps; ++eval_batch_) pipeline_->run_forward(micro, *this);
-  evaluating_ = false;
-  return mean_over_replicas(loss_sum_, static_cast<int>(cfg.train.eval_steps) * micro);
+  feed_.evaluating = true;
+  feed_.loss_sum = 0.0;
+  for (feed_.eval_batch = 0; feed_.eval_batch < cfg.train.eval_steps; ++feed_.eval_batch)
+    pipeline_->run_forward(micro, *this);
+  feed_.evaluating = false;
+  return mean_over_replicas(feed_.loss_sum, static_cast<int>(cfg.train.eval_steps) * micro);
 }
 
 }  // namespace megatrain

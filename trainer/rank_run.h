@@ -1,7 +1,8 @@
 // What one rank trains: its data loaders, its model chunks (one pipeline stage, or several virtual
-// stages of an interleaved pipeline, over one parameter layout and one ZeRO state), the optimizer
-// over its shard, and the PipelineWork the executor drives through a step's schedule. The step
-// loop (trainer/train.cpp) calls train_step, grad_norm, the optimizer and evaluate.
+// stages of an interleaved pipeline, over one parameter layout), its optimizer groups (the dense
+// parameters, and an MoE model's experts: optim/optim_group.h), and the PipelineWork the executor
+// drives through a step's schedule. The step loop (trainer/train.cpp) calls train_step (or
+// stale_step), first_overflow, grad_norm, optimizer_step and evaluate.
 //
 // [Note: a run on a device] With train.device = "cuda" the rank's compute stream is the device's
 // default stream: the stages' activations, ZeRO's buffers (optim/zero_plan.h [Note: ZeRO on a
@@ -14,6 +15,17 @@
 // (checkpoints, the replica check, fault injection) goes through checkpoint_tensors() or
 // held_params_host(), which on a device are host copies made by the call (the parameters and
 // moments, or the parameters alone), and state_written() or params_written(), which send them back.
+//
+// [Note: stale-synchronous step] With s = parallel.max_staleness > 0 the update of step k (0-based)
+// is built from batch k's gradients, computed on the parameters after update k − s − 1: batch k + s
+// is computed just before update k is applied, so up to s reductions are in flight while a rank
+// computes (optim/zero_plan.h [Note: bounded staleness]). The first s steps after a start or a
+// horizon compute their batches on the same parameters (a warm-up of s + 1 batches in the first
+// step), and the s steps before a horizon compute none, so no reduction is in flight at a horizon:
+// a checkpoint saved there holds no in-flight state, and a run resumed from it continues exactly
+// as the uninterrupted run did (which drained at the same step). A step's loss sum and overflow
+// key are reduced with its gradients, so no collective of the step waits for a slower peer before
+// its update is due.
 #pragma once
 #include <deque>
 #include <memory>
@@ -22,17 +34,15 @@
 #include <vector>
 
 #include "health/grad_nan_injector.h"
-#include "model/optimizer.h"
 #include "model/stage.h"
 #include "model/tp_shared.h"
 #include "optim/clip.h"
-#include "optim/zero_state.h"
+#include "optim/optim_group.h"
 #include "parallel/groups.h"
 #include "parallel/pipeline.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/metrics.h"
-#include "trainer/optim_groups.h"
 #include "trainer/train_data.h"
 
 namespace megatrain {
@@ -49,31 +59,25 @@ class RankRun final : public PipelineWork {
   // reduced over the data-parallel ranks (optim/zero_state.h), the loss gradient multiplied by
   // loss_scale (fp16). Returns the mean loss over the global batch.
   double train_step(int64_t batch, double loss_scale = 1.0);
-  // [Note: stale-synchronous step] (trainer/rank_run_stale.cpp), parallel.max_staleness = s > 0:
-  // the update of 0-based step `step` is built from global batch step + data_skip. Before it,
-  // every batch up to step + s not yet computed, and below `horizon` (the next step at which no
-  // reduction may be in flight: a save, the run's end), is computed on the current parameters
-  // and its reductions (gradients, loss, overflow key) queued; then the step's own are waited
-  // for and its reduced gradients become zero.optimizer_grads(). Returns the step's mean loss.
+  // [Note: stale-synchronous step], parallel.max_staleness = s > 0: the update of 0-based step
+  // `step` is built from global batch step + data_skip. Before it, every batch up to step + s not
+  // yet computed, and below `horizon` (the next step at which no reduction may be in flight: a
+  // save, the run's end), is computed on the current parameters and its reductions (gradients,
+  // loss, overflow key) queued; then the step's own are waited for and its reduced gradients
+  // become the optimizer's. Returns the step's mean loss.
   double stale_step(int64_t step, int64_t data_skip, int64_t horizon);
   // Waits for the queued reductions and drops them (a stop between two horizons).
   void stale_discard();
-  // Where this step's first Inf/NaN came from, the same on every rank (robustness spec R16): the
-  // lowest rank whose own loss (`loss_nonfinite`) or own gradients before the data-parallel
-  // reduction held one; failing that, the lowest rank whose reduced gradients do (an overflow in
-  // the reduction itself). rank −1 when all are finite.
-  struct Overflow {
-    int rank = -1;
-    const char* where = "";  // "loss", "grad" (before reduction) or "reduced grad"
-  };
+  // Where this step's first Inf/NaN came from (optim/clip.h [Note: overflow origin]); `loss_nonfinite`:
+  // this rank's own loss.
   Overflow first_overflow(bool loss_nonfinite = false);
   // MEGATRAIN_FAULT nan with element=E: one NaN in the dense gradients of the coming step
   // (health/grad_nan_injector.h); returns what the injection's log line says of it.
   std::string arm_grad_nan(const std::string& element) { return grad_nan_.arm(element); }
   // Global L2 norm of the step's gradient: every global parameter counted once (optim/clip.h).
   double grad_norm();
-  // The optimizer's update of every parameter this rank updates (dense and expert), then ZeRO's
-  // step_end: lr, the global norm of the unscaled gradient (for clipping), 1 / the loss scale.
+  // Every group's update: lr, the global norm of the unscaled gradient (for clipping), 1 / the
+  // loss scale; the aux-free router biases step first (moe.aux_free_bias).
   void optimizer_step(float lr, double norm, float unscale);
   // After the parameters were written through held_params_host() or checkpoint_tensors(), or at
   // initialisation: on a device, send the host copy of the parameters up; then hand them to ZeRO.
@@ -90,12 +94,14 @@ class RankRun final : public PipelineWork {
   // Mean loss over the first eval_steps global batches of the validation set (same each time).
   double evaluate();
 
-  // This rank's parameters and moments for checkpoints, in host memory: on a device a copy made
-  // now ([Note: a run on a device]); write through it, then call state_written().
+  // This rank's parameters and moments for checkpoints, one piece per optimizer group, in host
+  // memory: on a device a copy made now ([Note: a run on a device]); write through it, then call
+  // state_written().
   CheckpointTensors checkpoint_tensors();
-  // The parameters alone (zero.held_params_range()), in host memory: on a device a copy of them
-  // made now, the moments left where they are (the replica check, fault injection).
+  // The dense parameters this rank holds, in host memory: on a device a copy of them made now, the
+  // moments left where they are (the replica check, fault injection).
   FlatSlice held_params_host();
+  const std::deque<OptimGroup>& optim_groups() const { return optim_; }
   MemoryMetrics memory() const;
   size_t activation_bytes() const;
   int64_t tokens_per_step() const {
@@ -103,6 +109,7 @@ class RankRun final : public PipelineWork {
   }
   // The most micro-batches whose activations this rank holds at once (all chunks).
   int held_micro_batches() const { return peak_held_all_; }
+  bool on_device() const { return stream.device != Device::cpu; }
 
   Tensor forward(int chunk, int slot, int micro, Tensor input) override;
   Tensor backward(int chunk, int slot, Tensor dout) override;
@@ -110,42 +117,28 @@ class RankRun final : public PipelineWork {
 
   const Config& cfg;
   const Stream stream;  // where this rank computes ([Note: a run on a device])
-  bool on_device() const { return stream.device != Device::cpu; }
   ProcessGroups groups;
-  const Comm& dp_comm;
-  const Comm& tp_comm;
-  const Comm& pp_comm;
   const Comm world;
-  int dp_rank, dp;
   TrainData data;
   std::vector<StageRange> ranges;  // per model chunk
   std::vector<PipeStep> steps;     // this rank's schedule of one training step
   ParamLayout layout;
-  std::vector<int> chunk_units;    // chunk k's units in zero: [chunk_units[k], chunk_units[k + 1])
-  ParamLayout stored_layout;       // the global tensors checkpoints hold
-  ZeroState zero;
-  AdamW optimizer;
-  // The expert tensors of MoE blocks ([Note: expert tensors] in model/params.h): flat range
-  // [begin, layout.total()), with a ZeRO state of their own over the expert-data-parallel group
-  // (parallel/groups.h) and their own optimizer. Absent for a dense model.
-  struct Experts {
-    Experts(const ParamLayout& layout, const OptimGroupSpec& g, const Comm& edp, const AdamWOptions& a);
-    int64_t begin;               // dense_end(layout): their state's flat element 0
-    std::vector<int> chunk_units;  // chunk k's expert units: [chunk_units[k], chunk_units[k + 1])
-    ZeroState zero;
-    AdamW optimizer;
-  };
-  std::unique_ptr<Experts> experts;
+  ParamLayout stored_layout;  // the global tensors checkpoints hold
 
  private:
   struct Chunk {
-    std::unique_ptr<UnitSlice> units, expert_units;
+    std::vector<std::unique_ptr<UnitSlice>> units;  // per optimizer group
     std::unique_ptr<Stage> stage;
-    int backwards_left = 0;            // in the running step
+    int backwards_left = 0;  // in the running step
   };
-  double mean_over_replicas(double sum, int micro) const;
-  // Forward + backward of global batch `batch` through the pipeline; this rank's loss sum.
-  double forward_backward(int64_t batch, double loss_scale);
+  // What the micro-batches read and add to: the tokens, the global batch, the loss.
+  struct Feed {
+    std::vector<int32_t> inputs, targets;
+    int64_t batch = 0;  // the global batch train_step trains on
+    double loss_sum = 0.0, loss_scale = 1.0;
+    bool evaluating = false;
+    int64_t eval_batch = 0;
+  };
   // [Note: stale-synchronous step]: a queued step's loss sum and overflow key (first_overflow's),
   // each reduced in place by its Work; a deque keeps their addresses while later ones are queued.
   struct StaleScalars {
@@ -153,39 +146,32 @@ class RankRun final : public PipelineWork {
     int64_t key = 0;
     Work loss_work, key_work;
   };
-  std::deque<StaleScalars> stale_;
-  int64_t stale_next_ = 0;        // the next step whose batch is computed
-  int64_t stale_key_ = 0;         // the retired step's reduced overflow key
-  // ZeRO's hook before the step that writes the chunk's final gradients of a micro-batch (its
-  // backward, or its weight step when backwards are split); micro_batch_end() closes it.
+  struct Stale {
+    std::deque<StaleScalars> queued;
+    int64_t next = 0;  // the next step whose batch is computed
+    int64_t key = 0;   // the retired step's reduced overflow key
+  };
+  double mean_over_replicas(double sum, int micro) const;
+  // Forward + backward of global batch `batch` through the pipeline; this rank's loss sum.
+  double forward_backward(int64_t batch, double loss_scale);
+  // Each group's hook before the step that writes the chunk's final gradients of a micro-batch (its
+  // backward, or its weight step when backwards are split); gradients_end() closes it.
   void gradients_begin(int chunk);
   void gradients_end(int chunk);
   // moe.aux_free_bias: each MoE block's router bias moved towards balance by the step's loads.
-  void update_router_biases();
-  bool chunk_has_experts(int chunk) const;
+  std::vector<StateStep> router_bias_steps();
 
-  // [Note: a run on a device]: the host copy of the held parameters and the moments.
-  struct HostState {
-    std::vector<float> params, exp_avg, exp_avg_sq;
-    std::vector<float> expert_params, expert_exp_avg, expert_exp_avg_sq;  // MoE models: the experts' piece
-  };
-  std::unique_ptr<HostState> host_state_;
-  GradNanInjector grad_nan_;        // between the chunks' unit views and zero
-  bool split_backward_;             // the schedule has weight steps (zero-bubble)
+  std::deque<OptimGroup> optim_;  // the dense parameters, then an MoE model's experts
+  GradNanInjector grad_nan_;      // between the chunks' unit views and the dense group's state
+  bool split_backward_;           // the schedule has weight steps (zero-bubble)
   std::vector<Chunk> chunks_;
   TpSharedParams tp_shared_;
   std::unique_ptr<PipelineExecutor> pipeline_;
   int peak_held_all_ = 0;
-  // The first and last stage when a tied embedding spans them (Megatron's embedding group), and
-  // where this rank's embedding (or copy of it) lies in the layout.
-  std::optional<Comm> embedding_comm_;
-  FlatRange embedding_range_;
-  std::vector<int32_t> inputs_, targets_;
-  int64_t batch_ = 0;  // the global batch train_step trains on
-  double loss_sum_ = 0.0;
-  double loss_scale_ = 1.0;
-  bool evaluating_ = false;
-  int64_t eval_batch_ = 0;
+  // The first and last stage when a tied embedding spans them (Megatron's embedding group).
+  std::optional<Comm> tied_;
+  Feed feed_;
+  Stale stale_;
 };
 
 }  // namespace megatrain

@@ -13,31 +13,32 @@
 namespace megatrain {
 
 ReplicaCheck::ReplicaCheck(const Config& cfg, RankRun& run) : run_(run), interval_(cfg.health.replica_check_interval) {
-  if (interval_ <= 0 || run_.dp_comm.size() == 1) {
+  if (interval_ <= 0 || run_.groups.dp().size() == 1) {
     interval_ = 0;
     return;
   }
-  const FlatRange held = run_.zero.held_params_range();
-  if (held.begin != 0 || held.end != run_.zero.total()) {
+  const ZeroState& dense = run_.optim_groups().front().zero();
+  const FlatRange held = dense.held_params_range();
+  if (held.begin != 0 || held.end != dense.total()) {
     if (run_.world.rank() == 0)
       spdlog::info("replica check off: at ZeRO stage {} with {} parameters the data-parallel ranks hold different "
                    "parts of them", cfg.parallel.zero_stage, precision_name(cfg.train.precision));
     interval_ = 0;
     return;
   }
-  dp_world_ranks_ = all_gather_value<int32_t>(run_.dp_comm, run_.world.rank());
+  dp_world_ranks_ = all_gather_value<int32_t>(run_.groups.dp(), run_.world.rank());
 }
 
 void ReplicaCheck::after_step(int64_t step) {
   if (interval_ == 0 || step % interval_ != 0) return;
   const ParamLayout& layout = run_.layout;
   const size_t n = layout.size();
-  const auto p = static_cast<size_t>(run_.dp_comm.size());
+  const auto p = static_cast<size_t>(run_.groups.dp().size());
   std::vector<int64_t> mine(n), all(n * p);
   const float* base = run_.held_params_host().data;  // held from flat element 0 (the constructor)
   for (size_t i = 0; i < n; ++i)
     mine[i] = ckpt::crc_floats(base + layout.offset(i), layout.local_shape(i).numel());
-  run_.dp_comm.all_gather(all.data(), mine.data(), std::vector<int64_t>(p, static_cast<int64_t>(n))).wait();
+  run_.groups.dp().all_gather(all.data(), mine.data(), std::vector<int64_t>(p, static_cast<int64_t>(n))).wait();
   std::vector<int> odd_ranks;
   std::vector<std::string> odd_params;
   for (size_t i = 0; i < n; ++i) {

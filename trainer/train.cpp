@@ -192,11 +192,11 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     }
     spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} chunk(s) per rank, {} "
                  "micro-batch slots on rank 0), dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",
-                 run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.tp_comm.size(),
-                 cfg.parallel.sequence_parallel ? " (sequence parallel)" : "", run.pp_comm.size(),
-                 cfg.parallel.pipeline_schedule, cfg.parallel.virtual_stages, run.held_micro_batches(), run.dp,
-                 cfg.parallel.zero_stage,
-                 run.zero.buckets().size(), run.tokens_per_step());
+                 run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.groups.tp().size(),
+                 cfg.parallel.sequence_parallel ? " (sequence parallel)" : "", run.groups.pp().size(),
+                 cfg.parallel.pipeline_schedule, cfg.parallel.virtual_stages, run.held_micro_batches(),
+                 run.groups.dp().size(), cfg.parallel.zero_stage, run.optim_groups().front().zero().buckets().size(),
+                 run.tokens_per_step());
   }
   ReplicaCheck replicas(cfg, run);
   LossSpikes spikes(cfg.health);
@@ -209,7 +209,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   MetricsLog log(cfg.log.metrics_file, rank0, start_step);
   TrainResult result;
   Logged logged;
-  // [Note: stale-synchronous step] (trainer/rank_run_stale.cpp): the steps after which no gradient
+  // [Note: stale-synchronous step] (trainer/rank_run.h): the steps after which no gradient
   // reduction may be in flight: a periodic save, exit_after_steps' stop, the run's last step.
   const auto stale_horizon = [&](int64_t step) {
     int64_t h = cfg.train.steps;
@@ -226,12 +226,12 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     faults.arm_random(step + 1, world.size());
     inject_at_step_start(faults, rank, step + 1);
     inject_extra_collective(faults, world, step + 1);
-    run.dp_comm.reset_stats();
-    run.tp_comm.reset_stats();
-    run.pp_comm.reset_stats();
+    run.groups.dp().reset_stats();
+    run.groups.tp().reset_stats();
+    run.groups.pp().reset_stats();
     run.groups.ep().reset_stats();
     run.groups.edp().reset_stats();
-    if (hpz) run.zero.hpz_comm().reset_stats();
+    if (hpz) run.optim_groups().front().zero().hpz_comm().reset_stats();
     world.reset_stats();
     const double scale = scaler ? scaler->scale() : 1.0;
     // MEGATRAIN_FAULT nan: this rank's loss, or its gradients before any reduction: all of them (a
@@ -264,7 +264,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       continue;
     }
     const bool skip_spike = spike && cfg.health.on_spike != "warn";
-    const RankRun::Overflow nonfinite = run.first_overflow(loss_nonfinite);  // Inf/NaN on any rank: skip the step
+    const Overflow nonfinite = run.first_overflow(loss_nonfinite);  // Inf/NaN on any rank: skip the step
     const int overflow = nonfinite.rank;
     const double rate = lr.at(step + 1 - skipped);  // skipped steps do not advance the schedule (Megatron)
     double norm = std::numeric_limits<double>::quiet_NaN();
@@ -295,13 +295,13 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     replicas.after_step(step + 1);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     // The expert-data-parallel reduction of expert gradients counts as data-parallel communication.
-    CommStats dp = run.dp_comm.stats();
+    CommStats dp = run.groups.dp().stats();
     dp += run.groups.edp().stats();
     // hpZ's gathers within a host group are data-parallel communication too ([Note: ZeRO++]).
-    const CommStats hpz_stats = hpz ? run.zero.hpz_comm().stats() : CommStats{};
+    const CommStats hpz_stats = hpz ? run.optim_groups().front().zero().hpz_comm().stats() : CommStats{};
     dp += hpz_stats;
     logged.hpz_bytes += hpz_stats.bytes_moved;
-    const CommStats tp = run.tp_comm.stats(), pp = run.pp_comm.stats(), ep = run.groups.ep().stats();
+    const CommStats tp = run.groups.tp().stats(), pp = run.groups.pp().stats(), ep = run.groups.ep().stats();
     const double waited_ms =
         dp.exposed_ms + tp.exposed_ms + pp.exposed_ms + ep.exposed_ms + world.stats().exposed_ms;
     progress.set_loss(loss);
@@ -338,9 +338,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       m.tp_exposed_ms = logged.tp.exposed_ms / n;
       m.pp_comm_ms = logged.pp.busy_ms / n;
       // Every stage's idle time (blocked on its neighbours), gathered over the pipeline group.
-      m.pp_idle_ms.assign(static_cast<size_t>(run.pp_comm.size()), 0.0);
-      m.pp_idle_ms[static_cast<size_t>(run.pp_comm.rank())] = logged.pp.exposed_ms / n;
-      if (run.pp_comm.size() > 1) run.pp_comm.all_reduce(m.pp_idle_ms.data(), run.pp_comm.size()).wait();
+      m.pp_idle_ms.assign(static_cast<size_t>(run.groups.pp().size()), 0.0);
+      m.pp_idle_ms[static_cast<size_t>(run.groups.pp().rank())] = logged.pp.exposed_ms / n;
+      if (run.groups.pp().size() > 1) run.groups.pp().all_reduce(m.pp_idle_ms.data(), run.groups.pp().size()).wait();
       m.ep_comm_ms = logged.ep.busy_ms / n;
       m.ep_exposed_ms = logged.ep.exposed_ms / n;
       m.moe_dispatch_ms = run.moe_dispatch_ms() / n;

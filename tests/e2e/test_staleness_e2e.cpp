@@ -1,5 +1,5 @@
 // Bounded staleness end to end (parallel.max_staleness, optim/zero_plan.h [Note: bounded staleness],
-// trainer/rank_run_stale.cpp): max_staleness = 0 is synchronous training bitwise (losses, gradient
+// trainer/rank_run.h): max_staleness = 0 is synchronous training bitwise (losses, gradient
 // norms, validation losses and the saved weights) on 2 and 4 ranks. At s = 1 and 2 the update of
 // step k is built from batch k computed on the parameters of step k − s − 1, so the first s + 1
 // steps' losses are those of the initial parameters (equal, bitwise, to a run whose learning rate

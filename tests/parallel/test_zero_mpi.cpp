@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "model/gpt.h"
-#include "model/optimizer.h"
+#include "optim/adamw.h"
 #include "optim/zero_state.h"
 #include "tests/model/tiny_models.h"
 

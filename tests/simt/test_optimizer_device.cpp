@@ -1,4 +1,4 @@
-// AdamW on a CUDA stream (model/optimizer.h) through the emulated device backend (backend_simt.h):
+// AdamW on a CUDA stream (optim/adamw.h) through the emulated device backend (backend_simt.h):
 // its moments in device memory, the parameters and gradients it is given too. Over steps with
 // clipping, weight decay on matrices only and a loss-scale unscale, parameters, moments and the
 // gradient norm equal the CPU optimizer's within 1e-6 of each buffer's largest element (float32
@@ -9,7 +9,8 @@
 #include <cmath>
 #include <vector>
 
-#include "model/optimizer.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
 #include "tests/model/tiny_models.h"
 #include "tests/simt/against_cpu.h"
 #include "tests/simt/test_backend.h"
@@ -54,7 +55,8 @@ TEST_F(OptimizerOnDevice, AdamWOnACudaStreamUpdatesLikeTheCpu) {
   for (int step = 0; step < 3; ++step) {
     std::vector<float> grads = test::randn(static_cast<size_t>(n), 40 + static_cast<uint32_t>(step), 0.02f);
     backend_->copy_to_device(gpu, dev_grads.data(), grads.data(), bytes);
-    const double want_norm = cpu.grad_norm(grads.data()), got_norm = dev.grad_norm(dev_grads.data());
+    const double want_norm = grad_norm(Stream::cpu(), {GradPart(grads.data(), n)}),
+                 got_norm = grad_norm(gpu, {GradPart(dev_grads.data(), n, Device::cuda)});
     EXPECT_NEAR(got_norm, want_norm, kRtol * want_norm) << "step " << step;
     ASSERT_GT(want_norm, opt.grad_clip) << "the steps should clip";
     cpu.step(params.data(), grads.data(), 1e-2f, want_norm, 0.5f);

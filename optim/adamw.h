@@ -1,9 +1,9 @@
 // AdamW over the flat parameter buffer (PyTorch semantics, see kernels/cpu/adamw.cpp), with
-// global gradient-norm clipping. Weight decay applies to matrices; embeddings, norm weights and
-// biases are excluded unless the options include them. Moments share the parameter layout; with
-// ZeRO the optimizer owns one flat range of it (its shard) and updates only that range. It runs on
-// a stream: its moments live in that stream's device memory, and so must the parameters and
-// gradients it is given.
+// clipping by the global gradient norm (optim/clip.h). Weight decay applies to matrices;
+// embeddings, norm weights and biases are excluded unless the options include them. Moments share
+// the parameter layout; with ZeRO the optimizer owns one flat range of it (its shard) and updates
+// only that range. It runs on a stream: its moments live in that stream's device memory, and so
+// must the parameters and gradients it is given.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -30,8 +30,6 @@ class AdamW {
   AdamW(const ParamLayout& layout, const AdamWOptions& opt, FlatRange range, int64_t padded,
         const Stream& s = Stream::cpu());
 
-  // Global L2 norm of a full gradient buffer (over all parameters, padding is zero).
-  double grad_norm(const float* grads) const;
   // One update at learning rate lr over the optimizer's range; clips by `norm` (the global norm of
   // the unscaled gradient) first. params[j] and grads[j] are flat element range().begin + j.
   // `unscale` multiplies the gradients first: 1 / the loss scale they were computed at.

@@ -1,4 +1,4 @@
-#include "model/optimizer.h"
+#include "optim/adamw.h"
 
 #include <cmath>
 
@@ -24,10 +24,6 @@ bool AdamW::decays(const ParamSpec& s) const {
     case ParamGroup::state: break;
   }
   return false;
-}
-
-double AdamW::grad_norm(const float* grads) const {
-  return std::sqrt(sum_squares(stream_, Tensor(const_cast<float*>(grads), Shape{layout_.total()}).on(stream_.device)));
 }
 
 void AdamW::step(float* params, const float* grads, float lr, double norm, float unscale, Tensor params16) {

@@ -1,0 +1,121 @@
+#include "optim/optim_group.h"
+
+#include <algorithm>
+
+#include "kernels/flat_buffer.h"
+#include "kernels/ops.h"
+
+namespace megatrain {
+namespace {
+
+Tensor on(const Stream& s, float* data, int64_t n) { return Tensor(data, Shape{n}).on(s.device); }
+
+}  // namespace
+
+OptimGroup::OptimGroup(const OptimGroupSpec& spec, const ParamLayout& layout, const Comm& dp, const Comm* across,
+                       const AdamWOptions& adamw, const Stream& stream)
+    : spec_(spec),
+      layout_(layout),
+      stream_(stream),
+      across_(across),
+      zero_(spec.units, dp, spec.zero, spec.breaks, spec.order),
+      adamw_(layout, adamw, zero_.optimizer_range().shifted(spec.begin), zero_.optimizer_padded(), stream) {
+  if (spec.held) zero_.hold(*spec.held);
+  if (stream.device == Device::cpu) return;
+  const auto held = static_cast<size_t>(zero_.held_params_range().size());
+  const auto moments = static_cast<size_t>(zero_.optimizer_range().size());
+  mirror_ = Mirror{std::vector<float>(held), std::vector<float>(moments), std::vector<float>(moments)};
+}
+
+void OptimGroup::initialise(const ModelConfig& model, uint64_t seed) {
+  float* held = mirror_ ? mirror_->params.data() : zero_.held_params();
+  init_params_range(layout_, held, zero_.held_params_range().shifted(spec_.begin), model, seed);
+  params_written();
+}
+
+bool OptimGroup::has_units(int chunk) const {
+  const auto k = static_cast<size_t>(chunk);
+  return spec_.chunk_units[k] < spec_.chunk_units[k + 1];
+}
+
+void OptimGroup::gradients_begin(int chunk, bool last) {
+  const auto k = static_cast<size_t>(chunk);
+  if (has_units(chunk)) zero_.micro_batch_begin(last, spec_.chunk_units[k], spec_.chunk_units[k + 1]);
+}
+
+void OptimGroup::gradients_end(int chunk) {
+  if (has_units(chunk)) zero_.micro_batch_end();
+}
+
+// A tied embedding's two copies (first and last stage) are summed over `tied` before their bucket's
+// data-parallel reduction ([Note: held bucket]), so both stages reduce and update the same values at
+// any ZeRO stage; then partial gradients are summed over their tensor-parallel sharers.
+void OptimGroup::finish(const Comm* tied, const TpSharedParams& tp) {
+  zero_.reduce_held([&](float* g) { tied->all_reduce(g, spec_.held->size()).wait(); });
+  tp.reduce_partial_grads(zero_.optimizer_grads(), range());
+}
+
+bool OptimGroup::reduced_nonfinite() const { return !all_finite(stream_, zero_.optimizer_grads_tensor()); }
+
+GradPart OptimGroup::grad_part() const {
+  return GradPart(owned_grads(stream_, layout_, zero_.optimizer_grads(), range()), {zero_.partitions(), across_});
+}
+
+// Before the update, whose pass rounds the state tensors (which AdamW leaves alone) into the 16-bit
+// copy with the rest; step_end then hands the updated values to every rank.
+void OptimGroup::update(float lr, double norm, float unscale, const std::vector<StateStep>& state) {
+  for (const StateStep& s : state) add(s);
+  adamw_.step(zero_.optimizer_params(), zero_.optimizer_grads(), lr, norm, unscale, zero_.optimizer_params16());
+  zero_.step_end();
+}
+
+// The step added to the part of the range this rank updates, in the memory of the stream.
+void OptimGroup::add(const StateStep& step) {
+  const FlatRange mine = range(), t = step.range;
+  const int64_t lo = std::max(t.begin, mine.begin), hi = std::min(t.end, mine.end);
+  if (lo >= hi) return;
+  const Tensor held = on(stream_, zero_.optimizer_params() + (lo - mine.begin), hi - lo);
+  const FlatBuffer delta(hi - lo, stream_);
+  copy_from_host(stream_, delta.part(0, hi - lo), step.delta.data() + (lo - t.begin));
+  add_forward(stream_, held, held, delta.part(0, hi - lo));
+}
+
+HostSlice OptimGroup::held_params_host() {
+  const FlatRange held = zero_.held_params_range();
+  float* params = zero_.held_params();
+  if (mirror_) {
+    copy_to_host(stream_, mirror_->params.data(), on(stream_, params, held.size()));
+    params = mirror_->params.data();
+  }
+  return {params, held.shifted(spec_.begin)};
+}
+
+HostState OptimGroup::host_state() {
+  const FlatRange moments = range();
+  float *m = adamw_.exp_avg(), *v = adamw_.exp_avg_sq();
+  if (mirror_) {
+    copy_to_host(stream_, mirror_->exp_avg.data(), on(stream_, m, moments.size()));
+    copy_to_host(stream_, mirror_->exp_avg_sq.data(), on(stream_, v, moments.size()));
+    m = mirror_->exp_avg.data(), v = mirror_->exp_avg_sq.data();
+  }
+  return {held_params_host(), {m, moments}, {v, moments}, zero_.partition().shifted(spec_.begin)};
+}
+
+void OptimGroup::params_written() {
+  if (mirror_) {
+    const FlatRange held = zero_.held_params_range();
+    copy_from_host(stream_, on(stream_, zero_.held_params(), held.size()), mirror_->params.data());
+  }
+  zero_.params_written();
+}
+
+void OptimGroup::state_written() {
+  if (mirror_) {
+    const int64_t n = zero_.optimizer_range().size();
+    copy_from_host(stream_, on(stream_, adamw_.exp_avg(), n), mirror_->exp_avg.data());
+    copy_from_host(stream_, on(stream_, adamw_.exp_avg_sq(), n), mirror_->exp_avg_sq.data());
+  }
+  params_written();
+}
+
+}  // namespace megatrain
