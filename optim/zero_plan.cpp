@@ -145,7 +145,19 @@ std::vector<ZeroProblem> zero_options_problems(const ZeroOptions& o, int dp) {
                    "size {})",
                    dp, o.stage, o.hpz_partition_size));
   need(o.quant_block >= 1, ZeroSwitch::quant_block, fmt::format("ZeRO++ quantization block {} (≥ 1)", o.quant_block));
+  need(!o.deferred_weight_grads || o.stage < 2, ZeroSwitch::deferred_grads,
+       fmt::format("deferred weight gradients need stage 0 or 1, whose reduction waits for the step's end (stage {}); "
+                   "stages 2 and 3 reduce a micro-batch's gradients as its backward ends",
+                   o.stage));
   return out;
+}
+
+ZeroTraffic zero_traffic(const ZeroOptions& o) {
+  return {.sharded_update = o.stage >= 1,
+          .grads_reduce_scattered = o.stage >= 1,
+          .grads_per_micro_batch = o.stage >= 2,
+          .params_gathered_after_update = o.stage == 1 || o.stage == 2,
+          .param_gathers_per_micro_batch = o.stage == 3 ? 2 : 0};
 }
 
 ZeroPlan plan_zero(std::vector<FlatRange> units, int dp, int rank, const ZeroOptions& o, const std::vector<int>& breaks,

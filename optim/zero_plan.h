@@ -101,6 +101,9 @@ struct ZeroOptions {
   std::vector<MatrixSpan> matrices = {};  // the layout's 2-D tensors
   uint64_t seed = 0;
   int max_staleness = 0;  // [Note: bounded staleness]
+  // The schedule computes weight gradients after a micro-batch's backward (zero-bubble's weight
+  // steps), so a micro-batch's gradients are not complete when its backward ends.
+  bool deferred_weight_grads = false;
   // [Note: ZeRO++]
   bool quantized_weights = false;
   bool quantized_gradients = false;
@@ -111,7 +114,7 @@ struct ZeroOptions {
 };
 
 // The switch a refused combination of ZeroOptions is about.
-enum class ZeroSwitch : uint8_t { stage, compression, staleness, device, qwz, qgz, hpz, quant_block };
+enum class ZeroSwitch : uint8_t { stage, compression, staleness, device, qwz, qgz, hpz, quant_block, deferred_grads };
 struct ZeroProblem {
   ZeroSwitch what;
   std::string message;  // what the switch needs, in ZeroOptions' terms
@@ -120,6 +123,17 @@ struct ZeroProblem {
 // breaks, in the order above (empty: it is built). The runtime refuses the first; the config's
 // validation (trainer/config_validate.cpp) words each one in config keys.
 std::vector<ZeroProblem> zero_options_problems(const ZeroOptions& o, int dp);
+
+// What a step moves over the data-parallel group, by stage: the layout planner's cost model
+// (trainer/plan_cost.cpp) reads it instead of the stage.
+struct ZeroTraffic {
+  bool sharded_update = false;        // each rank updates its 1/dp partition (stages 1–3)
+  bool grads_reduce_scattered = false;  // into partitions (stages 1–3), or all-reduced whole (stage 0)
+  bool grads_per_micro_batch = false;   // each micro-batch's reduced as its backward ends (stages 2–3)
+  bool params_gathered_after_update = false;  // the updated partitions all-gathered (stages 1–2)
+  int param_gathers_per_micro_batch = 0;      // the forward's and backward's gathers of stage 3's shards
+};
+ZeroTraffic zero_traffic(const ZeroOptions& o);
 
 // Bytes one rank holds. Model state (params, grads; the optimizer's moments are AdamW's) follows
 // the ZeRO paper's per-parameter table for fp32 training; comm_buffers are the working buffers

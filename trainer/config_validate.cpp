@@ -93,7 +93,7 @@ void validate_config_fields(const Config& c) {
   r.at_least("parallel.cp", p.cp, 1);
   r.at_least("parallel.ep", p.ep, 1);
   r.at_least("parallel.dp", p.dp, 0, "(0 = world size / (tp·cp·pp))");
-  r.check(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", p.zero_stage, "0, 1, 2 or 3", "");
+  r.check(!refuses(c, ZeroSwitch::stage), "parallel.zero_stage", p.zero_stage, "0, 1, 2 or 3", "");
   r.positive("parallel.bucket_size_mb", p.bucket_size_mb);
   r.check(p.grad_reduce_dtype != Precision::fp16, "parallel.grad_reduce_dtype", "\"fp16\"", "\"fp32\" or \"bf16\"",
           "(fp16 sums of gradients overflow; bf16 keeps float32's range)");
@@ -253,7 +253,7 @@ void resolve_config(Config& c, int world_size) {
                  "the activations its micro-batch's backward used, so recomputed ones would be rebuilt twice; set "
                  "train.recompute = \"none\" or use the 1f1b schedule",
                  f);
-  MT_INPUT_CHECK(p.pipeline_schedule != "zero_bubble" || p.zero_stage < 2,
+  MT_INPUT_CHECK(!refuses(c, ZeroSwitch::deferred_grads),
                  "{}: parallel.pipeline_schedule = \"zero_bubble\" with parallel.zero_stage = {}: zero-bubble defers "
                  "each micro-batch's weight gradients past its backward, but ZeRO 2 and 3 reduce-scatter a "
                  "micro-batch's gradients as its backward ends; use zero_stage 0 or 1 with it",

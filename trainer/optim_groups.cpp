@@ -55,6 +55,7 @@ ZeroOptions zero_options(const Config& c) {
   z.powersgd_rank = p.powersgd_rank;
   z.seed = c.train.seed;
   z.max_staleness = p.max_staleness;
+  z.deferred_weight_grads = p.pipeline_schedule == "zero_bubble";
   z.quantized_weights = p.zero_quantized_weights;
   z.quantized_gradients = p.zero_quantized_gradients;
   z.hpz_partition_size = p.zero_hpz_partition_size;

@@ -6,6 +6,8 @@
 #include "model/gpt.h"
 #include "model/params.h"
 #include "parallel/pipeline_schedule.h"
+#include "optim/zero_plan.h"
+#include "trainer/optim_groups.h"
 #include "trainer/plan_memory.h"
 #include "trainer/rank_run.h"
 
@@ -130,22 +132,21 @@ StepCost predict_step(const Config& c, const DeviceProfile& dev) {
   // reductions issued per bucket; stage 3's prefetched gathers) and what it may not (the gather
   // of updated parameters after the step, stages 1–2).
   double hideable = 0, exposed = 0;
+  const ZeroTraffic traffic = zero_traffic(zero_options(c));
   const auto zero_comm = [&](int g, int stride, double floats) {
     const double grads = floats * g_bytes, params = floats * p_bytes;
-    switch (p.zero_stage) {
-      case 0: hideable += links.all_reduce(g, stride, grads); break;
-      case 1: hideable += links.half(g, stride, grads), exposed += links.half(g, stride, params); break;
-      case 2: hideable += micro * links.half(g, stride, grads), exposed += links.half(g, stride, params); break;
-      default: hideable += micro * (links.half(g, stride, grads) + 2.0 * links.half(g, stride, params));
-    }
+    const double reduce = traffic.grads_reduce_scattered ? links.half(g, stride, grads) : links.all_reduce(g, stride, grads);
+    hideable += (traffic.grads_per_micro_batch ? micro : 1.0) * reduce;
+    if (traffic.params_gathered_after_update) exposed += links.half(g, stride, params);
+    hideable += micro * traffic.param_gathers_per_micro_batch * links.half(g, stride, params);
   };
   zero_comm(p.dp, p.tp, dense);
   if (experts > 0) zero_comm(p.dp / p.ep, p.tp * p.ep, experts);
-  const bool overlaps = p.overlap_grad_reduce || p.zero_stage == 3;
+  const bool overlaps = p.overlap_grad_reduce || traffic.param_gathers_per_micro_batch > 0;
   const double hidden = overlaps ? std::min(dev.overlap * hideable, dev.overlap * n * bwd) : 0.0;
   out.dp = exposed + hideable - hidden;
 
-  const double updated = p.zero_stage == 0 ? dense + experts : dense / p.dp + experts / (p.dp / p.ep);
+  const double updated = traffic.sharded_update ? dense / p.dp + experts / (p.dp / p.ep) : dense + experts;
   out.optimizer = updated * 32.0 / (dev.memory_gbps * 1e9);  // params, grads, m, v read; params, m, v written
 
   out.step = sim.makespan + out.cores + out.dp + out.optimizer;
