@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/comm.h"
+
 namespace megatrain {
 
 // Bytes one rank holds, by kind (optim/zero_plan.h, optim/adamw.h, model/stage.h).
@@ -72,6 +74,15 @@ struct StepMetrics {
   std::optional<double> loss_scale;  // fp16: the scale the step's loss was multiplied by
   int64_t skipped_steps = 0;          // fp16: steps skipped for overflowing gradients, since step 0
   std::vector<MoeLayerMetrics> moe;   // per MoE block, model order
+};
+
+// The rank's communication during one step, by group ([Note: ZeRO++]: hpZ's gathers within a host
+// group are data-parallel communication; so is the expert-data-parallel reduction).
+struct StepComm {
+  CommStats dp, tp, pp, ep, world;
+  int64_t hpz_bytes = 0;  // of dp's, within the hpZ group
+  // What the rank spent blocked on its peers.
+  double waited_ms() const { return dp.exposed_ms + tp.exposed_ms + pp.exposed_ms + ep.exposed_ms + world.exposed_ms; }
 };
 
 class MetricsLog {

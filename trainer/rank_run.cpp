@@ -381,4 +381,20 @@ double RankRun::evaluate() {
   return mean_over_replicas(feed_.loss_sum, static_cast<int>(cfg.train.eval_steps) * micro);
 }
 
+void RankRun::reset_comm_stats() const {
+  for (const Comm* c : {&groups.dp(), &groups.tp(), &groups.pp(), &groups.ep(), &groups.edp(), &world}) c->reset_stats();
+  if (cfg.parallel.zero_hpz_partition_size > 1) optim_.front().zero().hpz_comm().reset_stats();
+}
+
+StepComm RankRun::comm_stats() const {
+  StepComm c{groups.dp().stats(), groups.tp().stats(), groups.pp().stats(), groups.ep().stats(), world.stats()};
+  c.dp += groups.edp().stats();
+  if (cfg.parallel.zero_hpz_partition_size > 1) {
+    const CommStats h = optim_.front().zero().hpz_comm().stats();
+    c.dp += h;
+    c.hpz_bytes = h.bytes_moved;
+  }
+  return c;
+}
+
 }  // namespace megatrain

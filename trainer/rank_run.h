@@ -91,6 +91,9 @@ class RankRun final : public PipelineWork {
   std::vector<MoeLayerStats> moe_stats();
   // This rank's milliseconds moving tokens in MoE blocks since the last moe_stats() (model/moe.h).
   double moe_dispatch_ms() const;
+  // Zeroes the communicators' counters; comm_stats(): what they counted since, by group.
+  void reset_comm_stats() const;
+  StepComm comm_stats() const;
   // Mean loss over the first eval_steps global batches of the validation set (same each time).
   double evaluate();
 

@@ -29,7 +29,8 @@ ReplicaCheck::ReplicaCheck(const Config& cfg, RankRun& run) : run_(run), interva
   dp_world_ranks_ = all_gather_value<int32_t>(run_.groups.dp(), run_.world.rank());
 }
 
-void ReplicaCheck::after_step(int64_t step) {
+void ReplicaCheck::updated(const StepOutcome& out) {
+  const int64_t step = out.step;
   if (interval_ == 0 || step % interval_ != 0) return;
   const ParamLayout& layout = run_.layout;
   const size_t n = layout.size();

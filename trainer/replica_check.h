@@ -13,6 +13,7 @@
 
 #include "kernels/check.h"
 #include "trainer/rank_run.h"
+#include "trainer/step_observer.h"
 
 namespace megatrain {
 
@@ -21,11 +22,11 @@ class ReplicaMismatch : public Error {
   using Error::Error;
 };
 
-class ReplicaCheck {
+class ReplicaCheck final : public StepObserver {
  public:
   ReplicaCheck(const Config& cfg, RankRun& run);
-  // After the update of step `step` (numbered from 1); collective over the world at each interval.
-  void after_step(int64_t step);
+  // After the update of step out.step (or its skip); collective over the world at each interval.
+  void updated(const StepOutcome& out) override;
 
  private:
   RankRun& run_;

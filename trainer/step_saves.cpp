@@ -1,0 +1,63 @@
+#include "trainer/step_saves.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace megatrain {
+
+StepSaves::StepSaves(const Config& cfg, RankRun& run, const RunState& at, Progress& progress, TrainResult& result)
+    : cfg_(cfg),
+      run_(run),
+      at_(at),
+      progress_(progress),
+      result_(result),
+      start_step_(at.step),
+      checkpointer_(cfg.checkpoint.dir.empty() ? nullptr : std::make_unique<Checkpointer>(cfg, run.world)),
+      stop_(cfg, run.world),
+      committed_(at.from_latest) {}
+
+int64_t StepSaves::horizon(int64_t step) const {
+  int64_t h = cfg_.train.steps;
+  const int64_t every = cfg_.checkpoint.save_interval;
+  if (checkpointer_ && every > 0) h = std::min(h, (step / every + 1) * every);
+  if (cfg_.train.exit_after_steps > 0) h = std::min(h, start_step_ + cfg_.train.exit_after_steps);
+  return h;
+}
+
+void StepSaves::wait(int64_t step) {
+  progress_.enter(Section::checkpoint, step);
+  checkpointer_->wait();
+}
+
+bool StepSaves::save(int64_t step, Checkpointer::IfBusy if_busy) {
+  progress_.enter(Section::checkpoint, step);
+  // Taken now: on a device, the host copy of this step's state (rank_run.h [Note: a run on a device]).
+  const bool done = checkpointer_->save([&] { return run_.checkpoint_tensors(); }, at_.saved(step, cfg_), if_busy);
+  committed_ = committed_ || done;
+  return done;
+}
+
+void StepSaves::end(const StepOutcome& out) {
+  const int64_t every = cfg_.checkpoint.save_interval;
+  saved_ = checkpointer_ && every > 0 && out.step % every == 0 &&
+           save(out.step, out.last ? Checkpointer::IfBusy::wait : Checkpointer::IfBusy::skip);
+}
+
+bool StepSaves::stop(const StepOutcome& out) {
+  const std::string why = stop_.agree(out.step - start_step_);
+  if (why.empty()) return false;
+  spdlog::warn("STOP_REQUESTED step={} reason={}: {}", out.step, why,
+               checkpointer_ ? "saving, then exiting with code 10" : "checkpoint.dir is empty: exiting unsaved");
+  if (checkpointer_ && !saved_) save(out.step, Checkpointer::IfBusy::wait);
+  result_.stopped_at = out.step;
+  return true;
+}
+
+void StepSaves::finish() {
+  progress_.enter(Section::checkpoint, progress_.step());
+  run_.stale_discard();  // a stop between two horizons leaves later steps' reductions in flight
+  if (checkpointer_) checkpointer_->wait();
+}
+
+}  // namespace megatrain
