@@ -11,7 +11,7 @@
 # shared with other users a run's time says more about them than about the layout. The script
 # therefore runs in a session of its own at autogroup priority PRIORITY (default -19; needs root or
 # CAP_SYS_NICE, else it says so and runs at the normal priority); the profile is in CPU time and is
-# not affected either way (trainer/plan_profile.h).
+# not affected either way (planner/plan_profile.h).
 # Usage: bench/plan_vs_measured.sh [BUILD_DIR] [STEPS] [REPS]   (data: /usr/share/games/fortunes/science)
 set -euo pipefail
 if [[ -z "${PLAN_BENCH_SESSION:-}" ]]; then PLAN_BENCH_SESSION=1 exec setsid --wait "$0" "$@"; fi

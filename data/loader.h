@@ -34,7 +34,7 @@ class BatchLoader {
   int64_t sample_index(int64_t step, int micro, int row) const;
 
   // A token outside [0, vocab_size) throws DataError "DATA_INVALID sample=I PREFIX.bin token offset
-  // N (document D): token T >= vocab_size V" (robustness spec R20): a wrong tokenizer or a damaged
+  // N (document D): token T >= vocab_size V" (docs/robustness.md R20): a wrong tokenizer or a damaged
   // .bin must not index past the embedding.
   void load(int64_t step, int micro, int32_t* inputs /* (B, S) */, int32_t* targets /* (B, S) */) const;
 

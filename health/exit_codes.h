@@ -1,5 +1,5 @@
 // megatrain's exit codes: the contract between the trainer, its launchers and the resilient driver
-// (robustness spec C0; the 64–75 range follows BSD sysexits.h). README "When things go wrong" says
+// (docs/robustness.md C0; the 64–75 range follows BSD sysexits.h). README "When things go wrong" says
 // what each means and what the driver does with it.
 #pragma once
 

@@ -14,7 +14,7 @@ void inject_at_step_start(const FaultPlan& plan, int rank, int64_t step);
 
 // exc with extra_collective=1 at the start of step `step`: one all-reduce (3 × i32) over `world`
 // that the other ranks do not issue, so every later collective pairs with the wrong one (a desync,
-// robustness spec R02).
+// docs/robustness.md R02).
 void inject_extra_collective(const FaultPlan& plan, const Comm& world, int64_t step);
 
 // While saving the checkpoint of step `step`, at `phase` (mid_shard_write,

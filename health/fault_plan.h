@@ -1,4 +1,4 @@
-// Fault injection: one switch, MEGATRAIN_FAULT, read by every rank (robustness spec C0; the model
+// Fault injection: one switch, MEGATRAIN_FAULT, read by every rank (docs/robustness.md C0; the model
 // is nvrx's inject_fault and Megatron's FaultInjectorConfig). Syntax:
 //
 //   MEGATRAIN_FAULT="KIND:key=value:key=value;KIND:…"

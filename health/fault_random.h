@@ -1,4 +1,4 @@
-// The random mode of MEGATRAIN_FAULT, for chaos soaks (robustness spec R25):
+// The random mode of MEGATRAIN_FAULT, for chaos soaks (docs/robustness.md R25):
 //
 //   random:seed=S:mtti_s=T:kinds=kill,hang,exc,slow,ckpt_crash,nan[:attempt=N|*]
 //

@@ -1,4 +1,4 @@
-// Lining up the ranks' flight-recorder dumps (robustness spec R02; what PyTorch's fr_trace does):
+// Lining up the ranks' flight-recorder dumps (docs/robustness.md R02; what PyTorch's fr_trace does):
 // which operation the job hung on and which rank(s) never arrived, and where ranks issued different
 // operations under the same number (a desync).
 //

@@ -1,4 +1,4 @@
-// Heartbeats (robustness spec R05): a thread per rank rewrites health.run_dir/hb/rank_R.json
+// Heartbeats (docs/robustness.md R05): a thread per rank rewrites health.run_dir/hb/rank_R.json
 // atomically every health.heartbeat_interval_s with where the rank is — step, section, operations
 // completed (coll_seq), last loss, resident memory — so a supervisor sees progress, not just
 // liveness: a heartbeat that keeps coming while step and coll_seq stand still is a livelock.

@@ -1,4 +1,4 @@
-// Slow links during training (robustness spec R12, for the network): every
+// Slow links during training (docs/robustness.md R12, for the network): every
 // health.link_check_interval steps the ranks probe the links of the rank ring with a 256 KiB
 // message (health/link_probe.h), judged like the self-check's (a third of the fastest pair of the
 // same kind) with health.straggler_min_ms as the floor against noise. A host blamed in

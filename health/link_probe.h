@@ -1,5 +1,5 @@
 // Link probing: the time and bandwidth of every link of the rank ring (r with r + 1), each measured
-// alone, and the judgement that pins slow links on hosts. Used by the self-check (R06) with a large
+// alone, and the judgement that pins slow links on hosts. Used by the self-check (docs/robustness.md R06) with a large
 // message and, during training, by the link monitor (health/link_monitor.h) with a small one.
 //
 // Judging: a pair is slow when its bandwidth is under 1/ratio of the fastest pair of its kind

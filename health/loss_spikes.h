@@ -1,4 +1,4 @@
-// Loss-spike detection (robustness spec R17; Megatron's check against a multiple of the loss
+// Loss-spike detection (docs/robustness.md R17; Megatron's check against a multiple of the loss
 // reference, PaLM's skipping): a step's loss (the global mean, the same on every rank, so every
 // rank decides alike) at or above health.spike_factor × the median of the last health.spike_window
 // accepted losses (at least 10 of them) is a spike, logged as

@@ -1,4 +1,4 @@
-// The self-check before a (re)start (robustness spec R06; MegaScale §4.3): short, bounded tests
+// The self-check before a (re)start (docs/robustness.md R06; MegaScale §4.3): short, bounded tests
 // of every rank and link, so a bad host is found before it costs a training attempt. Collective
 // over `world`; every rank gets the same report.
 //   loopback     each rank sends 8 MiB to itself and checks every byte

@@ -1,4 +1,4 @@
-// Start-up time (robustness spec R24; MegaScale: fast initialisation is what makes a restart
+// Start-up time (docs/robustness.md R24; MegaScale: fast initialisation is what makes a restart
 // fast). The process marks the end of each start-up phase; after the first step rank 0 logs
 //   startup 1.21 s from process start to the end of step 1: process start → MPI init 0.31, config 0.02,
 //   roll call 0.01, model and data 0.12, checkpoint load 0.40, first step 0.35

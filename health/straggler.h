@@ -1,4 +1,4 @@
-// Straggler detection, always on (robustness spec R12–R14; MegaScale's heat map, nvrx's straggler
+// Straggler detection, always on (docs/robustness.md R12–R14; MegaScale's heat map, nvrx's straggler
 // scores). Every step each rank measures its compute time — the step's wall time minus the time it
 // spent blocked in communication — and its wait time. Every health.straggler_window steps the ranks
 // gather both (one all-gather) and every rank scores the window alike:

@@ -1,4 +1,4 @@
-// Per-rank timelines (robustness spec R15; MegaScale's trace mode): with health.timeline = true each
+// Per-rank timelines (docs/robustness.md R15; MegaScale's trace mode): with health.timeline = true each
 // rank appends Chrome-trace events (the JSON array format, which needs no closing bracket, so a
 // crashed run's file still loads) to RUN_DIR/timeline/rank_R.trace.json: one span per step
 // (compute and wait times in its arguments) and one per communication operation, on a lane per

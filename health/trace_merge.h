@@ -1,4 +1,4 @@
-// `megatrain trace merge RUN_DIR` (robustness spec R15): joins the ranks' timelines
+// `megatrain trace merge RUN_DIR` (docs/robustness.md R15): joins the ranks' timelines
 // (RUN_DIR/timeline/rank_R.trace.json, health/timeline.h) into RUN_DIR/timeline/merged.trace.json —
 // one process per rank, a lane per process group, ready for chrome://tracing or ui.perfetto.dev —
 // and writes RUN_DIR/timeline/heatmap.tsv: per rank, the median step, compute and wait times in ms

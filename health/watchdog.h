@@ -1,4 +1,4 @@
-// The per-rank hang watchdog (robustness spec R01; nvrx's rank monitor, PyTorch's NCCL watchdog).
+// The per-rank hang watchdog (docs/robustness.md R01; nvrx's rank monitor, PyTorch's NCCL watchdog).
 // A thread checks how long ago this rank last made progress — entered a section or step
 // (health/progress.h), or issued or completed a communication operation (the flight recorder) —
 // against the current section's timeout:

@@ -1,6 +1,6 @@
 // FieldRules: single-field checks of a config read from `file`; each failure is an InputError
 // reading "FILE: KEY = VALUE must be RULE[ NOTE]". Shared by the model's rules (model/config.h) and
-// the run config's (trainer/config.h), so every message has one form.
+// the run config's (config/config.h), so every message has one form.
 #pragma once
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // ModelConfig: the architecture of a decoder-only transformer (GPT-2 and Llama families), and its
-// rules. Parsed by trainer/config.cpp or interop/hf_config.cpp; both check it with
+// rules. Parsed by config/config.cpp or interop/hf_config.cpp; both check it with
 // validate_model_config. Invariant after validation: d_model % n_heads == 0,
 // n_heads % n_kv_heads == 0, an even head dimension with RoPE, padded_vocab(tp) % (128·tp) == 0,
 // and with experts 1 ≤ top_k ≤ n_experts and moe.layers strictly increasing inside [0, n_layers).

@@ -1,4 +1,4 @@
-// Stage: one pipeline stage of a decoder-only transformer (DESIGN.md §2.13) — a contiguous range of
+// Stage: one pipeline stage of a decoder-only transformer (docs/architecture.md §Stages) — a contiguous range of
 // blocks, plus the token (+ position) embedding on the first stage and the final norm, LM head and
 // cross-entropy on the last; at pp = 1 the one stage holds all of them. Tensor-parallel
 // (model/block.h, model/loss.h): this rank holds its heads, MLP units and vocabulary rows, the
@@ -50,7 +50,7 @@ struct StageOptions {
   // Where the stage computes: its activations live in that device's memory, and the UnitState's
   // parameters and gradients must too (tokens and targets come from the host).
   Device device = Device::cpu;
-  // Plan the activations without allocating them (trainer/plan_memory.h): activation_bytes() says
+  // Plan the activations without allocating them (planner/plan_memory.h): activation_bytes() says
   // what the stage would hold; such a stage never runs, so its state and tp need no communicator.
   bool measure_only = false;
 };

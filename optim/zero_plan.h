@@ -1,7 +1,7 @@
 // ZeroPlan: what ZeRO (Rajbhandari et al. 2020) holds on one data-parallel rank, as a pure function
 // of the units, the rank's place among the dp ranks and the options — no communicator, no memory.
 // The runtime (optim/zero_state.h) allocates every buffer from it, and the planner
-// (trainer/plan_memory.h) asks it for the memory of a layout it never runs.
+// (planner/plan_memory.h) asks it for the memory of a layout it never runs.
 //
 // p data-parallel ranks; T = floats of the flat layout; rank r owns the partition
 // flat_partition(T, r, p) and every shard buffer is padded to s = ceil(T / p) floats.
@@ -121,11 +121,11 @@ struct ZeroProblem {
 };
 // The one list of which options combine on `dp` data-parallel ranks: every rule a combination
 // breaks, in the order above (empty: it is built). The runtime refuses the first; the config's
-// validation (trainer/config_validate.cpp) words each one in config keys.
+// validation (config/config_validate.cpp) words each one in config keys.
 std::vector<ZeroProblem> zero_options_problems(const ZeroOptions& o, int dp);
 
 // What a step moves over the data-parallel group, by stage: the layout planner's cost model
-// (trainer/plan_cost.cpp) reads it instead of the stage.
+// (planner/plan_cost.cpp) reads it instead of the stage.
 struct ZeroTraffic {
   bool sharded_update = false;        // each rank updates its 1/dp partition (stages 1–3)
   bool grads_reduce_scattered = false;  // into partitions (stages 1–3), or all-reduced whole (stage 0)

@@ -1,4 +1,4 @@
-// The NCCL backend of Comm (DESIGN.md principle 5; built only with MEGATRAIN_CUDA). Each
+// The NCCL backend of Comm (docs/architecture.md §Communication; built only with MEGATRAIN_CUDA). Each
 // communicator holds an NCCL communicator, its own CUDA stream, and an MPI communicator of the same
 // ranks in the same order for the small host exchanges.
 //

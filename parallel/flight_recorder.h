@@ -1,4 +1,4 @@
-// The flight recorder (robustness spec R02; PyTorch's NCCL flight recorder): a ring of this
+// The flight recorder (docs/robustness.md R02; PyTorch's NCCL flight recorder): a ring of this
 // process's most recent communication operations, every communicator's. Comm records each
 // operation when it is issued and when it completes; the watchdog dumps the ring when the job
 // hangs, and `megatrain diagnose` lines the ranks' dumps up to name the rank that did not arrive.

@@ -1,4 +1,4 @@
-// Pipeline schedules as data (DESIGN.md §2.8): each generator returns the list of steps one
+// Pipeline schedules as data (docs/architecture.md §Schedules as data): each generator returns the list of steps one
 // pipeline stage runs — forward, backward or weight-gradient step of (micro-batch, model chunk) —
 // and one executor runs any list. With `chunks` model chunks per rank (interleaved pipelines), chunk c of stage s is
 // virtual stage c·stages + s, so a micro-batch visits stage 0 … stages − 1 once per chunk.

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_file.h"
+#include "config/config.h"
 #include "model/params.h"
 #include "parallel/comm.h"
-#include "trainer/config.h"
 
 namespace megatrain {
 

@@ -10,14 +10,14 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_shard.h"
 #include "checkpoint/checkpoint_verify.h"
+#include "config/model_compat.h"
 #include "trainer/checkpoint.h"
-#include "trainer/model_compat.h"
 
 namespace megatrain {
 namespace fs = std::filesystem;
 namespace {
 
-// Refuses a checkpoint whose architecture differs from the config's (trainer/model_compat.h); logs
+// Refuses a checkpoint whose architecture differs from the config's (config/model_compat.h); logs
 // the settings that may change and do.
 void check_same_model(const std::string& path, const std::string& saved, const Config& current, bool verbose) {
   const ModelChanges changes = model_changes(saved, current);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "health/fault_plan.h"
 #include "health/heartbeat.h"
 #include "health/link_monitor.h"
@@ -15,7 +16,6 @@
 #include "health/straggler.h"
 #include "health/timeline.h"
 #include "health/watchdog.h"
-#include "trainer/config.h"
 #include "trainer/step_observer.h"
 
 namespace megatrain {

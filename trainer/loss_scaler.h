@@ -11,17 +11,9 @@
 #pragma once
 #include <cstdint>
 
-namespace megatrain {
+#include "config/config.h"
 
-struct LossScaleOptions {
-  double initial_scale = 65536.0;  // 2^16
-  double min_scale = 1.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 1000;
-  int64_t hysteresis = 2;
-  friend bool operator==(const LossScaleOptions&, const LossScaleOptions&) = default;
-};
+namespace megatrain {
 
 // What a checkpoint stores so a resumed run scales exactly as the uninterrupted one.
 struct LossScaleState {

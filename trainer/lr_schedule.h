@@ -8,7 +8,7 @@
 #pragma once
 #include <cstdint>
 
-#include "trainer/config.h"
+#include "config/config.h"
 
 namespace megatrain {
 

@@ -11,8 +11,8 @@
 #pragma once
 #include <optional>
 
+#include "config/config.h"
 #include "parallel/comm.h"
-#include "trainer/config.h"
 #include "trainer/metrics.h"
 
 namespace megatrain {

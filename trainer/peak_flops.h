@@ -9,7 +9,7 @@
 // [Note: CPU-time clock] With PeakClock::cpu a repetition's time is the rank's process CPU seconds
 // over its threads instead of the wall clock: the speed the rank reaches while it holds cores, the
 // same whether other ranks or other users' processes share those cores (the planner models the
-// sharing itself, trainer/plan_cost.h).
+// sharing itself, planner/plan_cost.h).
 #pragma once
 #include "kernels/device.h"
 #include "parallel/comm.h"

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
+#include "config/optim_groups.h"
 #include "kernels/cuda/backend.h"
 #include "kernels/flat_buffer.h"
 #include "kernels/ops.h"
-#include "trainer/optim_groups.h"
 #ifdef MEGATRAIN_HAS_CUDA
 #include "parallel/comm_nccl.h"
 #endif
@@ -59,20 +59,7 @@ std::vector<StageRange> chunk_ranges(const Config& c, int stage) {
   return out;
 }
 
-}  // namespace
-
-StageRange virtual_stage_range(const Config& c, int vs) {
-  const std::vector<int>& given = c.parallel.pipeline_layers;
-  const int stages = c.parallel.pp * c.parallel.virtual_stages;
-  const auto layers = [&](int k) { return given.empty() ? c.model.n_layers / stages : given[static_cast<size_t>(k)]; };
-  int first = 0;
-  for (int k = 0; k < vs; ++k) first += layers(k);
-  return {first, layers(vs), vs == 0, vs + 1 == stages};
-}
-
-namespace {
-
-// The optimizer groups of trainer/optim_groups.h: the dense parameters over dp, the experts over
+// The optimizer groups of config/optim_groups.h: the dense parameters over dp, the experts over
 // the expert-data-parallel group (and summed over ep in the global norm: each ep rank holds others).
 std::deque<OptimGroup> make_optim_groups(const Config& c, const ProcessGroups& groups, const ParamLayout& layout,
                                     const std::vector<StageRange>& ranges, const Stream& stream) {

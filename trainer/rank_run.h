@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "health/grad_nan_injector.h"
 #include "model/stage.h"
 #include "model/tp_shared.h"
@@ -41,15 +42,10 @@
 #include "parallel/groups.h"
 #include "parallel/pipeline.h"
 #include "trainer/checkpoint.h"
-#include "trainer/config.h"
 #include "trainer/metrics.h"
 #include "trainer/train_data.h"
 
 namespace megatrain {
-
-// The blocks of virtual stage `vs` of pp · virtual_stages: parallel.pipeline_layers, or an even
-// split (both checked by the config); the embedding on the first, the head on the last.
-StageRange virtual_stage_range(const Config& c, int vs);
 
 class RankRun final : public PipelineWork {
  public:

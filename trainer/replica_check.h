@@ -1,4 +1,4 @@
-// Silent divergence between data-parallel replicas (robustness spec R18; Megatron's
+// Silent divergence between data-parallel replicas (docs/robustness.md R18; Megatron's
 // check_param_hashes_across_dp_replicas): every health.replica_check_interval steps each rank takes
 // the CRC-32 of every tensor it holds (no single flipped bit leaves it unchanged), the
 // data-parallel replicas compare them (one all-gather), then the world agrees (one all-reduce)

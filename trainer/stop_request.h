@@ -1,5 +1,5 @@
 // Stopping a run early at a step boundary, after a save — for preemption and time limits
-// (robustness spec R11; Megatron's DistributedSignalHandler, --exit-duration-in-mins and
+// (docs/robustness.md R11; Megatron's DistributedSignalHandler, --exit-duration-in-mins and
 // --exit-interval). Three causes: SIGUSR1 or SIGTERM (Slurm's `--signal`), whose handlers only set
 // a flag; train.exit_duration_mins of wall time since the run started; train.exit_after_steps
 // steps of this run. After every step the ranks agree (one all-reduce of the three flags, max), so
@@ -18,7 +18,7 @@
 #include <string>
 
 #include "parallel/comm.h"
-#include "trainer/config.h"
+#include "config/config.h"
 #include "health/exit_codes.h"
 
 namespace megatrain {

@@ -8,7 +8,7 @@
 
 #include "kernels/check.h"
 #include "parallel/comm.h"
-#include "trainer/config.h"
+#include "config/config.h"
 #include "health/exit_codes.h"
 
 namespace megatrain {

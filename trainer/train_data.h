@@ -9,10 +9,10 @@
 #include <memory>
 #include <string>
 
+#include "config/config.h"
 #include "data/blended_dataset.h"
 #include "data/indexed_dataset.h"
 #include "data/loader.h"
-#include "trainer/config.h"
 
 namespace megatrain {
 

@@ -5,9 +5,9 @@
 #pragma once
 #include <cstdint>
 
+#include "config/config.h"
 #include "health/loss_spikes.h"
 #include "optim/clip.h"
-#include "trainer/config.h"
 #include "trainer/run_state.h"
 
 namespace megatrain {

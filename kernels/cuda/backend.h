@@ -4,7 +4,7 @@
 // primitives a caller of those ops needs. Plain C++: this header names no CUDA type.
 //
 // [Note: device backend seam]
-// DESIGN.md has ops.cpp call cuda:: directly. It calls this interface instead, so that the same
+// ops.cpp calls this interface, not cuda:: directly (docs/architecture.md §Dispatch), so that the same
 // dispatch runs either the production backend (kernels/cuda/backend_cuda.cpp: cuBLASLt GEMMs and
 // the caching allocator on a GPU) or, in tests, the same kernel source under the host SIMT
 // emulation (tests/simt/backend_simt.h), which checks ops.cpp's Tensor → pointer mapping and the

@@ -244,7 +244,7 @@ TEST_F(GptData, DescribeNamesTheFileOffsetOfEachTokenOfASample) {
   }
 }
 
-// Robustness spec R20: a token at or beyond the vocabulary is refused as it is loaded, naming the
+// docs/robustness.md R20: a token at or beyond the vocabulary is refused as it is loaded, naming the
 // file and the offset (the documents end with 256 here).
 TEST_F(GptData, LoaderRefusesTokensBeyondTheVocabulary) {
   GptDataset g(*ds_, spec_of(*ds_, 4, /*shuffle=*/false, 1, 8));

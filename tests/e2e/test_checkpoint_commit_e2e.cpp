@@ -1,4 +1,4 @@
-// The checkpoint commit protocol end to end (robustness spec R07): under strace, a save's durable
+// The checkpoint commit protocol end to end (docs/robustness.md R07): under strace, a save's durable
 // steps come in the order model.h5 fsync → manifest.json fsync → folder fsync → rename of
 // step_N.tmp → DIR fsync → rename of latest; afterwards DIR holds only committed folders and
 // `latest`, every manifest says what its model.h5 is, and `megatrain checkpoint verify` passes.

@@ -1,4 +1,4 @@
-// Damaged checkpoints end to end (robustness spec R09): each kind of damage to the newest of two
+// Damaged checkpoints end to end (docs/robustness.md R09): each kind of damage to the newest of two
 // checkpoints — model.h5 truncated, a byte flipped, manifest.json deleted, `latest` garbage or
 // naming a missing step — is refused with CKPT_INVALID naming the file and the reason, and
 // checkpoint.load = "latest" resumes from the checkpoint before; every checkpoint damaged exits 66

@@ -92,7 +92,7 @@ TEST_F(CheckpointE2E, ResumedRunsMetricsFileHoldsEveryStepOnceInOrder) {
   EXPECT_EQ(train("--set train.steps=2 --set train.eval_interval=0 --set optimizer.decay_steps=60", "m.jsonl").size(), 2u) << "a fresh start appended";
 }
 
-// Settings that are not architecture may change when a checkpoint loads (trainer/model_compat.h):
+// Settings that are not architecture may change when a checkpoint loads (config/model_compat.h):
 // dropout 0.1 -> 0 trains and is logged; d_model is refused (DamagedCheckpoints…).
 TEST_F(CheckpointE2E, LoadThatChangesDropoutTrains) {
   const fs::path d = dir_ / "drop";

@@ -1,4 +1,4 @@
-// Failed and slow saves end to end (robustness spec R22). A save that hits the file-size limit
+// Failed and slow saves end to end (docs/robustness.md R22). A save that hits the file-size limit
 // (RLIMIT_FSIZE, `ulimit -f`: EFBIG) — synchronous or in the background, on 1, 2 and 4 ranks — is
 // reported by every rank as CKPT_SAVE_FAILED errno=EFBIG, leaves `latest` and the committed
 // checkpoints as they were, and training goes on, or exits 75 under checkpoint.on_save_fail =

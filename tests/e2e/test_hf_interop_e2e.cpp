@@ -10,7 +10,7 @@
 #include "model/params.h"
 #include "tests/e2e/e2e_fixture.h"
 #include "checkpoint/checkpoint_file.h"
-#include "trainer/config.h"
+#include "config/config.h"
 
 namespace megatrain {
 namespace {

@@ -1,4 +1,4 @@
-// Non-finite gradients at fp32 (robustness spec R16; trainer/train.h): a step whose gradients hold
+// Non-finite gradients at fp32 (docs/robustness.md R16; trainer/train.h): a step whose gradients hold
 // Inf/NaN on any rank (injected with MEGATRAIN_FAULT nan, health/fault_plan.h: every gradient, or
 // one element of one bucket) is skipped on every rank — the weights after it equal those before it,
 // byte for byte — and logged with the rank it came from; train.max_consecutive_skips such steps in
@@ -87,7 +87,7 @@ TEST_F(NonFiniteE2E, ANonFiniteLossIsNamedWithItsRank) {
   EXPECT_CONTAINS(r.output, "NONFINITE step=3 origin_rank=1 where=loss skipped=1/5");
 }
 
-// Robustness spec R17: a loss 100 times its recent median at step 35 is a LOSS_SPIKE; with
+// docs/robustness.md R17: a loss 100 times its recent median at step 35 is a LOSS_SPIKE; with
 // health.on_spike = "skip" its update is skipped on every rank (counted, no gradient norm), and the
 // next step trains normally.
 TEST_F(NonFiniteE2E, ALossSpikeIsLoggedAndItsUpdateSkipped) {
@@ -104,7 +104,7 @@ TEST_F(NonFiniteE2E, ALossSpikeIsLoggedAndItsUpdateSkipped) {
   EXPECT_EQ(r.output.find("LOSS_SPIKE step=36"), std::string::npos) << r.output;
 }
 
-// Robustness spec R17 with health.on_spike = "rollback" (PaLM's recipe), 4 ranks (tp = dp = 2),
+// docs/robustness.md R17 with health.on_spike = "rollback" (PaLM's recipe), 4 ranks (tp = dp = 2),
 // saves every 10:
 // the spike at step 35 (injected on global batch 35) sends every rank back to the checkpoint of step
 // 30 and 20 batches past its data (batches 31..50 are never trained on again), so no second spike;

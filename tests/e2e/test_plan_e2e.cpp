@@ -1,4 +1,4 @@
-// The planner's memory per rank (trainer/plan_memory.h) against what runs at the same layouts
+// The planner's memory per rank (planner/plan_memory.h) against what runs at the same layouts
 // account: for each layout of the tiny model, one training step on MPI ranks, and rank 0's
 // metrics memory_bytes (pipeline rank 0) compared buffer by buffer with plan_memory(config, 0).
 // And the CPU profile: `megatrain selfcheck --profile-out` measures it on the ranks a run would use
@@ -7,11 +7,11 @@
 
 #include <fmt/format.h>
 
+#include "config/config.h"
+#include "planner/plan_memory.h"
+#include "planner/plan_profile.h"
 #include "tests/e2e/e2e_fixture.h"
 #include "tests/expect_contains.h"
-#include "trainer/config.h"
-#include "trainer/plan_memory.h"
-#include "trainer/plan_profile.h"
 
 namespace megatrain {
 namespace {

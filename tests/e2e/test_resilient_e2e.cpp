@@ -1,4 +1,4 @@
-// The resilient driver (scripts/megatrain-resilient; robustness spec R03, R05, R23, R25) on 4 ranks,
+// The resilient driver (scripts/megatrain-resilient; docs/robustness.md R03, R05, R23, R25) on 4 ranks,
 // (tp, dp) = (2, 2), saving every 10 steps, with faults injected through MEGATRAIN_FAULT:
 //  - rank 3 killed at step 25: one restart, from step 20, and the run ends with the losses and
 //    weights of a fault-free run, bit for bit;
@@ -115,7 +115,7 @@ TEST_F(ResilientE2E, ALaunchThatStartsNoRankIsRestartedNotCalledFinished) {
   expect_equals_clean_run(20, clean_run(20, ""));
 }
 
-// Robustness spec R18, at dp = 4: a bit flipped in rank 2's copy of a weight after step 22 is found
+// docs/robustness.md R18, at dp = 4: a bit flipped in rank 2's copy of a weight after step 22 is found
 // by the replica check at step 25, which names the rank and the tensor and ends the job (75); the
 // driver restarts from step 20 and the run ends with the fault-free weights.
 TEST_F(ResilientE2E, AFlippedBitInOneReplicaIsFoundAndUndoneByARestart) {

@@ -1,4 +1,4 @@
-// `megatrain selfcheck` (health/selfcheck.h; robustness spec R06) on 4 ranks: a clean machine
+// `megatrain selfcheck` (health/selfcheck.h; docs/robustness.md R06) on 4 ranks: a clean machine
 // passes every check well inside 10 s and the JSON report says so; a rank whose GEMM is made 4
 // times slower (MEGATRAIN_FAULT selfcheck_slow) fails the gemm check with a score near 0.25, exit
 // code 75 and its host in reports/exclude.txt; a checkpoint folder that cannot be written fails

@@ -1,5 +1,5 @@
 // Straggler detection end to end on 4 ranks, (tp, dp) = (2, 2), scoring windows of 10 steps
-// (robustness spec R12–R14), with delays injected through MEGATRAIN_FAULT: rank 3 sleeping 200 ms
+// (docs/robustness.md R12–R14), with delays injected through MEGATRAIN_FAULT: rank 3 sleeping 200 ms
 // per step from step 5 is reported — it and only it — by step 25 (5 + 2 windows), with a score,
 // its host and node and the last-arrival share, in the log and in reports/straggler.jsonl; a clean
 // run, one slow step (a SLOW_STEP event instead), every rank slowed alike and a delay under the
@@ -90,7 +90,7 @@ TEST_F(StragglerE2E, ARankSlowerThanItsOwnPastIsReported) {
   EXPECT_EQ(d.size(), 1u) << r.output;
 }
 
-// Robustness spec R15: with health.timeline on, `megatrain trace merge` joins the 4 ranks' traces
+// docs/robustness.md R15: with health.timeline on, `megatrain trace merge` joins the 4 ranks' traces
 // into one that parses as a Chrome trace, and its heat map shows the straggler: rank 3 computes
 // ~200 ms per step and waits little, the others wait ~200 ms. The picture script draws it.
 TEST_F(StragglerE2E, TheMergedTimelineShowsWhoWaitedForWhom) {

@@ -71,7 +71,7 @@ TEST_F(TrainE2E, MfuIsMeasuredAgainstThisMachinesPeak) {
   for (const auto& j : rows) EXPECT_TRUE(j.at("mfu").is_null()) << j;
 }
 
-// Robustness spec R24: the start-up time, from the process's start to the end of the first step, is
+// docs/robustness.md R24: the start-up time, from the process's start to the end of the first step, is
 // logged once and broken into its phases in order; the phases add up to the total.
 TEST_F(TrainE2E, StartupTimeIsLoggedPhaseByPhase) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -234,7 +234,7 @@ TEST_F(TrainE2E, OneFailingRankAbortsTheWholeJobWithoutAHang) {
   EXPECT_NE(r.output.find("train.seq_len"), std::string::npos) << r.output;
 }
 
-// Robustness spec R19: rank 2 of 3 is given another (valid) model width. Before any collective
+// docs/robustness.md R19: rank 2 of 3 is given another (valid) model width. Before any collective
 // could diverge, every rank stops with exit code 64 naming rank 2, the key and both values.
 TEST_F(TrainE2E, ARankWithAnotherConfigIsRefusedBeforeTraining) {
   const std::string run = test::megatrain_bin() + " train --config " + config_.string() + " --set train.steps=5";

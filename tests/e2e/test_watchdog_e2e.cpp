@@ -1,5 +1,5 @@
-// The hang watchdog, flight recorder and `megatrain diagnose` end to end on 4 ranks (robustness
-// spec R01, R02, R04, R05), with faults injected through MEGATRAIN_FAULT: rank 1 stopped (SIGSTOP)
+// The hang watchdog, flight recorder and `megatrain diagnose` end to end on 4 ranks (docs/robustness.md
+// R01, R02, R04, R05), with faults injected through MEGATRAIN_FAULT: rank 1 stopped (SIGSTOP)
 // or spinning at step 8, under (tp, dp) = (2, 2) and (pp, dp) = (2, 2). The job must end with exit
 // code 75 within the step timeout + 3 s of the injection, no rank may survive, every other rank
 // must print a WATCHDOG line at step 8 within the step timeout + 1 s, and `megatrain diagnose` must
@@ -116,7 +116,7 @@ TEST_F(WatchdogE2E, ASpinningRankIsALivelockTheWatchdogCatches) {
   expect_hang_of_rank_one(run("hang:rank=1:step=8:how=spin", "--set parallel.tp=2"), "spin, tp=2 dp=2");
 }
 
-// Robustness spec R24: a rank stuck before training starts is named by the start-up roll call
+// docs/robustness.md R24: a rank stuck before training starts is named by the start-up roll call
 // within the init timeout (5 s here) + 2 s, with exit code 75 — not left to a silent wait.
 TEST_F(WatchdogE2E, ARankThatNeverStartsIsNamedByTheRollCall) {
   const Outcome o = run("hang:rank=2:step=0:how=sleep", "--set parallel.tp=2 --set health.init_timeout_s=5");
@@ -127,7 +127,7 @@ TEST_F(WatchdogE2E, ARankThatNeverStartsIsNamedByTheRollCall) {
   std::printf("a rank stuck in start-up was named and the job ended %.2f s later (init timeout 5 s)\n", o.latency_s);
 }
 
-// Robustness spec R02(b): rank 0 issues one all-reduce over the world that the others do not (the
+// docs/robustness.md R02(b): rank 0 issues one all-reduce over the world that the others do not (the
 // PyTorch flight-recorder tutorial's desync): the ranks then wait for each other in two different
 // collectives, the watchdogs fire, and diagnose names rank 0 as the one out of order.
 TEST_F(WatchdogE2E, AnExtraCollectiveOnOneRankIsADesyncThatNamesIt) {

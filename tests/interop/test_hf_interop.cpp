@@ -19,7 +19,7 @@
 #include "kernels/check.h"
 #include "kernels/half.h"
 #include "interop/hf_interop.h"
-#include "trainer/config.h"
+#include "config/config.h"
 #include "tests/input_error.h"
 #include "tests/interop/hf_folder.h"
 

@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "config/config.h"
 #include "interop/hf_interop.h"
 #include "tests/expect_contains.h"
 #include "tests/input_error.h"
 #include "tests/interop/hf_folder.h"
-#include "trainer/config.h"
 
 namespace megatrain {
 namespace {

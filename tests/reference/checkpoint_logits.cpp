@@ -18,7 +18,7 @@
 #include "model/gpt.h"
 #include "trainer/checkpoint.h"
 #include "checkpoint/checkpoint_file.h"
-#include "trainer/config.h"
+#include "config/config.h"
 
 namespace megatrain {
 namespace {

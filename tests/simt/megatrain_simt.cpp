@@ -1,4 +1,4 @@
-// megatrain_simt: the megatrain binary (trainer/main.cpp) with the ops of Device::cuda streams on
+// megatrain_simt: the megatrain binary (cli/main.cpp) with the ops of Device::cuda streams on
 // the host SIMT emulation (backend_simt.h) instead of a GPU, so that the end-to-end tests run
 // train.device = "cuda" — the stages, ZeRO, the optimizer, the pipeline and the checkpoints on
 // device memory — on a machine without one. The backend is set before main() runs.

@@ -1,0 +1,80 @@
+#include "planner/plan_memory.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "config/optim_groups.h"
+#include "kernels/check.h"
+#include "model/stage.h"
+#include "parallel/pipeline.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace megatrain {
+namespace {
+
+// The state a measuring stage is built over: it never runs, so nothing is ever asked of it.
+class NoUnitState final : public UnitState {
+ public:
+  float* unit_params(int) override { throw Error("a measuring stage does not run"); }
+  float* unit_grads(int) override { throw Error("a measuring stage does not run"); }
+};
+
+}  // namespace
+
+PlannedMemory plan_memory(const Config& c, int pp_rank) {
+  const ParallelConfig& p = c.parallel;
+  MT_CHECK(p.dp > 0 && c.train.global_batch_size > 0, "plan_memory needs a resolved config (resolve_config)");
+  const int micro = c.train.global_batch_size / (c.train.micro_batch_size * p.dp);
+  std::vector<StageRange> ranges;
+  for (int k = 0; k < p.virtual_stages; ++k) ranges.push_back(virtual_stage_range(c, k * p.pp + pp_rank));
+  const std::vector<PipeStep> steps =
+      pipeline_schedule(p.pipeline_schedule, pp_rank, PipeShape{p.pp, micro, p.virtual_stages});
+  const ParamLayout layout =
+      gpt_param_layout(c.model, TpCoord{0, p.tp}, p.sequence_parallel, ranges, EpCoord{0, p.ep});
+
+  // Each optimizer group's ZeRO state and AdamW moments, as the run makes them (config/optim_groups.h).
+  PlannedMemory out;
+  out.pp_rank = pp_rank;
+  MemoryMetrics& m = out.bytes;
+  for (const OptimGroupSpec& g : optim_group_specs(c, layout, ranges)) {
+    const ZeroPlan z = plan_zero(g.units, g.dp, 0, g.zero, g.breaks, g.order);
+    const ZeroMemory zm = z.memory();
+    m.params += zm.params, m.master_params += zm.master_params, m.grads += zm.grads, m.comm_buffers += zm.comm_buffers;
+    m.optimizer += 2 * z.optimizer_padded * static_cast<int64_t>(sizeof(float));  // AdamW's m and v
+  }
+
+  // Activations: each chunk's stage planned on a measuring arena, with the slots the schedule holds.
+  NoUnitState none;
+  const TpOptions tp_options{p.sequence_parallel, p.overlap_tp_comm};
+  const int64_t rows = int64_t{c.train.micro_batch_size} * c.train.seq_len;
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    StageOptions options{peak_held(steps, static_cast<int>(k)), splits_backward(steps), c.train.recompute,
+                         c.train.recompute_layers, c.train.precision};
+    options.measure_only = true;
+    const Stage stage(c.model, c.train.micro_batch_size, c.train.seq_len, layout, ranges[k], options, none,
+                      TensorParallel(0, p.tp, tp_options, rows, c.model.d_model));
+    m.activations += static_cast<int64_t>(stage.activation_bytes());
+  }
+  return out;
+}
+
+std::vector<int> heaviest_pp_candidates(const Config& c) {
+  const int pp = c.parallel.pp;
+  if (!c.parallel.pipeline_layers.empty() || pp <= 2) {
+    std::vector<int> all;
+    for (int s = 0; s < pp; ++s) all.push_back(s);
+    return all;
+  }
+  return {0, pp - 1};
+}
+
+PlannedMemory plan_memory(const Config& c) {
+  PlannedMemory best = plan_memory(c, 0);
+  for (int s : heaviest_pp_candidates(c)) {
+    PlannedMemory m = plan_memory(c, s);
+    if (m.total() > best.total()) best = m;
+  }
+  return best;
+}
+
+}  // namespace megatrain

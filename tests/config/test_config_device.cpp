@@ -1,0 +1,28 @@
+// The config keys of a run on a GPU (config/config.h): train.attention_backend is "auto" unless
+// set, takes "flash" and "cudnn", names its spellings when misspelt, and "cudnn" needs
+// train.device = "cuda".
+#include <gtest/gtest.h>
+
+#include "tests/config/config_fixture.h"
+
+namespace megatrain {
+namespace {
+
+using test::ConfigTest;
+
+TEST_F(ConfigTest, AttentionBackendSpellingsAndCudnnNeedsAGpu) {
+  EXPECT_EQ(load_config(write(""), {}).train.attention_backend, AttentionImpl::automatic);
+  const std::string gpu = "[train]\ndevice = \"cuda\"\n";
+  for (const auto& [text, impl] : {std::pair{"flash", AttentionImpl::flash}, std::pair{"cudnn", AttentionImpl::cudnn},
+                                   std::pair{"auto", AttentionImpl::automatic}}) {
+    Config c = load_config(write(gpu + "attention_backend = \"" + text + "\"\n"), {});
+    resolve_config(c, 1);
+    EXPECT_EQ(c.train.attention_backend, impl) << text;
+  }
+  EXPECT_CONTAINS(load_error("[train]\nattention_backend = \"sdpa\"\n", "train.attention_backend"), "cudnn");
+  EXPECT_CONTAINS(load_error("[train]\nattention_backend = \"cudnn\"\n", "train.attention_backend"),
+                  "set train.device = \"cuda\", or attention_backend = \"auto\"");
+}
+
+}  // namespace
+}  // namespace megatrain
