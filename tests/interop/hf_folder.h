@@ -22,7 +22,7 @@
 
 namespace megatrain::test {
 
-inline ModelConfig gpt2_like() {
+inline ModelConfig hf_gpt2_like() {
   ModelConfig m;
   m.n_layers = 2;
   m.d_model = 64;
@@ -33,8 +33,8 @@ inline ModelConfig gpt2_like() {
   return m;
 }
 
-inline ModelConfig llama_like() {
-  ModelConfig m = gpt2_like();
+inline ModelConfig hf_llama_like() {
+  ModelConfig m = hf_gpt2_like();
   m.norm = NormKind::rmsnorm;
   m.position = PositionKind::rope;
   m.activation = ActivationKind::swiglu;

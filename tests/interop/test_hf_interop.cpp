@@ -29,9 +29,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-using test::gpt2_like;
+using test::hf_gpt2_like;
 using test::input_error_of;
-using test::llama_like;
+using test::hf_llama_like;
 using test::RawTensor;
 using test::read_raw;
 
@@ -71,14 +71,14 @@ std::map<std::string, std::vector<int64_t>> expected_llama(const ModelConfig& m)
 class HfInterop : public test::HfFolderTest {};
 
 TEST(HfFamily, GptAndLlamaShapedConfigsMapAndOthersAreRefusedWithTheFailedConstraints) {
-  EXPECT_EQ(hf_family(gpt2_like(), "x.toml"), HfFamily::gpt2);
-  EXPECT_EQ(hf_family(llama_like(), "x.toml"), HfFamily::llama);
-  ModelConfig tied_llama = llama_like();
+  EXPECT_EQ(hf_family(hf_gpt2_like(), "x.toml"), HfFamily::gpt2);
+  EXPECT_EQ(hf_family(hf_llama_like(), "x.toml"), HfFamily::llama);
+  ModelConfig tied_llama = hf_llama_like();
   tied_llama.tie_embeddings = true;
   tied_llama.n_kv_heads = 0;
   EXPECT_EQ(hf_family(tied_llama, "x.toml"), HfFamily::llama);
 
-  ModelConfig mixed = gpt2_like();
+  ModelConfig mixed = hf_gpt2_like();
   mixed.norm = NormKind::rmsnorm;  // rmsnorm + learned positions: neither family
   const std::string msg = input_error_of([&] { hf_family(mixed, "ckpt/model.h5"); });
   EXPECT_CONTAINS(msg, "ckpt/model.h5");
@@ -88,16 +88,16 @@ TEST(HfFamily, GptAndLlamaShapedConfigsMapAndOthersAreRefusedWithTheFailedConstr
   EXPECT_CONTAINS(msg, "model.activation = \"swiglu\"");
   EXPECT_CONTAINS(msg, "model.bias = false");
 
-  ModelConfig gqa_gpt2 = gpt2_like();
+  ModelConfig gqa_gpt2 = hf_gpt2_like();
   gqa_gpt2.n_kv_heads = 2;
   EXPECT_CONTAINS(input_error_of([&] { hf_family(gqa_gpt2, "x"); }), "n_kv_heads = n_heads");
-  ModelConfig untied_gpt2 = gpt2_like();
+  ModelConfig untied_gpt2 = hf_gpt2_like();
   untied_gpt2.tie_embeddings = false;
   EXPECT_CONTAINS(input_error_of([&] { hf_family(untied_gpt2, "x"); }), "tie_embeddings = true");
 }
 
 TEST_F(HfInterop, Gpt2ExportHasExactlyTheHfNamesShapesAndConv1dLayout) {
-  const ModelConfig m = gpt2_like();
+  const ModelConfig m = hf_gpt2_like();
   const ParamLayout layout = gpt_param_layout(m);
   const FlatBuffer p = export_random(m, "gpt2");
   json meta;
@@ -123,7 +123,7 @@ TEST_F(HfInterop, Gpt2ExportHasExactlyTheHfNamesShapesAndConv1dLayout) {
 }
 
 TEST_F(HfInterop, LlamaExportSplitsQkvAndGateUpWithoutPermutation) {
-  const ModelConfig m = llama_like();
+  const ModelConfig m = hf_llama_like();
   const ParamLayout layout = gpt_param_layout(m);
   const FlatBuffer p = export_random(m, "llama");
   const auto tensors = read_raw(dir_ / "llama" / "model.safetensors");
@@ -147,7 +147,7 @@ TEST_F(HfInterop, LlamaExportSplitsQkvAndGateUpWithoutPermutation) {
 }
 
 TEST_F(HfInterop, ConfigJsonHasTheKeysTransformersReads) {
-  export_random(gpt2_like(), "gpt2");
+  export_random(hf_gpt2_like(), "gpt2");
   const json g = config_of("gpt2");
   EXPECT_EQ(g["architectures"], json({"GPT2LMHeadModel"}));
   EXPECT_EQ(g["model_type"], "gpt2");
@@ -161,12 +161,12 @@ TEST_F(HfInterop, ConfigJsonHasTheKeysTransformersReads) {
   EXPECT_EQ(g["tie_word_embeddings"], true);
   EXPECT_TRUE(g["n_inner"].is_null());
 
-  export_random(llama_like(), "llama");
+  export_random(hf_llama_like(), "llama");
   const json l = config_of("llama");
   EXPECT_EQ(l["architectures"], json({"LlamaForCausalLM"}));
   EXPECT_EQ(l["model_type"], "llama");
   EXPECT_EQ(l["hidden_size"], 64);
-  EXPECT_EQ(l["intermediate_size"], llama_like().ffn_dim());
+  EXPECT_EQ(l["intermediate_size"], hf_llama_like().ffn_dim());
   EXPECT_EQ(l["num_hidden_layers"], 2);
   EXPECT_EQ(l["num_attention_heads"], 4);
   EXPECT_EQ(l["num_key_value_heads"], 2);
@@ -180,7 +180,7 @@ TEST_F(HfInterop, ConfigJsonHasTheKeysTransformersReads) {
 }
 
 TEST_F(HfInterop, ExportThenImportIsBitExactForBothFamilies) {
-  for (const ModelConfig& m : {gpt2_like(), llama_like()}) {
+  for (const ModelConfig& m : {hf_gpt2_like(), hf_llama_like()}) {
     const std::string name = m.norm == NormKind::layernorm ? "gpt2" : "llama";
     const FlatBuffer p = export_random(m, name);
     const HfImport r = hf_import((dir_ / name).string());
@@ -193,7 +193,7 @@ TEST_F(HfInterop, ExportThenImportIsBitExactForBothFamilies) {
 // --dtype bf16 / fp16: every tensor stored as that dtype, each value the nearest 16-bit one to the
 // float32 export's, and config.json's torch_dtype says so.
 TEST_F(HfInterop, ExportsBf16AndFp16AsTheRoundedFloat32Export) {
-  const ModelConfig m = llama_like();
+  const ModelConfig m = hf_llama_like();
   const FlatBuffer p = export_random(m, "f32");
   const auto f32 = read_raw(dir_ / "f32" / "model.safetensors");
   for (const auto& [dtype, st, torch] : {std::tuple{Precision::bf16, "BF16", "bfloat16"},
@@ -215,7 +215,7 @@ TEST_F(HfInterop, ExportsBf16AndFp16AsTheRoundedFloat32Export) {
 }
 
 TEST_F(HfInterop, ImportsHalfPrecisionShardedAndUnprefixedFiles) {
-  const ModelConfig m = gpt2_like();
+  const ModelConfig m = hf_gpt2_like();
   const FlatBuffer p = export_random(m, "gpt2");
   // GPT2Model-style names (no "transformer."), old causal-mask buffers, two BF16/F16 shards.
   auto tensors = read_raw(dir_ / "gpt2" / "model.safetensors");
@@ -249,7 +249,7 @@ TEST_F(HfInterop, ImportsHalfPrecisionShardedAndUnprefixedFiles) {
 }
 
 TEST_F(HfInterop, BadFoldersAreRefusedNamingTheFileAndTensor) {
-  const ModelConfig m = llama_like();
+  const ModelConfig m = hf_llama_like();
   export_random(m, "llama");
   const std::string st = (dir_ / "llama" / "model.safetensors").string();
   const std::string cfg = (dir_ / "llama" / "config.json").string();

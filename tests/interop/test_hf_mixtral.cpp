@@ -31,7 +31,7 @@ using test::read_raw;
 // Every block MoE, experts narrower than the dense rule (96, not ffn_dim() = 192) so that mixing up
 // d_ff and d_ff_expert shows.
 ModelConfig mixtral_like() {
-  ModelConfig m = test::llama_like();
+  ModelConfig m = test::hf_llama_like();
   m.moe.n_experts = 4;
   m.moe.top_k = 2;
   m.moe.d_ff_expert = 96;
@@ -114,7 +114,7 @@ TEST(HfFamilyMixtral, EveryBlockMoeWithSoftmaxTopKAtLeast2MapsAndOthersAreRefuse
   top1.moe.top_k = 1;
   EXPECT_CONTAINS(refused(top1), "moe.top_k >= 2");
 
-  ModelConfig gpt2_moe = test::gpt2_like();  // every failure listed, the layers' and the experts'
+  ModelConfig gpt2_moe = test::hf_gpt2_like();  // every failure listed, the layers' and the experts'
   gpt2_moe.moe = sigmoid.moe;
   msg = refused(gpt2_moe);
   EXPECT_CONTAINS(msg, "model.norm = \"rmsnorm\", model.position = \"rope\", model.activation = \"swiglu\", "
