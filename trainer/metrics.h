@@ -83,6 +83,11 @@ struct StepComm {
   int64_t hpz_bytes = 0;  // of dp's, within the hpZ group
   // What the rank spent blocked on its peers.
   double waited_ms() const { return dp.exposed_ms + tp.exposed_ms + pp.exposed_ms + ep.exposed_ms + world.exposed_ms; }
+  StepComm& operator+=(const StepComm& o) {  // totals over several steps
+    dp += o.dp, tp += o.tp, pp += o.pp, ep += o.ep, world += o.world;
+    hpz_bytes += o.hpz_bytes;
+    return *this;
+  }
 };
 
 class MetricsLog {

@@ -32,9 +32,7 @@ void StepLog::end(const StepOutcome& out) {
   result_.grad_norms.push_back(out.norm);
   logged_.time += out.seconds;
   ++logged_.steps;
-  logged_.comm.dp += out.comm.dp, logged_.comm.tp += out.comm.tp;
-  logged_.comm.pp += out.comm.pp, logged_.comm.ep += out.comm.ep;
-  logged_.comm.hpz_bytes += out.comm.hpz_bytes;
+  logged_.comm += out.comm;
   if (out.step == first_step_) {
     log_.memory(out.step, run_.memory());
     StartupTimes::instance().mark("first step");
