@@ -8,8 +8,14 @@
 #     timeout, straggler windows of 10 steps, replica checks every 5 steps, link probes every 5 steps)
 #     must print no WATCHDOG, STRAGGLER, INDIVIDUAL_DEGRADATION, REPLICA_MISMATCH, LOSS_SPIKE or
 #     SLOW_LINK line and exit 0.
+#  3. detection: DETECT injections of each of a hang in a job's first steps (a rank stopped at
+#     step 1 or 2, before the step timeout is calibrated) and a frozen rank (stopped inside a
+#     collective it had issued, `hang:…:how=freeze`, at step 5–20), on a random rank, with the
+#     tests' settings and log.peak_tflops = 1 (so the first step's timeout is its 5 s minimum): the
+#     time from the injection to the first WATCHDOG line (median, max), and in how many
+#     `megatrain diagnose` names the rank and its host.
 #   bench/robustness.sh [DIR]          (DIR default runs/bench_robustness)
-# Environment: MEGATRAIN_BIN (default build/megatrain), REPS (5), STEPS (110), CLEAN (20).
+# Environment: MEGATRAIN_BIN (default build/megatrain), REPS (5), STEPS (110), CLEAN (20), DETECT (20).
 # Runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (they halve OpenBLAS on this machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +24,7 @@ dir=${1:-runs/bench_robustness}
 reps=${REPS:-5}
 steps=${STEPS:-110}
 clean=${CLEAN:-20}
+detect=${DETECT:-20}
 [ -x "$bin" ] || { echo "$0: $bin not found; run scripts/setup.sh first" >&2; exit 2; }
 mkdir -p "$dir"
 source tests/tiny_model.sh
@@ -27,7 +34,7 @@ run() {  # NAME STEPS FLAGS...: one 4-rank run, metrics in DIR/NAME.jsonl, outpu
   local name=$1 n=$2
   shift 2
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 "$bin" train --config "$dir/tiny.toml" \
+    MEGATRAIN_FAULT="${fault:-}" mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 -x MEGATRAIN_FAULT "$bin" train --config "$dir/tiny.toml" \
     --set parallel.tp=2 --set train.steps="$n" --set log.metrics_file="$dir/$name.jsonl" \
     --set health.run_dir="$dir/run_$name" "$@" > "$dir/$name.log" 2>&1
 }
@@ -61,3 +68,35 @@ for r in $(seq "$clean"); do
   fi
 done
 echo "false positives over $clean clean runs: $fp"
+: > "$dir/detect.txt"
+tight="--set health.step_timeout_floor_s=2 --set health.calibrate_steps=3 --set health.step_timeout_factor=1 --set log.peak_tflops=1"
+for r in $(seq "$detect"); do
+  for kind in early frozen; do
+    rank=$((RANDOM % 4))
+    if [ "$kind" = early ]; then fault="hang:rank=$rank:step=$((1 + RANDOM % 2)):how=sigstop"
+    else fault="hang:rank=$rank:step=$((5 + RANDOM % 16)):how=freeze"; fi
+    rm -rf "$dir/run_${kind}_$r"
+    # shellcheck disable=SC2086
+    fault=$fault run "${kind}_$r" 200 $tight || true
+    "$bin" diagnose "$dir/run_${kind}_$r" > "$dir/${kind}_$r.diagnose" 2>&1 || true
+    echo "$kind $r $rank $fault" >> "$dir/detect.txt"
+  done
+done
+/usr/bin/python3 - "$dir" <<'EOF'
+import re, statistics, sys
+d = sys.argv[1]
+res = {}
+for line in open(f"{d}/detect.txt"):
+    kind, r, rank, fault = line.split()
+    log, diag = open(f"{d}/{kind}_{r}.log").read(), open(f"{d}/{kind}_{r}.diagnose").read()
+    inj, fired = re.search(r"FAULT_INJECTED .* t_wall=([0-9.]+)", log), re.search(r"WATCHDOG .* t_wall=([0-9.]+)", log)
+    latency = float(fired[1]) - float(inj[1]) if inj and fired else None
+    named = re.search(rf"^VERDICT rank\(s\) \{{{rank}\}} .*\(host \S+\)", diag, re.M) is not None
+    res.setdefault(kind, []).append((latency, named, fault))
+for kind, rows in res.items():
+    lat = [x for x, _, _ in rows if x is not None]
+    print(f"{kind}: {len(rows)} injections, detected {len(lat)}, detection median {statistics.median(lat):.2f} s, "
+          f"max {max(lat):.2f} s; diagnose named the rank and host in {sum(n for _, n, _ in rows)}")
+    for x, n, f in rows:
+        if x is None or not n: print(f"  missed: {f} (detected {x}, named {n})")
+EOF

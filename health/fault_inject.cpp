@@ -9,11 +9,40 @@
 #include <csignal>
 #include <limits>
 #include <string>
+#include <stop_token>
 #include <thread>
 
 #include "kernels/check.h"
+#include "parallel/flight_recorder.h"
 
 namespace megatrain {
+namespace {
+
+// hang how=freeze: a thread stops the process as soon as it sees a collective issued from here on
+// still in flight — the rank has arrived, so its peers' records show it inside the operation with
+// them (unless it had already received everything it needed: then the peers go on to the next
+// collective, and wait there). A function-local static, so it ends (at exit) before the recorder.
+void freeze_inside_a_collective(const Fault& f, int rank, int64_t step) {
+  const FlightSnapshot at = FlightRecorder::instance().snapshot();
+  const int64_t first_id = at.records.empty() ? 0 : at.records.back().id + 1;
+  static std::jthread freezer;
+  freezer = std::jthread([&f, rank, step, first_id](const std::stop_token& stop) {
+    while (!stop.stop_requested()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const FlightSnapshot s = FlightRecorder::instance().snapshot();
+      for (const FlightRecord& r : s.records)
+        if (r.id >= first_id && r.peer < 0 && r.state == FlightState::in_flight) {
+          log_injection(f, rank, step,
+                        fmt::format("how=freeze inside {} group '{}' seq={}", r.op,
+                                    s.groups[static_cast<size_t>(r.group)].name, r.seq));
+          std::raise(SIGSTOP);  // stops every thread of the process
+          return;
+        }
+    }
+  });
+}
+
+}  // namespace
 
 void inject_at_step_start(const FaultPlan& plan, int rank, int64_t step) {
   if (const Fault* f = plan.find(FaultKind::slow, rank, step)) {
@@ -37,6 +66,7 @@ void inject_at_step_start(const FaultPlan& plan, int rank, int64_t step) {
     throw Error(fmt::format("injected exception (MEGATRAIN_FAULT) at rank={} step={}", rank, step));
   }
   if (const Fault* f = plan.find(FaultKind::hang, rank, step)) {
+    if (f->detail == "freeze") return freeze_inside_a_collective(*f, rank, step);
     log_injection(*f, rank, step, "how=" + f->detail);
     if (f->detail == "sigstop") std::raise(SIGSTOP);
     if (f->detail == "spin") {

@@ -9,7 +9,8 @@
 namespace megatrain {
 
 // At the start of step `step` (0 = before training starts): slow (sleep), kill (a signal to
-// itself), hang (sigstop, spin or sleep; never returns) and exc (throws megatrain::Error).
+// itself), hang (sigstop, spin or sleep: never returns; freeze: returns, and a thread stops the
+// process inside the next collective it waits in) and exc (throws megatrain::Error).
 void inject_at_step_start(const FaultPlan& plan, int rank, int64_t step);
 
 // exc with extra_collective=1 at the start of step `step`: one all-reduce (3 × i32) over `world`

@@ -135,7 +135,7 @@ Fault parse_one(const std::string& spec, const std::string& item) {
   }
   if (f.kind == FaultKind::hang) {
     f.detail = kv.contains("how") ? kv["how"] : "sigstop";
-    one_of(spec, "how", f.detail, {"sigstop", "spin", "sleep"});
+    one_of(spec, "how", f.detail, {"sigstop", "spin", "sleep", "freeze"});
   } else if (f.kind == FaultKind::nan) {
     f.detail = kv.contains("where") ? kv["where"] : "grad";
     one_of(spec, "where", f.detail, {"grad", "loss"});

@@ -12,7 +12,10 @@
 //   hang:rank=R:step=S[:how=sigstop]             at the start of step S: sigstop (the process
 //                                                stops), spin (a busy loop: alive, no progress) or
 //                                                sleep (blocked forever); S = 0: before training
-//                                                starts (an initialisation hang)
+//                                                starts (an initialisation hang); freeze: the
+//                                                process stops inside the step's first collective
+//                                                it waits in (a paused VM or container, a host
+//                                                stall: its peers see it arrived)
 //   exc:rank=R:step=S[:extra_collective=1]       an exception at the start of step S; with
 //                                                extra_collective=1 instead one all-reduce over the
 //                                                world that no other rank issues (a desync)

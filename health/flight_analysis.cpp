@@ -92,7 +92,7 @@ void find_hangs(const GroupKey& key, const GroupView& view, FlightDiagnosis& out
                                       group_text(key), fmt::join(missing, ","), fmt::join(waiting, ",")));
     } else {
       out.hangs.push_back(fmt::format("seq={} {} {}: every member is inside it, none missing (the operation itself "
-                                      "is stuck: look for an unreachable host)",
+                                      "is stuck: look for a frozen rank or an unreachable host)",
                                       stuck->seq, stuck->op, group_text(key)));
     }
   }
@@ -153,6 +153,24 @@ std::vector<std::string> unreachable_hosts(const std::vector<FlightDump>& dumps)
   return out;
 }
 
+// The ranks that were not scheduled while another rank waited ([Note: frozen rank]).
+void find_frozen(const std::vector<FlightDump>& dumps, FlightDiagnosis& out) {
+  for (const FlightDump& d : dumps) {
+    for (const Unscheduled& u : d.unscheduled) {
+      std::vector<int> waited;
+      for (const FlightDump& o : dumps)
+        if (&o != &d && o.stale_s > 0.0 && u.from_wall < o.t_wall && u.to_wall > o.t_wall - o.stale_s)
+          waited.push_back(o.rank);
+      if (waited.empty()) continue;
+      out.frozen.insert(d.rank);
+      out.frozen_lines.push_back(fmt::format("rank {} host {}: not scheduled for {:.1f} s (t_wall {:.3f} to {:.3f}) "
+                                             "while rank(s) {{{}}} waited",
+                                             d.rank, d.host, u.seconds(), u.from_wall, u.to_wall,
+                                             fmt::join(waited, ",")));
+    }
+  }
+}
+
 }  // namespace
 
 FlightDiagnosis diagnose_flights(const std::vector<FlightDump>& dumps) {
@@ -205,7 +223,19 @@ FlightDiagnosis diagnose_flights(const std::vector<FlightDump>& dumps) {
     if (!waiters.contains(m)) out.not_arrived.insert(m);
   if (out.not_arrived.empty()) out.not_arrived = out.out_of_order.empty() ? waited : out.out_of_order;
   out.unreachable_hosts = unreachable_hosts(dumps);
+  find_frozen(dumps, out);
   return out;
+}
+
+// " (host h1,h2)": where `ranks` run, from their own dumps and their peers' probes; "" if unknown.
+std::string hosts_of(const std::vector<FlightDump>& dumps, const std::set<int>& ranks) {
+  std::set<std::string> hosts;
+  for (const FlightDump& x : dumps) {
+    if (ranks.contains(x.rank)) hosts.insert(x.host);
+    for (const PeerStatus& p : x.peers)
+      if (ranks.contains(p.rank)) hosts.insert(p.host);
+  }
+  return hosts.empty() ? "" : fmt::format(" (host {})", fmt::join(hosts, ","));
 }
 
 std::string format_diagnosis(const std::vector<FlightDump>& dumps, const FlightDiagnosis& d) {
@@ -216,6 +246,7 @@ std::string format_diagnosis(const std::vector<FlightDump>& dumps, const FlightD
   if (!d.without_dump.empty()) s += fmt::format("no dump from rank(s) {{{}}}\n", fmt::join(d.without_dump, ","));
   for (const std::string& h : d.hangs) s += "HANG " + h + "\n";
   for (const std::string& x : d.desyncs) s += "DESYNC " + x + "\n";
+  for (const std::string& f : d.frozen_lines) s += "FROZEN " + f + "\n";
   for (const std::string& h : d.unreachable_hosts)
     s += fmt::format("UNREACHABLE host {}: no rank on another host could connect to it when its watchdog fired\n", h);
   if (d.unreachable_hosts.size() == 1)
@@ -224,11 +255,22 @@ std::string format_diagnosis(const std::vector<FlightDump>& dumps, const FlightD
   else if (!d.unreachable_hosts.empty())
     s += fmt::format("VERDICT hosts {{{}}} cannot reach each other (a network partition)\n",
                      fmt::join(d.unreachable_hosts, ","));
+  else if (!d.frozen.empty() && d.not_arrived == d.frozen)
+    s += fmt::format("VERDICT rank(s) {{{}}} did not arrive{}: frozen, not scheduled while their peers waited "
+                     "(SIGSTOP, a paused VM or container, a host stall; see FROZEN)\n",
+                     fmt::join(d.frozen, ","), hosts_of(dumps, d.frozen));
+  else if (!d.frozen.empty())
+    s += fmt::format("VERDICT rank(s) {{{}}} were frozen{}: not scheduled while their peers waited (SIGSTOP, a paused "
+                     "VM or container, a host stall; see FROZEN){}\n",
+                     fmt::join(d.frozen, ","), hosts_of(dumps, d.frozen),
+                     d.not_arrived.empty() ? ""
+                                           : fmt::format("; rank(s) {{{}}} did not arrive", fmt::join(d.not_arrived, ",")));
   else if (!d.out_of_order.empty())
-    s += fmt::format("VERDICT rank(s) {{{}}} issued collectives in another order than the other ranks (see DESYNC)\n",
-                     fmt::join(d.out_of_order, ","));
+    s += fmt::format("VERDICT rank(s) {{{}}} issued collectives in another order than the other ranks (see DESYNC){}\n",
+                     fmt::join(d.out_of_order, ","), hosts_of(dumps, d.out_of_order));
   else if (!d.not_arrived.empty())
-    s += fmt::format("VERDICT rank(s) {{{}}} did not arrive{}\n", fmt::join(d.not_arrived, ","),
+    s += fmt::format("VERDICT rank(s) {{{}}} did not arrive{}{}\n", fmt::join(d.not_arrived, ","),
+                     hosts_of(dumps, d.not_arrived),
                      d.desyncs.empty() ? "" : "; ranks disagree on an operation (see DESYNC)");
   else if (!d.desyncs.empty())
     s += "VERDICT ranks disagree on an operation (see DESYNC)\n";

@@ -17,6 +17,9 @@
 // Unreachable: a host every dump from another host's rank found silent (no answer, not even a
 // refusal) in every one of its ranks (the watchdogs' connection attempts, health/reachability.h): a link down or a host gone,
 // where every live rank may be inside the same collective and none is "missing".
+// Frozen: a rank whose dump records a stretch in which it was not scheduled (health/watchdog.h
+// [Note: frozen rank]) that overlaps another dump's wait (from its last progress to its dump): it
+// was stopped while its peers waited — inside a collective with them, where no one is "missing".
 #pragma once
 #include <set>
 #include <string>
@@ -33,7 +36,11 @@ struct FlightDiagnosis {
   std::vector<std::string> desyncs;   // "group 'world' [0,1] seq=15: rank 0 all_reduce 3 x i64, rank 1 …"
   std::vector<std::string> unreachable_hosts;  // no rank on another host could connect to any of its ranks
   std::set<int> out_of_order;     // the rank(s) in the most pairs of ranks waiting for each other
-  bool named_cause() const { return !not_arrived.empty() || !desyncs.empty() || !unreachable_hosts.empty(); }
+  std::set<int> frozen;           // not scheduled while their peers waited
+  std::vector<std::string> frozen_lines;  // "rank 2 host h: not scheduled for 6.3 s (…) while rank(s) {0,1,3} waited"
+  bool named_cause() const {
+    return !not_arrived.empty() || !desyncs.empty() || !unreachable_hosts.empty() || !frozen.empty();
+  }
 };
 
 FlightDiagnosis diagnose_flights(const std::vector<FlightDump>& dumps);

@@ -42,6 +42,9 @@ std::string flight_dump_json(const FlightDump& d) {
                         {"state", state_name(r.state)}});
   j["peers"] = nlohmann::json::array();
   for (const PeerStatus& p : d.peers) j["peers"].push_back({{"rank", p.rank}, {"host", p.host}, {"reach", p.reach}});
+  j["stale_s"] = d.stale_s;
+  j["unscheduled"] = nlohmann::json::array();
+  for (const Unscheduled& u : d.unscheduled) j["unscheduled"].push_back({{"from", u.from_wall}, {"to", u.to_wall}});
   return j.dump(1) + "\n";
 }
 
@@ -65,6 +68,9 @@ FlightDump parse_flight_dump(const std::string& text, const std::string& source)
     }
     if (j.contains("peers"))
       for (const auto& p : j.at("peers")) d.peers.push_back({p.at("rank"), p.at("host"), p.at("reach")});
+    if (j.contains("stale_s")) d.stale_s = j.at("stale_s");
+    if (j.contains("unscheduled"))
+      for (const auto& u : j.at("unscheduled")) d.unscheduled.push_back({u.at("from"), u.at("to")});
     return d;
   } catch (const nlohmann::json::exception& e) {
     throw DataError(fmt::format("{}: not a flight-recorder dump ({})", source, e.what()));

@@ -17,6 +17,14 @@ struct PeerStatus {
   std::string reach;  // health/reachability.h reach_name: "yes", "refused", "silent" or "unknown"
 };
 
+// A stretch in which the rank's watchdog thread was not scheduled: its clock jumped past its
+// polling interval (a SIGSTOP, a paused VM or container, a host stall). Unix times.
+struct Unscheduled {
+  double from_wall = 0.0, to_wall = 0.0;
+  double seconds() const { return to_wall - from_wall; }
+  friend bool operator==(const Unscheduled&, const Unscheduled&) = default;
+};
+
 struct FlightDump {
   int rank = 0;
   std::string host;
@@ -25,6 +33,8 @@ struct FlightDump {
   std::string section;  // health/progress.h section_name
   long long step = 0;
   double t_wall = 0.0;  // Unix time of the dump
+  double stale_s = 0.0; // how long the rank had made no progress when it dumped (0 in older dumps)
+  std::vector<Unscheduled> unscheduled;  // the latest stretches, oldest first
   FlightSnapshot snapshot;
   std::vector<PeerStatus> peers;  // empty when not probed (or a dump from before probing existed)
 };

@@ -28,6 +28,8 @@ class HealthWatch final : public StepObserver {
   Progress& progress() { return progress_; }
   // The first step this run trains (numbered from 1) ends the init section.
   void set_first_step(int64_t step) { first_step_ = step; }
+  // Its predicted duration, for the watchdog's first-step timeout (health/watchdog.h).
+  void expect_first_step(double seconds) { watchdog_.expect_first_step(seconds); }
 
   void begin(int64_t step) override;
   void end(const StepOutcome& out) override;

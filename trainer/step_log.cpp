@@ -25,6 +25,11 @@ void StepLog::rewind(int64_t step) {
   logged_ = Logged{};
 }
 
+double StepLog::seconds_at_peak() const {
+  const double flops_per_s = peak_.peak_tflops() * 1e12;
+  return flops_per_s > 0.0 ? flops_per_step_ / run_.world.size() / flops_per_s : 0.0;
+}
+
 void StepLog::begin(int64_t) { run_.reset_comm_stats(); }
 
 void StepLog::end(const StepOutcome& out) {

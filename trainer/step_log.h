@@ -22,6 +22,9 @@ class StepLog final : public StepObserver {
   // A rollback to the checkpoint of step `step`: drops the rows after it.
   void rewind(int64_t step);
   void validation(int64_t step, double loss) { log_.validation(step, loss); }
+  // A step's model FLOPs per rank at the MFU peak, in seconds (the watchdog's first-step
+  // prediction); 0 without a peak.
+  double seconds_at_peak() const;
   void begin(int64_t step) override;
   void end(const StepOutcome& out) override;
 

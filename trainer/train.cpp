@@ -44,6 +44,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   Evaluation evaluation(cfg, run, health.progress(), log, result);
   const StepObservers observers{&health, &step_faults, &replicas, &log, &saves, &evaluation};
   health.set_first_step(at.step + 1);
+  health.expect_first_step(log.seconds_at_peak());
   for (int64_t step = at.step; step < cfg.train.steps; ++step) {
     StepOutcome out = StepOutcome::beginning(step + 1, cfg.train.steps);
     observers.begin(out.step);

@@ -3,7 +3,7 @@
 // the ranks blocked behind it are not; a rank that spins (dumps, but never issued the operation)
 // is named the same way; a send whose receive was never posted names the receiver; different
 // operations under one number are a desync; dumps survive their JSON form; a host every other host
-// finds silent is cut off.
+// finds silent is cut off; a rank not scheduled while its peers waited is frozen.
 #include <gtest/gtest.h>
 
 #include "health/flight_analysis.h"
@@ -179,6 +179,53 @@ TEST(FlightAnalysis, PeerStatusesSurviveTheDumpsJson) {
   EXPECT_EQ(back.peers[0].host, "host0");
   EXPECT_EQ(back.peers[0].reach, "silent");
   EXPECT_EQ(back.peers[1].reach, "refused");
+}
+
+// The hang found by hand (docs/robustness.md R02(c)): rank 2 of a 4-rank dp group stopped inside
+// all-reduce 7 after issuing it; ranks 0, 1, 3 fired after waiting 5 s (t_wall 100 to 105); rank 2,
+// resumed by mpirun's teardown at 106, dumped too. Every member is inside the collective.
+std::vector<FlightDump> frozen_inside_a_collective(double from, double to) {
+  const std::vector<FlightGroup> dp = {{"dp", {0, 1, 2, 3}}};
+  std::vector<FlightDump> dumps;
+  for (int r = 0; r < 4; ++r) {
+    FlightDump d;
+    d.rank = r, d.host = "h" + std::to_string(r / 2), d.reason = "watchdog: test";
+    d.snapshot.groups = dp;
+    for (int64_t s = 0; s < 7; ++s) d.snapshot.records.push_back({s, 0, s, "all_reduce", 8, "f32", -1, 0.0, 1.0, FlightState::done});
+    d.snapshot.records.push_back({7, 0, 7, "all_reduce", 8, "f32", -1, 2.0, -1.0, FlightState::in_flight});
+    d.t_wall = r == 2 ? 106.0 : 105.0, d.stale_s = r == 2 ? 6.0 : 5.0;
+    if (r == 2) d.unscheduled = {{from, to}};
+    dumps.push_back(d);
+  }
+  return dumps;
+}
+
+TEST(FlightAnalysis, ARankFrozenInsideACollectiveIsNamedByItsUnscheduledStretch) {
+  const std::vector<FlightDump> dumps = frozen_inside_a_collective(100.0, 106.0);
+  const FlightDiagnosis d = diagnose_flights(dumps);
+  EXPECT_TRUE(d.not_arrived.empty());
+  EXPECT_EQ(d.frozen, std::set<int>{2});
+  EXPECT_TRUE(d.named_cause());
+  const std::string report = format_diagnosis(dumps, d);
+  EXPECT_CONTAINS(report, "every member is inside it, none missing");
+  EXPECT_CONTAINS(report, "FROZEN rank 2 host h1: not scheduled for 6.0 s (t_wall 100.000 to 106.000) while rank(s) "
+                          "{0,1,3} waited");
+  EXPECT_CONTAINS(report, "VERDICT rank(s) {2} were frozen (host h1): ");
+}
+
+TEST(FlightAnalysis, AnUnscheduledStretchOutsideThePeersWaitIsNotAFreeze) {
+  // A second of not being scheduled long before the others started waiting (load, not the hang).
+  const std::vector<FlightDump> dumps = frozen_inside_a_collective(90.0, 91.2);
+  const FlightDiagnosis d = diagnose_flights(dumps);
+  EXPECT_TRUE(d.frozen.empty());
+  EXPECT_CONTAINS(format_diagnosis(dumps, d), "VERDICT no operation is waiting on a rank");
+}
+
+TEST(FlightAnalysis, UnscheduledStretchesAndStalenessSurviveTheDumpsJson) {
+  const FlightDump d = frozen_inside_a_collective(100.0, 106.0)[2];
+  const FlightDump back = parse_flight_dump(flight_dump_json(d), "test");
+  EXPECT_EQ(back.unscheduled, d.unscheduled);
+  EXPECT_EQ(back.stale_s, 6.0);
 }
 
 }  // namespace
