@@ -68,12 +68,14 @@ void layernorm_forward(const Stream& s, Tensor out, Tensor mean, Tensor rstd, Te
   DeviceBackend* dev = backend_for(s, "layernorm_forward", {out, mean, rstd, inp, weight, bias});
   const int64_t N = rows(inp);
   const int C = last(inp);
-  expect_f32(out, "out", N * C);
+  expect_activation(s, out, "out", N * C);
   expect_f32(mean, "mean", N);
   expect_f32(rstd, "rstd", N);
   expect_f32(weight, "weight", C);
   float* b = opt(bias, "bias", C);
   if (dev) return dev->layernorm_forward(s, out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), b, N, C, eps);
+  if (out.dtype == DType::bf16)
+    return cpu::layernorm_forward(bf16_data(out), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), b, N, C, eps);
   cpu::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), b, N, C, eps);
 }
 
@@ -99,10 +101,12 @@ void rmsnorm_forward(const Stream& s, Tensor out, Tensor rstd, Tensor inp, Tenso
   DeviceBackend* dev = backend_for(s, "rmsnorm_forward", {out, rstd, inp, weight});
   const int64_t N = rows(inp);
   const int C = last(inp);
-  expect_f32(out, "out", N * C);
+  expect_activation(s, out, "out", N * C);
   expect_f32(rstd, "rstd", N);
   expect_f32(weight, "weight", C);
   if (dev) return dev->rmsnorm_forward(s, out.f32(), rstd.f32(), inp.f32(), weight.f32(), N, C, eps);
+  if (out.dtype == DType::bf16)
+    return cpu::rmsnorm_forward(bf16_data(out), rstd.f32(), inp.f32(), weight.f32(), N, C, eps);
   cpu::rmsnorm_forward(out.f32(), rstd.f32(), inp.f32(), weight.f32(), N, C, eps);
 }
 
@@ -123,16 +127,22 @@ void rmsnorm_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dout,
 
 void gelu_forward(const Stream& s, Tensor out, Tensor inp) {
   DeviceBackend* dev = backend_for(s, "gelu_forward", {out, inp});
-  expect_f32(out, "out", inp.numel());
+  expect_activation(s, inp, "inp", inp.numel());
+  expect_activation(s, out, "out", inp.numel());
+  expect_same_dtype(out, "out", inp, "inp");
   if (dev) return dev->gelu_forward(s, out.f32(), inp.f32(), inp.numel());
+  if (inp.dtype == DType::bf16) return cpu::gelu_forward(bf16_data(out), bf16_data(inp), inp.numel());
   cpu::gelu_forward(out.f32(), inp.f32(), inp.numel());
 }
 
 void gelu_backward(const Stream& s, Tensor dinp, Tensor dout, Tensor inp) {
   DeviceBackend* dev = backend_for(s, "gelu_backward", {dinp, dout, inp});
-  expect_f32(dinp, "dinp", inp.numel());
+  expect_activation(s, inp, "inp", inp.numel());
+  expect_activation(s, dinp, "dinp", inp.numel());
+  expect_same_dtype(dinp, "dinp", inp, "inp");
   expect_f32(dout, "dout", inp.numel());
   if (dev) return dev->gelu_backward(s, dinp.f32(), dout.f32(), inp.f32(), inp.numel());
+  if (inp.dtype == DType::bf16) return cpu::gelu_backward(bf16_data(dinp), dout.f32(), bf16_data(inp), inp.numel());
   cpu::gelu_backward(dinp.f32(), dout.f32(), inp.f32(), inp.numel());
 }
 
@@ -140,8 +150,11 @@ void swiglu_forward(const Stream& s, Tensor out, Tensor inp) {
   DeviceBackend* dev = backend_for(s, "swiglu_forward", {out, inp});
   const int F = last(out);
   const int64_t N = rows(out);
-  expect_f32(inp, "inp", N * 2 * F);
+  expect_activation(s, inp, "inp", N * 2 * F);
+  expect_activation(s, out, "out", N * F);
+  expect_same_dtype(out, "out", inp, "inp");
   if (dev) return dev->swiglu_forward(s, out.f32(), inp.f32(), N, F);
+  if (inp.dtype == DType::bf16) return cpu::swiglu_forward(bf16_data(out), bf16_data(inp), N, F);
   cpu::swiglu_forward(out.f32(), inp.f32(), N, F);
 }
 
@@ -149,9 +162,12 @@ void swiglu_backward(const Stream& s, Tensor dinp, Tensor dout, Tensor inp) {
   DeviceBackend* dev = backend_for(s, "swiglu_backward", {dinp, dout, inp});
   const int F = last(dout);
   const int64_t N = rows(dout);
-  expect_f32(inp, "inp", N * 2 * F);
-  expect_f32(dinp, "dinp", N * 2 * F);
+  expect_activation(s, inp, "inp", N * 2 * F);
+  expect_activation(s, dinp, "dinp", N * 2 * F);
+  expect_same_dtype(dinp, "dinp", inp, "inp");
+  expect_f32(dout, "dout", N * F);
   if (dev) return dev->swiglu_backward(s, dinp.f32(), dout.f32(), inp.f32(), N, F);
+  if (inp.dtype == DType::bf16) return cpu::swiglu_backward(bf16_data(dinp), dout.f32(), bf16_data(inp), N, F);
   cpu::swiglu_backward(dinp.f32(), dout.f32(), inp.f32(), N, F);
 }
 
@@ -161,9 +177,11 @@ void rope_apply(const Stream& s, Tensor qkv, int n_heads, int n_kv_heads, float 
   const int D = static_cast<int>(qkv.shape[2] / (n_heads + 2 * n_kv_heads));
   MT_CHECK(D % 2 == 0 && D <= 1024, "rope needs an even head_dim ≤ 1024, got {}", D);
   const int B = static_cast<int>(qkv.shape[0]), T = static_cast<int>(qkv.shape[1]);
+  expect_activation(s, qkv, "qkv", qkv.numel());
   if (dev) return dev->rope_apply(s, qkv.f32(), B, T, n_heads, n_kv_heads, D, theta, dir, pos0);
-  cpu::rope_apply(qkv.f32(), static_cast<int>(qkv.shape[0]), static_cast<int>(qkv.shape[1]), n_heads, n_kv_heads, D,
-                  theta, dir == RopeDirection::backward, pos0);
+  const bool inverse = dir == RopeDirection::backward;
+  if (qkv.dtype == DType::bf16) return cpu::rope_apply(bf16_data(qkv), B, T, n_heads, n_kv_heads, D, theta, inverse, pos0);
+  cpu::rope_apply(qkv.f32(), B, T, n_heads, n_kv_heads, D, theta, inverse, pos0);
 }
 
 namespace {
@@ -179,9 +197,12 @@ cpu::AttnDims attn_dims(const Tensor& qkv, int H, int Hkv) {
 void attention_forward(const Stream& s, Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) {
   DeviceBackend* dev = backend_for(s, "attention_forward", {out, lse, qkv});
   const auto d = attn_dims(qkv, n_heads, n_kv_heads);
-  expect_f32(out, "out", static_cast<int64_t>(d.B) * d.T * d.H * d.D);
+  expect_activation(s, qkv, "qkv", qkv.numel());
+  expect_activation(s, out, "out", static_cast<int64_t>(d.B) * d.T * d.H * d.D);
+  expect_same_dtype(out, "out", qkv, "qkv");
   expect_f32(lse, "lse", static_cast<int64_t>(d.B) * d.H * d.T);
   if (dev) return dev->attention_forward(s, out.f32(), lse.f32(), qkv.f32(), d.B, d.T, d.H, d.Hkv, d.D);
+  if (qkv.dtype == DType::bf16) return cpu::attention_forward(bf16_data(out), lse.f32(), bf16_data(qkv), d);
   cpu::attention_forward(out.f32(), lse.f32(), qkv.f32(), d);
 }
 
@@ -189,12 +210,18 @@ void attention_backward(const Stream& s, Tensor dqkv, Tensor dout, Tensor qkv, T
                         int n_kv_heads) {
   DeviceBackend* dev = backend_for(s, "attention_backward", {dqkv, dout, qkv, out, lse});
   const auto d = attn_dims(qkv, n_heads, n_kv_heads);
-  expect_f32(dqkv, "dqkv", qkv.numel());
+  expect_activation(s, qkv, "qkv", qkv.numel());
+  expect_activation(s, dqkv, "dqkv", qkv.numel());
+  expect_activation(s, out, "out", static_cast<int64_t>(d.B) * d.T * d.H * d.D);
+  expect_same_dtype(dqkv, "dqkv", qkv, "qkv");
+  expect_same_dtype(out, "out", qkv, "qkv");
   expect_f32(dout, "dout", out.numel());
   expect_f32(lse, "lse", static_cast<int64_t>(d.B) * d.H * d.T);
   if (dev)
     return dev->attention_backward(s, dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), lse.f32(), d.B, d.T, d.H, d.Hkv,
                                    d.D);
+  if (qkv.dtype == DType::bf16)
+    return cpu::attention_backward(bf16_data(dqkv), dout.f32(), bf16_data(qkv), bf16_data(out), lse.f32(), d);
   cpu::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), lse.f32(), d);
 }
 

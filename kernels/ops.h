@@ -4,6 +4,14 @@
 // Conventions: outputs first, then inputs, then options; the stream first of all.
 // Backward ops `=` into input gradients and `+=` into parameter gradients
 // (see [Note: grad accumulation] in model/gpt.h). An empty Tensor means "absent" (no bias, ...).
+//
+// [Note: bf16 activations] On a CPU stream the tensors marked "f32 | bf16" below may be bf16: the
+// activations of mixed precision that a GEMM or attention reads (norm outputs, q/k/v, the attention
+// output, the MLP's hidden tensors and the gradients fed to the GEMMs). The op widens them as it
+// reads, computes in float32 as the float32 op does (statistics, softmax and sums included) and
+// rounds each bf16 result once, so on bf16 inputs it gives the float32 op's result rounded. Tensors
+// not marked (weights of norms, statistics, log-sum-exp, gradients flowing into float32 sums, the
+// residual stream) are f32. CUDA streams take f32 only: the device kernels read and write float32.
 #pragma once
 #include <string>
 #include <vector>
@@ -37,7 +45,7 @@ std::string matmul_path(const Stream& s);
 // bf16 / f16 → f32 (exact); out and in have the same element count ----
 void convert(const Stream& s, Tensor out, Tensor in);
 
-// ---- normalisation (eps inside the square root) ----
+// ---- normalisation (eps inside the square root); the forward's out is f32 | bf16 ----
 void layernorm_forward(const Stream& s, Tensor out,  // (N, C)
                        Tensor mean, Tensor rstd,     // (N), (N) saved for backward
                        Tensor inp,                   // (N, C)
@@ -60,7 +68,7 @@ void rmsnorm_backward(const Stream& s, Tensor dinp,  // (N, C)
                       Tensor inp, Tensor weight,     // (N, C), (C)
                       Tensor rstd);                  // (N)
 
-// ---- activations ----
+// ---- activations: inp, out and dinp f32 | bf16 (one dtype), dout f32 ----
 // GELU, tanh approximation (GPT-2).
 void gelu_forward(const Stream& s, Tensor out, Tensor inp);              // (N), (N)
 void gelu_backward(const Stream& s, Tensor dinp, Tensor dout, Tensor inp);  // (N) each
@@ -73,6 +81,7 @@ void swiglu_backward(const Stream& s, Tensor dinp,  // (N, 2F)
 
 // ---- rotary position embedding, Hugging Face Llama rotate-half convention, in place ----
 // qkv rows hold [q heads | k heads | v heads]; only q and k rotate. Backward rotates by −θ.
+// qkv is f32 | bf16.
 // Row t of each sequence is at position pos0 + t (pos0 > 0: incremental decoding with a KV cache).
 enum class RopeDirection { forward, backward };
 void rope_apply(const Stream& s, Tensor qkv,  // (B, T, (H + 2·Hkv)·D)
@@ -85,7 +94,8 @@ void rope_apply(const Stream& s, Tensor qkv,  // (B, T, (H + 2·Hkv)·D)
 // (kernels/cuda/cudnn_attention.h); automatic, cuDNN where the stream's precision is bf16 or fp16
 // and cuDNN runs the shape, else flash. CPU streams run the CPU op whatever the choice.
 enum class AttentionImpl : uint8_t { automatic, flash, cudnn };
-// qkv as above; grouped-query when Hkv < H (query head h uses kv head h / (H / Hkv)).
+// qkv as above; grouped-query when Hkv < H (query head h uses kv head h / (H / Hkv)). qkv, out and
+// dqkv are f32 | bf16 (one dtype), dout and lse f32; the softmax is float32 either way.
 void attention_forward(const Stream& s, Tensor out,  // (B, T, H·D)
                        Tensor lse,                   // (B, H, T) log-sum-exp saved for backward
                        Tensor qkv,                   // (B, T, (H + 2·Hkv)·D)
@@ -123,7 +133,7 @@ void position_embedding_backward(const Stream& s, Tensor dwpe,  // (P, C) +=
 
 // ---- elementwise ----
 void add_forward(const Stream& s, Tensor out, Tensor a, Tensor b);  // out = a + b, (N) each
-void copy(const Stream& s, Tensor out, Tensor inp);                 // out = inp, (N) each
+void copy(const Stream& s, Tensor out, Tensor inp);                 // out = inp, (N) each, f32 | bf16
 // Between a tensor of the stream's device and host memory of tensor.bytes() bytes (a memcpy on
 // CPU): copy_from_host may reuse `host` once it returns; copy_to_host returns once the bytes are in.
 void copy_from_host(const Stream& s, Tensor out, const void* host);

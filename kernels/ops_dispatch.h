@@ -3,6 +3,7 @@
 #pragma once
 #include <initializer_list>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cuda/backend.h"
 #include "kernels/ops.h"
 
@@ -22,6 +23,24 @@ inline float* opt(const Tensor& t, const char* name, int64_t numel) {
   expect_f32(t, name, numel);
   return t.f32();
 }
+
+// An activation: f32, or bf16 on a CPU stream ([Note: bf16 activations] in kernels/ops.h).
+inline void expect_activation(const Stream& s, const Tensor& t, const char* name, int64_t numel) {
+  MT_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16, "{} must be f32 or bf16, got {}", name,
+           dtype_name(t.dtype));
+  MT_CHECK(t.dtype == DType::f32 || s.device == Device::cpu,
+           "{} is bf16 on a CUDA stream: the device kernels read and write float32 activations", name);
+  MT_CHECK(t.numel() == numel, "{} has shape {} ({} elements), expected {} elements", name, t.shape.str(),
+           t.numel(), numel);
+}
+
+// Two activations of one op that must share a dtype (an output and the input it is computed from).
+inline void expect_same_dtype(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
+  MT_CHECK(a.dtype == b.dtype, "{} is {} but {} is {}: give both the same dtype", a_name, dtype_name(a.dtype), b_name,
+           dtype_name(b.dtype));
+}
+
+inline cpu::bf16* bf16_data(const Tensor& t) { return reinterpret_cast<cpu::bf16*>(t.half()); }
 
 inline int64_t rows(const Tensor& t) { return t.numel() / t.shape[t.shape.ndim - 1]; }
 inline int last(const Tensor& t) { return static_cast<int>(t.shape[t.shape.ndim - 1]); }

@@ -22,9 +22,11 @@ void add_forward(const Stream& s, Tensor out, Tensor a, Tensor b) {
 
 void copy(const Stream& s, Tensor out, Tensor inp) {
   DeviceBackend* dev = backend_for(s, "copy", {out, inp});
-  expect_f32(out, "out", inp.numel());
+  expect_activation(s, inp, "inp", inp.numel());
+  expect_activation(s, out, "out", inp.numel());
+  expect_same_dtype(out, "out", inp, "inp");
   if (dev) return dev->copy(s, out.f32(), inp.f32(), inp.numel());
-  std::memcpy(out.f32(), inp.f32(), inp.bytes());
+  std::memcpy(out.data, inp.data, inp.bytes());
 }
 
 void copy_from_host(const Stream& s, Tensor out, const void* host) {

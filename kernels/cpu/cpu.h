@@ -1,9 +1,14 @@
 // The CPU backend: plain pointers and sizes, no Tensor. Row-major throughout. OpenMP inside;
 // every reduction has a fixed order independent of the thread count, so results are bitwise
 // reproducible run to run. Semantics of each op are documented once, in kernels/ops.h.
+// Activations may be bf16 (kernels/cpu/bf16.h): the bf16 overloads compute in float32 and round
+// each result once; a bf16 overload on inputs that are bf16 values gives the float32 overload's
+// result rounded (bitwise so for the norms, the activations and RoPE; within the float32 op's own
+// rounding for attention, whose block products may sum in another order).
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/ops.h"
 
 namespace megatrain::cpu {
@@ -17,25 +22,36 @@ int64_t matmul_scratch_bytes();
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int C, float eps);
+void layernorm_forward(bf16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int C, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* dresidual,
                         const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N,
                         int C);
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, float eps);
+void rmsnorm_forward(bf16* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, float eps);
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* dresidual, const float* inp,
                       const float* weight, const float* rstd, int64_t N, int C);
 
 void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_forward(bf16* out, const bf16* inp, int64_t n);
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+void gelu_backward(bf16* dinp, const float* dout, const bf16* inp, int64_t n);
 void swiglu_forward(float* out, const float* inp, int64_t N, int F);
+void swiglu_forward(bf16* out, const bf16* inp, int64_t N, int F);
 void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int F);
+void swiglu_backward(bf16* dinp, const float* dout, const bf16* inp, int64_t N, int F);
 
 void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0 = 0);
+void rope_apply(bf16* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0 = 0);
 
 struct AttnDims {
   int B, T, H, Hkv, D;
 };
 void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d);
+void attention_forward(bf16* out, float* lse, const bf16* qkv, const AttnDims& d);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        const AttnDims& d);
+void attention_backward(bf16* dqkv, const float* dout, const bf16* qkv, const bf16* out, const float* lse,
                         const AttnDims& d);
 // d.B and d.T unused: n query rows, cache rows [0, pos0 + n) filled.
 void attention_decode_forward(float* out, const float* q, const float* k_cache, const float* v_cache, int n,

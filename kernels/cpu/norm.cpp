@@ -1,7 +1,10 @@
 // LayerNorm and RMSNorm on CPU. Rows in parallel; the weight/bias gradients are column sums taken
-// in a fixed row order per column block, so they do not depend on the thread count.
+// in a fixed row order per column block, so they do not depend on the thread count. The forward
+// writes float32 or bf16 (kernels/cpu/bf16.h): the statistics and the normalised value are float32
+// either way, rounded once on the store.
 #include <cmath>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu.h"
 
 namespace megatrain::cpu {
@@ -21,10 +24,9 @@ void column_accumulate(float* dst, int64_t N, int C, Term term) {
   }
 }
 
-}  // namespace
-
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int C, float eps) {
+template <typename Out>
+void layernorm_rows(Out* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                    int64_t N, int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
@@ -34,15 +36,41 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
     float var = 0.0f;
     for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
     const float s = 1.0f / std::sqrt(var / static_cast<float>(C) + eps);
-    float* y = out + i * C;
+    Out* y = out + i * C;
     if (bias) {
-      for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+      for (int c = 0; c < C; ++c) store(y[c], (x[c] - m) * s * weight[c] + bias[c]);
     } else {
-      for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c];
+      for (int c = 0; c < C; ++c) store(y[c], (x[c] - m) * s * weight[c]);
     }
     mean[i] = m;
     rstd[i] = s;
   }
+}
+
+template <typename Out>
+void rmsnorm_rows(Out* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = inp + i * C;
+    float ss = 0.0f;
+    for (int c = 0; c < C; ++c) ss += x[c] * x[c];
+    const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
+    Out* y = out + i * C;
+    for (int c = 0; c < C; ++c) store(y[c], x[c] * s * weight[c]);
+    rstd[i] = s;
+  }
+}
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int C, float eps) {
+  layernorm_rows(out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+void layernorm_forward(bf16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int C, float eps) {
+  layernorm_rows(out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* dresidual,
@@ -75,16 +103,11 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 }
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, float eps) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    const float* x = inp + i * C;
-    float ss = 0.0f;
-    for (int c = 0; c < C; ++c) ss += x[c] * x[c];
-    const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + eps);
-    float* y = out + i * C;
-    for (int c = 0; c < C; ++c) y[c] = x[c] * s * weight[c];
-    rstd[i] = s;
-  }
+  rmsnorm_rows(out, rstd, inp, weight, N, C, eps);
+}
+
+void rmsnorm_forward(bf16* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, float eps) {
+  rmsnorm_rows(out, rstd, inp, weight, N, C, eps);
 }
 
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* dresidual, const float* inp,

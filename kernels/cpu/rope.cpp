@@ -1,14 +1,18 @@
 // Rotary position embedding in the Hugging Face Llama "rotate half" convention:
 // for a head vector x of size D at position t (= pos0 + row) and j < D/2, with angle a = t · θ^(−2j/D),
 //   x'[j] = x[j]·cos a − x[j + D/2]·sin a,   x'[j + D/2] = x[j + D/2]·cos a + x[j]·sin a.
-// Rotation is orthogonal, so backward is the same map with −a.
+// Rotation is orthogonal, so backward is the same map with −a. qkv is float32 or bf16
+// (kernels/cpu/bf16.h): a pair is widened, rotated in float32 and each half rounded once.
 #include <cmath>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu.h"
 
 namespace megatrain::cpu {
+namespace {
 
-void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0) {
+template <typename S>
+void rope_rows(S* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0) {
   const int half = D / 2;
   const int64_t row = static_cast<int64_t>(H + 2 * Hkv) * D;
   const int rotated_heads = H + Hkv;  // q heads then k heads; v is untouched
@@ -21,17 +25,27 @@ void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bo
       sn[j] = static_cast<float>(inverse ? -std::sin(a) : std::sin(a));
     }
     for (int b = 0; b < B; ++b) {
-      float* r = qkv + (static_cast<int64_t>(b) * T + t) * row;
+      S* r = qkv + (static_cast<int64_t>(b) * T + t) * row;
       for (int h = 0; h < rotated_heads; ++h) {
-        float* x = r + static_cast<int64_t>(h) * D;
+        S* x = r + static_cast<int64_t>(h) * D;
         for (int j = 0; j < half; ++j) {
-          const float x0 = x[j], x1 = x[j + half];
-          x[j] = x0 * cs[j] - x1 * sn[j];
-          x[j + half] = x1 * cs[j] + x0 * sn[j];
+          const float x0 = load(x[j]), x1 = load(x[j + half]);
+          store(x[j], x0 * cs[j] - x1 * sn[j]);
+          store(x[j + half], x1 * cs[j] + x0 * sn[j]);
         }
       }
     }
   }
+}
+
+}  // namespace
+
+void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0) {
+  rope_rows(qkv, B, T, H, Hkv, D, theta, inverse, pos0);
+}
+
+void rope_apply(bf16* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0) {
+  rope_rows(qkv, B, T, H, Hkv, D, theta, inverse, pos0);
 }
 
 }  // namespace megatrain::cpu

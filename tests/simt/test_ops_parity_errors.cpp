@@ -1,8 +1,9 @@
 // The device checks of the ops.h dispatch and the device backend's memory primitives: a tensor of
 // one device given to a stream of the other is a clear error naming the op, the argument and both
 // devices (never a CPU kernel reading device memory or the reverse); an op without a CUDA kernel
-// says so rather than falling back to the CPU; allocate / copies / memset round-trip and are
-// accounted; and with no backend at all, the error names the fix.
+// says so rather than falling back to the CPU; bf16 activations are refused on a CUDA stream;
+// allocate / copies / memset round-trip and are accounted; and with no backend at all, the error
+// names the fix.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -38,6 +39,14 @@ TEST_F(OpsParity, CpuTensorsOnACudaStreamAreAnError) {
   expect_error([&] { matmul_forward(cuda_stream(), out(Side::cuda), inp(Side::cpu), w(Side::cuda), Tensor{}); },
                {"matmul_forward", "argument 2", "CPU memory", "stream runs on CUDA"});
   expect_error([&] { sum_squares(cuda_stream(), inp(Side::cpu)); }, {"sum_squares", "CPU memory"});
+}
+
+// bf16 activations are for CPU streams ([Note: bf16 activations] in kernels/ops.h).
+TEST_F(OpsParity, Bf16ActivationsOnACudaStreamAreAnError) {
+  const Stream bf16_stream{Device::cuda, nullptr, Precision::bf16};
+  Twin x(*backend_, bf16_stream, {2, 4}, DType::bf16, std::vector<uint16_t>(8, 0x3f80));
+  Twin y(*backend_, bf16_stream, {2, 4}, DType::bf16, std::vector<uint16_t>(8));
+  expect_error([&] { gelu_forward(bf16_stream, y(Side::cuda), x(Side::cuda)); }, {"inp is bf16 on a CUDA stream"});
 }
 
 TEST_F(OpsParity, DecodingAttentionHasNoCudaKernel) {
