@@ -13,15 +13,27 @@ namespace megatrain {
 
 using namespace dispatch;
 
+namespace {
+// An operand or result of the linear layers' GEMMs (cpu::matmul_*): f32, or bf16 on a bf16 stream
+// (kernels/device.h: the GEMMs multiply the stream precision's roundings).
+cpu::MatmulArg gemm_arg(const Stream& s, const Tensor& t, const char* name, int64_t numel) {
+  expect_activation(s, t, name, numel);
+  MT_CHECK(t.dtype == DType::f32 || s.matmul == Precision::bf16,
+           "{} is bf16 but the stream's GEMMs multiply {}: bf16 operands need a bf16 stream", name,
+           precision_name(s.matmul));
+  return {t.data, t.dtype};
+}
+}  // namespace
+
 void matmul_forward(const Stream& s, Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   DeviceBackend* dev = backend_for(s, "matmul_forward", {out, inp, weight, bias});
   const int64_t N = rows(inp);
   const int C = last(inp), OC = static_cast<int>(weight.shape[0]);
-  expect_f32(weight, "weight", static_cast<int64_t>(OC) * C);
-  expect_f32(out, "out", N * OC);
+  const cpu::MatmulArg x = gemm_arg(s, inp, "inp", N * C), w = gemm_arg(s, weight, "weight", int64_t{OC} * C);
+  gemm_arg(s, out, "out", N * OC);
   float* b = opt(bias, "bias", OC);
   if (dev) return dev->matmul_forward(s, out.f32(), inp.f32(), weight.f32(), b, N, C, OC);
-  cpu::matmul_forward(out.f32(), inp.f32(), weight.f32(), b, N, C, OC, s.matmul);
+  cpu::matmul_forward(out.data, out.dtype, x, w, b, N, C, OC, s.matmul);
 }
 
 void matmul_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
@@ -29,14 +41,17 @@ void matmul_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dbias,
   DeviceBackend* dev = backend_for(s, "matmul_backward", {dinp, dweight, dbias, dout, inp, weight});
   const int64_t N = rows(inp);
   const int C = last(inp), OC = static_cast<int>((weight.data != nullptr ? weight : dweight).shape[0]);
-  expect_f32(dout, "dout", N * OC);
   MT_CHECK(weight.data != nullptr || dinp.data == nullptr, "matmul_backward: dinp needs the weight");
+  const cpu::MatmulArg dy = gemm_arg(s, dout, "dout", N * OC), x = gemm_arg(s, inp, "inp", N * C);
+  const cpu::MatmulArg w =
+      present(weight) ? gemm_arg(s, weight, "weight", int64_t{OC} * C) : cpu::MatmulArg{nullptr, DType::f32};
   float* di = opt(dinp, "dinp", N * C);
   float* dw = opt(dweight, "dweight", int64_t{OC} * C);
   float* db = opt(dbias, "dbias", OC);
-  float* w = opt(weight, "weight", int64_t{OC} * C);
-  if (dev) return dev->matmul_backward(s, di, dw, db, dout.f32(), inp.f32(), w, N, C, OC);
-  cpu::matmul_backward(di, dw, db, dout.f32(), inp.f32(), w, N, C, OC, s.matmul);
+  // On a CUDA stream every operand is f32 (expect_activation).
+  if (dev)
+    return dev->matmul_backward(s, di, dw, db, dout.f32(), inp.f32(), static_cast<const float*>(w.data), N, C, OC);
+  cpu::matmul_backward(di, dw, db, dy, x, w, N, C, OC, s.matmul);
 }
 
 void convert(const Stream& s, Tensor out, Tensor in) {

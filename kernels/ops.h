@@ -23,6 +23,9 @@
 namespace megatrain {
 
 // ---- linear: out = inp · weightᵀ + bias (PyTorch layout: weight is (OC, C)) ----
+// inp, weight, out and dout are f32 | bf16; bf16 ones need a bf16 stream (s.matmul), whose GEMMs
+// read them as they are (on a CPU with a native bf16 GEMM, no conversion pass). A bf16 out is
+// rounded from the float32 sums, bias included.
 void matmul_forward(const Stream& s, Tensor out,  // (N, OC)
                     Tensor inp,                   // (N, C)
                     Tensor weight,                // (OC, C)

@@ -4,7 +4,7 @@
 // Activations may be bf16 (kernels/cpu/bf16.h): the bf16 overloads compute in float32 and round
 // each result once; a bf16 overload on inputs that are bf16 values gives the float32 overload's
 // result rounded (bitwise so for the norms, the activations and RoPE; within the float32 op's own
-// rounding for attention, whose block products may sum in another order).
+// rounding for the GEMMs and attention, whose block products may sum in another order).
 #pragma once
 #include <cstdint>
 
@@ -13,11 +13,18 @@
 
 namespace megatrain::cpu {
 
-// The GEMMs multiply the inputs' roundings to `p` (kernels/device.h), with float32 sums.
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int C,
+// An operand of the linear layers' GEMMs: float32 or bf16 values (dtype f32 or bf16).
+struct MatmulArg {
+  const void* data;
+  DType dtype;
+};
+// The GEMMs multiply the inputs' roundings to `p` (kernels/device.h), with float32 sums; bf16
+// operands need p = bf16. The forward's result is float32 or (out_dtype bf16) rounded from its
+// float32 sums; the gradients are float32.
+void matmul_forward(void* out, DType out_dtype, MatmulArg inp, MatmulArg weight, const float* bias, int64_t N, int C,
                     int OC, Precision p);
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int C, int OC, Precision p);
+void matmul_backward(float* dinp, float* dweight, float* dbias, MatmulArg dout, MatmulArg inp, MatmulArg weight,
+                     int64_t N, int C, int OC, Precision p);
 int64_t matmul_scratch_bytes();
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,

@@ -4,15 +4,16 @@
 // to even), so:
 //  - where the two compute alike (norms, activations, RoPE), a bf16 result is the float32 op's
 //    value rounded, bitwise;
-//  - where they may sum in another order (attention: block products over float32 views of other
-//    strides), within bf16's unit roundoff u = 2^-8 of the float32 op's value plus that
+//  - where they may sum in another order (GEMMs and attention: block products over float32 views
+//    of other strides), within bf16's unit roundoff u = 2^-8 of the float32 op's value plus that
 //    value's own evaluation-order error (the GEMM bound of op_harness.h), |got − want| ≤ u·|want| +
 //    slack, and at most 1 % of the elements not the float32 value rounded: an order change moves a
 //    rounding only where the value lies within that change of a midpoint between two bf16
 //    neighbours, a share of about 2^8 times the relative change, near 0.2 % for float32 sums of 70
 //    terms (here none move).
-// Float32 results of bf16 inputs (log-sum-exp) are held to the float32 bound alone. A rounding by
-// truncation (half the elements off) or a wrong operand is far outside.
+// Float32 results of bf16 inputs (GEMM gradients, log-sum-exp) are held to the float32 bound alone.
+// A rounding by truncation (half the elements off), a skipped rounding of a GEMM's float32 operand,
+// or a wrong operand is far outside.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -156,6 +157,54 @@ TEST(Bf16Ops, CopyMovesBf16Bits) {
 // The GEMM bound of a float32 sum of K products (op_harness.h), per element of `want`, at its
 // largest: 2·K·u₃₂·max|terms|·K covers every element of a product of values up to `scale`.
 double gemm_slack(int K, double a_max, double b_max) { return 2.0 * K * kUnitRoundoff * K * a_max * b_max; }
+
+TEST(Bf16Ops, LinearLayersTakeBf16OperandsAndResults) {
+  constexpr int64_t N = 37, C = 45, OC = 29;
+  Operand x = random_operand(N * C, 8), w = random_operand(OC * C, 9), dy = random_operand(N * OC, 10);
+  const std::vector<float> bias = test::randn(OC, 11);
+  const Tensor Bias(const_cast<float*>(bias.data()), Shape{OC});
+  // The float32 op on the same values (a bf16 stream rounds float32 operands: these are exact).
+  std::vector<float> y(N * OC), dx(N * C), dw(OC * C, 0.5f), db(OC, 0.25f);
+  matmul_forward(kBf16, Tensor(y.data(), Shape{N, OC}), Tensor(x.f32.data(), Shape{N, C}),
+                 Tensor(w.f32.data(), Shape{OC, C}), Bias);
+  matmul_backward(kBf16, Tensor(dx.data(), Shape{N, C}), Tensor(dw.data(), Shape{OC, C}), Tensor(db.data(), Shape{OC}),
+                  Tensor(dy.f32.data(), Shape{N, OC}), Tensor(x.f32.data(), Shape{N, C}),
+                  Tensor(w.f32.data(), Shape{OC, C}));
+  const double fwd_slack = gemm_slack(C, max_abs(x.f32), max_abs(w.f32)) + 2 * kUnitRoundoff * max_abs(bias);
+  // Every mix of bf16 and float32 operands, as the model mixes them (bf16 activations, float32 weights).
+  for (int mix = 1; mix < 8; ++mix) {
+    const bool x16 = mix & 1, w16 = mix & 2, d16 = mix & 4;
+    const Tensor X = x16 ? x.bf16.tensor(Shape{N, C}) : Tensor(x.f32.data(), Shape{N, C});
+    const Tensor W = w16 ? w.bf16.tensor(Shape{OC, C}) : Tensor(w.f32.data(), Shape{OC, C});
+    const Tensor DY = d16 ? dy.bf16.tensor(Shape{N, OC}) : Tensor(dy.f32.data(), Shape{N, OC});
+    const std::string what = std::string("x ") + (x16 ? "bf16" : "f32") + ", w " + (w16 ? "bf16" : "f32") + ", dout " +
+                             (d16 ? "bf16" : "f32");
+    std::vector<float> y32(N * OC), dx2(N * C), dw2(OC * C, 0.5f), db2(OC, 0.25f);
+    Bf16Buffer y16{std::vector<uint16_t>(N * OC)};
+    matmul_forward(kBf16, y16.tensor(Shape{N, OC}), X, W, Bias);
+    expect_rounded(y16, y, fwd_slack, what + ": bf16 forward");
+    matmul_forward(kBf16, Tensor(y32.data(), Shape{N, OC}), X, W, Bias);
+    test::expect_near_all(y32, test::to_double(y), fwd_slack, 0.0, (what + ": float32 forward").c_str());
+    matmul_backward(kBf16, Tensor(dx2.data(), Shape{N, C}), Tensor(dw2.data(), Shape{OC, C}),
+                    Tensor(db2.data(), Shape{OC}), DY, X, W);
+    test::expect_near_all(dx2, test::to_double(dx), gemm_slack(OC, max_abs(dy.f32), max_abs(w.f32)), 0.0,
+                          (what + ": dinp").c_str());
+    test::expect_near_all(dw2, test::to_double(dw), gemm_slack(N, max_abs(dy.f32), max_abs(x.f32)) + 1e-6, 0.0,
+                          (what + ": dweight").c_str());
+    test::expect_near_all(db2, test::to_double(db), 2.0 * N * kUnitRoundoff * N * max_abs(dy.f32) + 1e-6, 0.0,
+                          (what + ": dbias").c_str());
+  }
+}
+
+TEST(Bf16Ops, Bf16GemmOperandsNeedABf16Stream) {
+  Operand x = random_operand(6, 12), w = random_operand(6, 13);
+  std::vector<float> y(4);
+  for (const Precision p : {Precision::fp32, Precision::fp16})
+    EXPECT_THROW(matmul_forward(Stream::cpu(p), Tensor(y.data(), Shape{2, 2}), x.bf16.tensor(Shape{2, 3}),
+                                Tensor(w.f32.data(), Shape{2, 3}), Tensor{}),
+                 Error)
+        << precision_name(p);
+}
 
 // q/k/v over more than one key block (T = 70), multi-head (Hkv = H) and grouped-query (Hkv < H).
 TEST(Bf16Ops, AttentionOnBf16QkvWithFloat32Softmax) {

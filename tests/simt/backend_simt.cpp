@@ -47,11 +47,12 @@ class SimtBackend final : public cuda_simt::KernelBackend {
 
   void matmul_forward(const Stream& s, float* out, const float* inp, const float* weight, const float* bias,
                       int64_t N, int C, int OC) override {
-    cpu::matmul_forward(out, inp, weight, bias, N, C, OC, s.matmul);
+    cpu::matmul_forward(out, DType::f32, {inp, DType::f32}, {weight, DType::f32}, bias, N, C, OC, s.matmul);
   }
   void matmul_backward(const Stream& s, float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int64_t N, int C, int OC) override {
-    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, s.matmul);
+    cpu::matmul_backward(dinp, dweight, dbias, {dout, DType::f32}, {inp, DType::f32}, {weight, DType::f32}, N, C, OC,
+                         s.matmul);
   }
   int64_t matmul_scratch_bytes(const Stream&) override { return cpu::matmul_scratch_bytes(); }
   std::string matmul_path(const Stream&) override { return "the CPU GEMM (cuBLASLt is not emulated)"; }

@@ -46,7 +46,10 @@ TEST_F(OpsParity, Bf16ActivationsOnACudaStreamAreAnError) {
   const Stream bf16_stream{Device::cuda, nullptr, Precision::bf16};
   Twin x(*backend_, bf16_stream, {2, 4}, DType::bf16, std::vector<uint16_t>(8, 0x3f80));
   Twin y(*backend_, bf16_stream, {2, 4}, DType::bf16, std::vector<uint16_t>(8));
+  Twin w = f32({3, 4}, 12), out = f32({2, 3}, 13);
   expect_error([&] { gelu_forward(bf16_stream, y(Side::cuda), x(Side::cuda)); }, {"inp is bf16 on a CUDA stream"});
+  expect_error([&] { matmul_forward(bf16_stream, out(Side::cuda), x(Side::cuda), w(Side::cuda), Tensor{}); },
+               {"inp is bf16 on a CUDA stream"});
 }
 
 TEST_F(OpsParity, DecodingAttentionHasNoCudaKernel) {
