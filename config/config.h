@@ -109,6 +109,12 @@ struct CheckpointConfig {
   std::string load;           // "" = start from scratch
   bool async = false;
   std::string on_save_fail = "continue";  // a failed save: "continue" training, or "exit" with code 75
+  // Memory snapshots (trainer/memory_snapshots.h): every memory_interval steps (0 = never) into
+  // memory_dir ("" = /dev/shm/megatrain/<checkpoint.dir as a name>) on this host and a buddy host,
+  // keeping the newest memory_keep.
+  int64_t memory_interval = 0;
+  std::string memory_dir;
+  int memory_keep = 2;
   friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
 

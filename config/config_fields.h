@@ -103,7 +103,8 @@ void for_each_field(C& c, V&& v) {
   auto& k = c.checkpoint;
   v("checkpoint", "dir", k.dir), v("checkpoint", "save_interval", k.save_interval);
   v("checkpoint", "keep_last", k.keep_last), v("checkpoint", "load", k.load), v("checkpoint", "async", k.async);
-  v("checkpoint", "on_save_fail", k.on_save_fail);
+  v("checkpoint", "on_save_fail", k.on_save_fail), v("checkpoint", "memory_interval", k.memory_interval);
+  v("checkpoint", "memory_dir", k.memory_dir), v("checkpoint", "memory_keep", k.memory_keep);
   v("log", "interval", c.log.interval), v("log", "metrics_file", c.log.metrics_file);
   v("log", "peak_tflops", c.log.peak_tflops);
   auto& l = c.loss_scale;

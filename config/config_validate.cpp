@@ -139,6 +139,12 @@ void validate_config_fields(const Config& c) {
 
   r.at_least("checkpoint.save_interval", c.checkpoint.save_interval, int64_t{0}, "(0 = never)");
   r.at_least("checkpoint.keep_last", c.checkpoint.keep_last, 0, "(0 = keep all)");
+  r.at_least("checkpoint.memory_interval", c.checkpoint.memory_interval, int64_t{0}, "(0 = no memory snapshots)");
+  r.at_least("checkpoint.memory_keep", c.checkpoint.memory_keep, 1, "");
+  MT_INPUT_CHECK(c.checkpoint.memory_interval == 0 || !c.checkpoint.dir.empty(),
+                 "{}: checkpoint.memory_interval = {} needs checkpoint.dir: it names the job's memory snapshots and "
+                 "holds the storage checkpoints recovery falls back to; set checkpoint.dir",
+                 c.source, c.checkpoint.memory_interval);
   MT_INPUT_CHECK(c.checkpoint.on_save_fail == "continue" || c.checkpoint.on_save_fail == "exit",
                  "{}: checkpoint.on_save_fail = \"{}\" must be \"continue\" (report a failed save and train on) or "
                  "\"exit\" (report it and exit with code 75 for the driver to restart)",

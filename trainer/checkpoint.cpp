@@ -37,11 +37,6 @@ void remove_unfinished_saves(const fs::path& dir) {
   }
 }
 
-std::string layout_json(const Config& cfg, int world) {
-  const auto& p = cfg.parallel;
-  return fmt::format(R"({{"tp":{},"pp":{},"cp":{},"ep":{},"dp":{},"world":{}}})", p.tp, p.pp, p.cp, p.ep, p.dp, world);
-}
-
 void make_empty_folder(const fs::path& dir) {
   std::error_code ec;
   fs::remove_all(dir, ec);
@@ -69,6 +64,11 @@ void remove_old_checkpoints(const fs::path& dir, int keep_last) {
 }
 
 }  // namespace
+
+std::string layout_json(const Config& cfg, int world) {
+  const auto& p = cfg.parallel;
+  return fmt::format(R"({{"tp":{},"pp":{},"cp":{},"ep":{},"dp":{},"world":{}}})", p.tp, p.pp, p.cp, p.ep, p.dp, world);
+}
 
 Checkpointer::Checkpointer(const Config& cfg, const Comm& world)
     : cfg_(cfg), world_(world), io_(world.split(0, world.rank(), "checkpoint-io")),

@@ -41,6 +41,9 @@ class CheckpointSaveFailed : public Error {
 // whose `latest` names one. Throws CheckpointError when it is neither.
 std::string checkpoint_model_file(const std::string& arg);
 
+// {"tp":…, "pp":…, "cp":…, "ep":…, "dp":…, "world":…}: the layout a checkpoint or snapshot was taken at.
+std::string layout_json(const Config& cfg, int world);
+
 class Checkpointer {
  public:
   Checkpointer(const Config& cfg, const Comm& world);

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/checkpoint_dir.h"
+#include "trainer/memory_recovery.h"
 #include "trainer/train.h"
 
 namespace megatrain {
@@ -51,6 +53,14 @@ RunState resume(const Config& cfg, const CheckpointTensors& state, RankRun& run,
   const bool rank0 = world.rank() == 0;
   RunState at;
   if (cfg.train.precision == Precision::fp16) at.scaler.emplace(cfg.loss_scale);
+  if (cfg.checkpoint.memory_interval > 0 && cfg.checkpoint.load == "latest") {
+    const std::vector<int64_t> stored = committed_steps(cfg.checkpoint.dir);
+    if (auto meta = load_memory_snapshot(cfg, state, world, stored.empty() ? 1 : stored.back())) {
+      adopt(*meta, cfg, run, at, rank0);
+      at.from_latest = !stored.empty();
+      return at;
+    }
+  }
   if (auto meta = checkpoint_load(cfg, state, world, allow_fresh_start, rank0)) {
     adopt(*meta, cfg, run, at, rank0);
     at.from_latest = cfg.checkpoint.load == "latest";

@@ -25,7 +25,9 @@ struct RunState {
 };
 
 // The state to start from: checkpoint.load's checkpoint written into `state` (RankRun's
-// checkpoint_tensors()) and taken over by `run`, or a fresh start at step 0.
+// checkpoint_tensors()) and taken over by `run`, or a fresh start at step 0. With memory snapshots
+// and checkpoint.load = "latest", the newest complete set of them when it is at least as new as the
+// newest storage checkpoint (trainer/memory_recovery.h).
 RunState resume(const Config& cfg, const CheckpointTensors& state, RankRun& run, const Comm& world,
                 bool allow_fresh_start);
 

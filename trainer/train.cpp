@@ -6,6 +6,7 @@
 #include "trainer/evaluation.h"
 #include "trainer/health_watch.h"
 #include "trainer/lr_schedule.h"
+#include "trainer/memory_snapshots.h"
 #include "trainer/rank_run.h"
 #include "trainer/replica_check.h"
 #include "trainer/run_state.h"
@@ -34,6 +35,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   StartupTimes::instance().mark("checkpoint load");
   TrainResult result;
   StepSaves saves(cfg, run, at, health.progress(), result);
+  MemorySnapshots snapshots(cfg, run, at);
   log_run_summary(cfg, run, at);
   ReplicaCheck replicas(cfg, run);
   UpdateGuard guard(cfg, world.rank() == 0);
@@ -42,7 +44,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   StepLog log(cfg, run, at, result);
   StepFaults step_faults(cfg, run, faults);
   Evaluation evaluation(cfg, run, health.progress(), log, result);
-  const StepObservers observers{&health, &step_faults, &replicas, &log, &saves, &evaluation};
+  const StepObservers observers{&health, &step_faults, &replicas, &snapshots, &log, &saves, &evaluation};
   health.set_first_step(at.step + 1);
   health.expect_first_step(log.seconds_at_peak());
   for (int64_t step = at.step; step < cfg.train.steps; ++step) {

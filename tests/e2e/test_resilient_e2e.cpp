@@ -1,7 +1,8 @@
 // The resilient driver (scripts/megatrain-resilient; docs/robustness.md R03, R05, R23, R25) on 4 ranks,
 // (tp, dp) = (2, 2), saving every 10 steps, with faults injected through MEGATRAIN_FAULT:
 //  - rank 3 killed at step 25: one restart, from step 20, and the run ends with the losses and
-//    weights of a fault-free run, bit for bit;
+//    weights of a fault-free run, bit for bit; with memory snapshots every step, from step 24 in
+//    memory, also when the second host's memory is gone (its ranks fetch their buddies' copies);
 //  - a host (virtual: MEGATRAIN_RANKS_PER_NODE = 2) whose two ranks stop, with the trainer's own
 //    watchdog off: the driver sees the heartbeats stop, names the node and its ranks, restarts;
 //  - a launch that starts no rank yet ends 0 (srun after a requeue): restarted, not "finished";
@@ -94,6 +95,46 @@ TEST_F(ResilientE2E, AKilledRankCostsOneRestartFromTheLastCheckpointAndNotABit) 
   const double restart_s = starts[1]["t_wall"].get<double>() - of(ev, "FAULT_INJECTED")[0]["t_wall"].get<double>();
   expect_equals_clean_run(40, clean_run(40, ""));
   std::printf("kill at step 25: 1 restart from step 20 (5 steps lost), relaunched %.2f s after the kill\n", restart_s);
+}
+
+// docs/robustness.md R26: with memory snapshots every step (two virtual hosts of two ranks, buddies
+// across them), the same kill costs one step instead of five: the relaunch restores step 24 from the
+// hosts' memory, reading each rank's own snapshot, and the run ends with the fault-free weights.
+TEST_F(ResilientE2E, AKilledRankResumesFromMemoryLosingAtMostOneStep) {
+  const std::string memory = "--set checkpoint.memory_interval=1 --set checkpoint.memory_dir=" + (dir_ / "shm").string();
+  const auto r = drive("kill:rank=3:step=25:sig=9", 40, "", memory);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto ev = events();
+  ASSERT_EQ(of(ev, "restart").size(), 1u) << r.output;
+  const auto restores = of(ev, "MEMORY_RESTORE");
+  ASSERT_EQ(restores.size(), 1u) << r.output;
+  EXPECT_EQ(restores[0]["step"], "24");
+  EXPECT_EQ(restores[0]["source"], "memory");
+  EXPECT_EQ(restores[0]["read_local"], "4");
+  EXPECT_EQ(restores[0]["fetched"], "0");
+  EXPECT_CONTAINS(r.output, "memory snapshots: every 1 steps in ");
+  expect_equals_clean_run(40, clean_run(40, ""));
+  std::printf("kill at step 25 with memory snapshots: resumed from step 24, state loaded in %s s\n",
+              restores[0]["seconds"].get<std::string>().c_str());
+}
+
+// A host lost with its memory: before the relaunch the launcher wipes the second virtual host's store
+// (a replaced host), so its ranks 2 and 3 receive their snapshots from their buddies, ranks 0 and 1,
+// whose host holds the copies; the run still ends with the fault-free weights.
+TEST_F(ResilientE2E, AHostLostWithItsMemoryRecoversFromTheBuddiesCopies) {
+  const fs::path shm = dir_ / "shm", launcher = dir_ / "replace_host.sh";
+  std::ofstream(launcher) << "if [ -e \"$0.launched\" ]; then rm -rf " << shm.string() << "/vnode1; fi\n"
+                             "touch \"$0.launched\"\nexec \"$@\"\n";
+  const auto r = drive("kill:rank=2:step=25:sig=9", 40, "",
+                       "--set checkpoint.memory_interval=1 --set checkpoint.memory_dir=" + shm.string(), 300,
+                       "sh " + launcher.string() + " ");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto restores = of(events(), "MEMORY_RESTORE");
+  ASSERT_EQ(restores.size(), 1u) << r.output;
+  EXPECT_EQ(restores[0]["step"], "24");
+  EXPECT_EQ(restores[0]["read_local"], "2");
+  EXPECT_EQ(restores[0]["fetched"], "2");
+  expect_equals_clean_run(40, clean_run(40, ""));
 }
 
 // A launch that ends 0 without training (srun after a requeue: "task launch failed", exit 0) is

@@ -1,0 +1,128 @@
+#include "checkpoint/memory_store.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "kernels/check.h"
+
+namespace megatrain {
+namespace fs = std::filesystem;
+namespace {
+
+// FNV-1a of the layout JSON: a short folder name per layout.
+std::string layout_key(const std::string& layout_json) {
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char c : layout_json) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("layout_{:016x}", h);
+}
+
+std::optional<int> rank_of(const std::string& name) {
+  constexpr std::string_view prefix = "rank_", suffix = ".snap";
+  if (!name.starts_with(prefix) || !name.ends_with(suffix)) return std::nullopt;
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+  return std::stoi(digits);
+}
+
+}  // namespace
+
+MemoryStore::MemoryStore(fs::path root, const std::string& node, const std::string& layout_json)
+    : dir_(std::move(root) / node / layout_key(layout_json)) {}
+
+fs::path MemoryStore::step_dir(int64_t step) const { return dir_ / checkpoint_step_name(step); }
+
+void MemoryStore::put(int64_t step, int rank, std::string_view bytes) const {
+  const fs::path d = step_dir(step), path = d / fmt::format("rank_{}.snap", rank), tmp = path.string() + ".tmp";
+  std::error_code ec;
+  fs::create_directories(d, ec);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out.good())
+      throw CheckpointError(fmt::format("memory snapshot: cannot write {} ({} bytes; is its memory full?)", tmp.string(),
+                                        bytes.size()));
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) throw CheckpointError(fmt::format("memory snapshot: cannot rename {}: {}", tmp.string(), ec.message()));
+}
+
+void MemoryStore::commit(int64_t step) const {
+  const fs::path marker = step_dir(step) / "COMMITTED", tmp = marker.string() + ".tmp";
+  { std::ofstream(tmp) << step << "\n"; }
+  std::error_code ec;
+  fs::rename(tmp, marker, ec);  // every rank of a host commits the same step: the last rename wins
+  if (ec && !fs::exists(marker))
+    throw CheckpointError(fmt::format("memory snapshot: cannot commit {}: {}", marker.string(), ec.message()));
+}
+
+void MemoryStore::prune(int keep) const {
+  std::error_code ec;
+  const std::vector<StoredStep> done = committed();
+  for (size_t i = static_cast<size_t>(keep); i < done.size(); ++i) fs::remove_all(step_dir(done[i].step), ec);
+  if (done.empty()) return;
+  for (const int64_t s : committed_steps(dir_))  // every step_N folder, committed or not
+    if (s < done.front().step && !fs::exists(step_dir(s) / "COMMITTED")) fs::remove_all(step_dir(s), ec);
+}
+
+std::vector<StoredStep> MemoryStore::committed() const {
+  std::vector<StoredStep> out;
+  for (const int64_t s : committed_steps(dir_)) {
+    if (!fs::exists(step_dir(s) / "COMMITTED")) continue;
+    StoredStep st{s, {}};
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(step_dir(s), ec))
+      if (const auto r = rank_of(e.path().filename().string())) st.ranks.push_back(*r);
+    std::sort(st.ranks.begin(), st.ranks.end());
+    out.push_back(std::move(st));
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+std::string MemoryStore::get(int64_t step, int rank) const {
+  const fs::path path = step_dir(step) / fmt::format("rank_{}.snap", rank);
+  if (!fs::exists(path)) throw CheckpointError(fmt::format("memory snapshot: {} is missing", path.string()));
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad() || text.bad()) throw CheckpointError(fmt::format("memory snapshot: cannot read {}", path.string()));
+  return text.str();
+}
+
+int64_t MemoryStore::bytes() const {
+  int64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir_, ec))
+    if (e.is_regular_file(ec)) n += static_cast<int64_t>(e.file_size(ec));
+  return n;
+}
+
+std::string stored_steps_text(const std::vector<StoredStep>& steps) {
+  std::string out;
+  for (const StoredStep& s : steps)
+    out += fmt::format("{}{}:{}", out.empty() ? "" : ";", s.step, fmt::join(s.ranks, ","));
+  return out;
+}
+
+std::vector<StoredStep> parse_stored_steps(const std::string& text) {
+  std::vector<StoredStep> out;
+  std::stringstream all(text);
+  for (std::string item; std::getline(all, item, ';');) {
+    const size_t colon = item.find(':');
+    MT_CHECK(colon != std::string::npos, "memory snapshot inventory \"{}\" is malformed", text);
+    StoredStep s{std::stoll(item.substr(0, colon)), {}};
+    std::stringstream ranks(item.substr(colon + 1));
+    for (std::string r; std::getline(ranks, r, ',');) s.ranks.push_back(std::stoi(r));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace megatrain

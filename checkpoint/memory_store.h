@@ -1,0 +1,46 @@
+// The per-host store of memory snapshots (checkpoint/memory_snapshot.h; docs/robustness.md R26):
+//   ROOT/<node>/<layout>/step_NNNNNNN/rank_R.snap   (R: the rank whose state it is)
+//   ROOT/<node>/<layout>/step_NNNNNNN/COMMITTED     (every rank of the job wrote its snapshot and its
+//                                                    buddy's copy of it, trainer/memory_snapshots.h)
+// ROOT is in memory (/dev/shm by default) and outlives the job — an MPI job dies whole when one rank
+// dies; the host's memory does not. <layout> keys the folder by the layout the snapshots were taken
+// at, as a snapshot restores only into the same one. Writes are atomic (.tmp, then rename).
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace megatrain {
+
+struct StoredStep {
+  int64_t step = 0;
+  std::vector<int> ranks;  // whose snapshots this host holds, ascending
+  friend bool operator==(const StoredStep&, const StoredStep&) = default;
+};
+
+class MemoryStore {
+ public:
+  MemoryStore(std::filesystem::path root, const std::string& node, const std::string& layout_json);
+
+  void put(int64_t step, int rank, std::string_view bytes) const;  // throws CheckpointError when it cannot
+  void commit(int64_t step) const;
+  // Removes all but the newest `keep` committed steps, and every uncommitted step older than the
+  // newest committed one (a set a failure left half-written).
+  void prune(int keep) const;
+  std::vector<StoredStep> committed() const;  // newest first
+  std::string get(int64_t step, int rank) const;  // throws CheckpointError when missing or unreadable
+  int64_t bytes() const;  // held under this host's folder for this layout
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path step_dir(int64_t step) const;
+  std::filesystem::path dir_;
+};
+
+// "12:0,1;11:0,1" and back: a host's committed steps as one line, for gathering over the ranks.
+std::string stored_steps_text(const std::vector<StoredStep>& steps);
+std::vector<StoredStep> parse_stored_steps(const std::string& text);
+
+}  // namespace megatrain
