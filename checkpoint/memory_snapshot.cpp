@@ -66,7 +66,20 @@ SnapshotHeader read_header(Reader& r) {
 }  // namespace
 
 std::string encode_snapshot(const CheckpointTensors& t, const SnapshotHeader& h) {
-  std::string out(kMagic);
+  std::string out;
+  encode_snapshot_body(t, h, out);
+  seal_snapshot(out);
+  return out;
+}
+
+void seal_snapshot(std::string& body) { put(body, crc_of(body)); }
+
+void encode_snapshot_body(const CheckpointTensors& t, const SnapshotHeader& h, std::string& out) {
+  size_t floats = 0;
+  for (const CheckpointPiece& p : t.pieces)
+    for (const FlatSlice* f : {&p.params, &p.exp_avg, &p.exp_avg_sq}) floats += static_cast<size_t>(f->end - f->begin);
+  out.reserve(kMagic.size() + 256 + h.layout_json.size() + t.pieces.size() * 72 + floats * sizeof(float));
+  out.assign(kMagic);
   put(out, static_cast<int32_t>(h.rank)), put(out, static_cast<int32_t>(h.world));
   put(out, static_cast<int64_t>(h.layout_json.size()));
   out += h.layout_json;
@@ -81,8 +94,6 @@ std::string encode_snapshot(const CheckpointTensors& t, const SnapshotHeader& h)
       out.append(reinterpret_cast<const char*>(f->data), static_cast<size_t>(f->end - f->begin) * sizeof(float));
     }
   }
-  put(out, crc_of(out));
-  return out;
 }
 
 SnapshotHeader snapshot_header(std::string_view bytes, const std::string& source) {

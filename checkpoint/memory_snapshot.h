@@ -25,6 +25,11 @@ struct SnapshotHeader {
 };
 
 std::string encode_snapshot(const CheckpointTensors& t, const SnapshotHeader& h);
+// The same in two parts: everything but the CRC-32 into `out`, whose capacity is reused (a snapshot is
+// a copy of the rank's whole state: the step's stall), then seal_snapshot appends the CRC (off the
+// step, on the thread that stores it).
+void encode_snapshot_body(const CheckpointTensors& t, const SnapshotHeader& h, std::string& out);
+void seal_snapshot(std::string& body);
 
 // The header of `bytes`, checked whole (magic, length, CRC-32); a damaged snapshot is a
 // CheckpointError naming `source`.

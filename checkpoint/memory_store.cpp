@@ -71,6 +71,11 @@ void MemoryStore::prune(int keep) const {
     if (s < done.front().step && !fs::exists(step_dir(s) / "COMMITTED")) fs::remove_all(step_dir(s), ec);
 }
 
+void MemoryStore::clear() const {
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
 std::vector<StoredStep> MemoryStore::committed() const {
   std::vector<StoredStep> out;
   for (const int64_t s : committed_steps(dir_)) {

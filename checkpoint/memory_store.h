@@ -29,6 +29,7 @@ class MemoryStore {
   // Removes all but the newest `keep` committed steps, and every uncommitted step older than the
   // newest committed one (a set a failure left half-written).
   void prune(int keep) const;
+  void clear() const;  // every step of this host and layout
   std::vector<StoredStep> committed() const;  // newest first
   std::string get(int64_t step, int rank) const;  // throws CheckpointError when missing or unreadable
   int64_t bytes() const;  // held under this host's folder for this layout

@@ -21,18 +21,17 @@ std::string default_memory_dir(const Config& cfg) {
   return "/dev/shm/megatrain/" + name;
 }
 
-// `bytes` to rank `to` while receiving from rank `from` (tagged sizes, then the bytes).
-std::string exchange(const Comm& world, const std::string& bytes, int to, int from) {
+// `bytes` to rank `to` while receiving from rank `from` into `in` (tagged sizes, then the bytes).
+void exchange(const Comm& world, const std::string& bytes, int to, int from, std::string& in) {
   const auto n = static_cast<int64_t>(bytes.size());
   int64_t m = 0;
   Work send_n = world.send(&n, 1, to, kSizeTag);
   world.recv(&m, 1, from, kSizeTag).wait();
   send_n.wait();
-  std::string in(static_cast<size_t>(m), '\0');
+  in.resize(static_cast<size_t>(m));
   Work send_b = world.send(reinterpret_cast<const uint8_t*>(bytes.data()), n, to, kBytesTag);
   world.recv(reinterpret_cast<uint8_t*>(in.data()), m, from, kBytesTag).wait();
   send_b.wait();
-  return in;
 }
 
 }  // namespace
@@ -56,44 +55,70 @@ int memory_ward(int rank, int world) {
 }
 
 MemorySnapshots::MemorySnapshots(const Config& cfg, RankRun& run, const RunState& at) : cfg_(cfg), run_(run), at_(at) {
-  if (cfg.checkpoint.memory_interval > 0) store_.emplace(memory_store_for(cfg, run.world));
+  if (cfg.checkpoint.memory_interval <= 0) return;
+  store_.emplace(memory_store_for(cfg, run.world));
+  comm_.emplace(run.world.split(0, run.world.rank(), "memory-snapshot"));
+}
+
+MemorySnapshots::~MemorySnapshots() {
+  if (worker_.joinable()) worker_.join();
 }
 
 void MemorySnapshots::updated(const StepOutcome& out) {
   if (!store_ || out.step % cfg_.checkpoint.memory_interval != 0) return;
   const auto t0 = std::chrono::steady_clock::now();
+  if (worker_.joinable()) worker_.join();
   const Comm& world = run_.world;
-  const int rank = world.rank(), buddy = memory_buddy(rank, world.size());
-  const std::string own = encode_snapshot(run_.checkpoint_tensors(),
-                                          {rank, world.size(), layout_json(cfg_, world.size()), at_.saved(out.step, cfg_)});
+  encode_snapshot_body(run_.checkpoint_tensors(),
+                       {world.rank(), world.size(), layout_json(cfg_, world.size()), at_.saved(out.step, cfg_)}, own_);
+  const double stall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  worker_ = std::thread([this, step = out.step, stall_ms] {
+    try {
+      seal_snapshot(own_);
+      store(step, own_, stall_ms);
+    } catch (const std::exception& e) {  // a failed exchange: the job's own failure handling follows
+      spdlog::warn("MEMORY_SNAPSHOT_FAILED step={} rank={}: {}", step, comm_->rank(), e.what());
+    }
+  });
+}
+
+void MemorySnapshots::discard(const char* why) {
+  if (!store_) return;
+  if (worker_.joinable()) worker_.join();
+  store_->clear();
+  spdlog::warn("memory snapshots: discarded {} ({}: their state is suspect); a restart loads the storage checkpoint",
+               store_->dir().string(), why);
+}
+
+void MemorySnapshots::store(int64_t step, const std::string& own, double stall_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rank = comm_->rank(), buddy = memory_buddy(rank, comm_->size()), ward = memory_ward(rank, comm_->size());
   int failed = 0;
   int64_t copy_bytes = 0;
   try {
-    store_->put(out.step, rank, own);
+    store_->put(step, rank, own);
     if (buddy >= 0) {
-      const int from = memory_ward(rank, world.size());
-      const std::string copy = exchange(world, own, buddy, from);
-      copy_bytes = static_cast<int64_t>(copy.size());
-      store_->put(out.step, from, copy);
+      exchange(*comm_, own, buddy, ward, copy_);
+      copy_bytes = static_cast<int64_t>(copy_.size());
+      store_->put(step, ward, copy_);
     }
   } catch (const CheckpointError& e) {
-    spdlog::warn("MEMORY_SNAPSHOT_FAILED step={} rank={}: {}", out.step, rank, e.what());
+    spdlog::warn("MEMORY_SNAPSHOT_FAILED step={} rank={}: {}", step, rank, e.what());
     failed = 1;
   }
-  world.all_reduce(&failed, 1, ReduceOp::max).wait();
-  if (!failed) store_->commit(out.step);
+  comm_->all_reduce(&failed, 1, ReduceOp::max).wait();
+  if (!failed) store_->commit(step);
   store_->prune(cfg_.checkpoint.memory_keep);
-  if (!logged_ && rank == 0) {
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    spdlog::info("memory snapshots: every {} steps in {}, {:.1f} MiB per rank{}, {:.1f} MiB on this host for the "
-                 "newest {}; the first took {:.1f} ms",
-                 cfg_.checkpoint.memory_interval, store_->dir().string(), static_cast<double>(own.size()) / (1 << 20),
-                 buddy >= 0 ? fmt::format(" + {:.1f} MiB of rank {}'s state as its buddy",
-                                          static_cast<double>(copy_bytes) / (1 << 20), memory_ward(rank, world.size()))
-                            : " (one host: no buddy copy)",
-                 static_cast<double>(store_->bytes()) / (1 << 20), cfg_.checkpoint.memory_keep, ms);
-    logged_ = true;
-  }
+  if (logged_ || rank != 0) return;
+  logged_ = true;
+  spdlog::info("memory snapshots: every {} steps in {}, {:.1f} MiB per rank{}, {:.1f} MiB on this host for the newest "
+               "{}; the first stalled its step {:.1f} ms (the copy) and was stored in {:.1f} ms beside the next steps",
+               cfg_.checkpoint.memory_interval, store_->dir().string(), static_cast<double>(own.size()) / (1 << 20),
+               buddy >= 0 ? fmt::format(" + {:.1f} MiB of rank {}'s as its buddy",
+                                        static_cast<double>(copy_bytes) / (1 << 20), ward)
+                          : " (one host: no buddy copy)",
+               static_cast<double>(store_->bytes()) / (1 << 20), cfg_.checkpoint.memory_keep, stall_ms,
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace megatrain

@@ -6,10 +6,13 @@
 // hosts and no host holds only its own. An all-reduce then tells every rank whether every copy was
 // written; only then does each commit the step on its host, so a half-written set is never used, and
 // the next prune removes it. Storage checkpoints go on as configured (less often).
-// The copy and the exchange run inside the step (their time is in step_time_ms); overlapping them
-// with the next step's compute is not done yet.
+// Only the encoding (a copy of the rank's state into one buffer) stalls the step; a thread writes,
+// exchanges and commits it on a communicator of its own while the next steps run. A snapshot that
+// finds the previous one still in flight waits for it (the wait is in that step's time).
 #pragma once
 #include <optional>
+#include <string>
+#include <thread>
 
 #include "checkpoint/memory_store.h"
 #include "trainer/rank_run.h"
@@ -29,14 +32,27 @@ int memory_ward(int rank, int world);
 
 class MemorySnapshots final : public StepObserver {
  public:
+  // Collective over the run's world when memory snapshots are on (the thread's communicator).
   MemorySnapshots(const Config& cfg, RankRun& run, const RunState& at);
+  ~MemorySnapshots() override;  // waits for the snapshot in flight
+  MemorySnapshots(const MemorySnapshots&) = delete;
+  MemorySnapshots& operator=(const MemorySnapshots&) = delete;
   void updated(const StepOutcome& out) override;
+  // Waits for the snapshot in flight and removes this host's snapshots of this layout: the state
+  // they hold is suspect (`why`, e.g. a replica mismatch), so a restart must load from storage.
+  void discard(const char* why);
 
  private:
+  // On the thread: writes `own` and exchanges it with the buddies, agrees, commits, prunes.
+  void store(int64_t step, const std::string& own, double stall_ms);
+
   const Config& cfg_;
   RankRun& run_;
   const RunState& at_;
   std::optional<MemoryStore> store_;  // none when memory snapshots are off
+  std::optional<Comm> comm_;          // the thread's duplicate of the world
+  std::string own_, copy_;            // the snapshot in flight, the ward's received (buffers reused)
+  std::thread worker_;
   bool logged_ = false;
 };
 

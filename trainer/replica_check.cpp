@@ -12,7 +12,8 @@
 
 namespace megatrain {
 
-ReplicaCheck::ReplicaCheck(const Config& cfg, RankRun& run) : run_(run), interval_(cfg.health.replica_check_interval) {
+ReplicaCheck::ReplicaCheck(const Config& cfg, RankRun& run, MemorySnapshots& snapshots)
+    : run_(run), snapshots_(snapshots), interval_(cfg.health.replica_check_interval) {
   if (interval_ <= 0 || run_.groups.dp().size() == 1) {
     interval_ = 0;
     return;
@@ -63,6 +64,7 @@ void ReplicaCheck::updated(const StepOutcome& out) {
   run_.world.all_reduce(&any, 1, ReduceOp::max).wait();
   if (any == 0) return;
   std::sort(odd_ranks.begin(), odd_ranks.end());
+  snapshots_.discard("REPLICA_MISMATCH");
   throw ReplicaMismatch(
       odd_params.empty()
           ? fmt::format("REPLICA_MISMATCH step={} in another data-parallel group (its ranks name the replica)", step)

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/check.h"
+#include "trainer/memory_snapshots.h"
 #include "trainer/rank_run.h"
 #include "trainer/step_observer.h"
 
@@ -24,12 +25,14 @@ class ReplicaMismatch : public Error {
 
 class ReplicaCheck final : public StepObserver {
  public:
-  ReplicaCheck(const Config& cfg, RankRun& run);
+  // A mismatch discards `snapshots` (taken after the corruption began, they must not be restored).
+  ReplicaCheck(const Config& cfg, RankRun& run, MemorySnapshots& snapshots);
   // After the update of step out.step (or its skip); collective over the world at each interval.
   void updated(const StepOutcome& out) override;
 
  private:
   RankRun& run_;
+  MemorySnapshots& snapshots_;
   int64_t interval_ = 0;  // 0 = off
   std::vector<int32_t> dp_world_ranks_;
 };

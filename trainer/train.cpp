@@ -37,7 +37,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   StepSaves saves(cfg, run, at, health.progress(), result);
   MemorySnapshots snapshots(cfg, run, at);
   log_run_summary(cfg, run, at);
-  ReplicaCheck replicas(cfg, run);
+  ReplicaCheck replicas(cfg, run, snapshots);
   UpdateGuard guard(cfg, world.rank() == 0);
   const LrSchedule lr{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps,
                       cfg.optimizer.decay_steps, cfg.optimizer.decay};

@@ -106,6 +106,9 @@ TEST(MemoryStore, ListsOnlyCommittedStepsAndPrunes) {
   EXPECT_FALSE(std::filesystem::exists(store.dir() / "step_0000003"));  // older than 4, never committed
   EXPECT_TRUE(std::filesystem::exists(store.dir() / "step_0000005"));   // newer: may still be being written
   EXPECT_EQ(store.bytes(), 2 * (3 + 4) + 16 + 2 * 2);  // snapshots, the half-written one, two markers "N\n"
+  store.clear();
+  EXPECT_TRUE(store.committed().empty());
+  EXPECT_EQ(store.bytes(), 0);
 }
 
 TEST(MemoryStore, InventoriesRoundTripAsText) {
