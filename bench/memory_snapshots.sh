@@ -4,8 +4,8 @@
 # host (MEGATRAIN_RANKS_PER_NODE=1, so every snapshot also goes to a buddy), on the demo's data
 # (scripts/demo.sh --data-only), REPS runs of STEPS steps without snapshots and with one every
 # INTERVAL steps,
-# alternating; the median step time over each run's steps after the first two, then the median over
-# runs; the snapshot's size and its stall from the log.
+# alternating; the mean step time over each run's steps after the first two (a mean, as a snapshot
+# every k steps costs in spikes), then the median over runs; the snapshot's size and stall from the log.
 #   bench/memory_snapshots.sh [DIR]        (DIR default runs/bench_memory_snapshots)
 # Environment: MEGATRAIN_BIN (build/megatrain), RANKS (2), REPS (3), STEPS (8), INTERVAL (1).
 # Runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (they halve OpenBLAS on this machine).
@@ -20,37 +20,39 @@ interval=${INTERVAL:-1}
 [ -x "$bin" ] || { echo "$0: $bin not found; run scripts/setup.sh first" >&2; exit 2; }
 [ -e runs/demo/fortunes_train.idx ] || MEGATRAIN_BIN="$bin" bash scripts/demo.sh --data-only
 mkdir -p "$dir"
+shm=/dev/shm/megatrain_bench_$$
+trap 'rm -rf "$shm"' EXIT
 grep -m1 "model name" /proc/cpuinfo
 grep -m1 -o -w -E "avx512f|avx512_bf16|amx_bf16|avx2" /proc/cpuinfo | sort -u | tr '\n' ' '; echo
 run() {  # NAME FLAGS...
   local name=$1
   shift
-  rm -rf "$dir/ckpt_$name" "$dir/shm_$name"
+  rm -rf "$dir/ckpt_$name" "$shm"
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     MEGATRAIN_RANKS_PER_NODE=1 mpirun --oversubscribe --bind-to none -np "$ranks" -x OMP_NUM_THREADS=1 \
     -x MEGATRAIN_RANKS_PER_NODE "$bin" train --config configs/gpt2_124m.toml --set data.train=runs/demo/fortunes_train \
     --set parallel.zero_stage=1 --set train.micro_batch_size=1 --set train.global_batch_size="$ranks" \
     --set train.steps="$steps" --set optimizer.warmup_steps=2 --set log.interval=1 --set log.peak_tflops=0 --set checkpoint.dir="$dir/ckpt_$name" \
     --set log.metrics_file="$dir/$name.jsonl" "$@" > "$dir/$name.log" 2>&1
-  rm -rf "$dir/shm_$name"
+  rm -rf "$shm"
 }
 for r in $(seq "$reps"); do
   rm -f "$dir/off_$r.jsonl" "$dir/on_$r.jsonl"
   run "off_$r"
   run "on_$r" --set checkpoint.memory_interval="$interval" --set checkpoint.memory_keep=1 \
-    --set checkpoint.memory_dir="/dev/shm/megatrain_bench_$$"
+    --set checkpoint.memory_dir="$shm"
 done
 grep -h "memory snapshots: every" "$dir"/on_*.log | head -1
 /usr/bin/python3 - "$dir" "$reps" "$interval" <<'PY'
 import json, statistics, sys
 d, reps, interval = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-def median_step(name):
+def mean_step(name):
     ms = [json.loads(l)["step_time_ms"] for l in open(f"{d}/{name}.jsonl") if "step_time_ms" in l]
-    return statistics.median(ms[2:])
-off = [median_step(f"off_{r}") for r in range(1, reps + 1)]
-on = [median_step(f"on_{r}") for r in range(1, reps + 1)]
+    return statistics.mean(ms[2:])
+off = [mean_step(f"off_{r}") for r in range(1, reps + 1)]
+on = [mean_step(f"on_{r}") for r in range(1, reps + 1)]
 print("per run (ms): without " + ", ".join(f"{x:.0f}" for x in off) + "; with " + ", ".join(f"{x:.0f}" for x in on))
 a, b = statistics.median(off), statistics.median(on)
-print(f"median step time over {reps} runs: without snapshots {a:.0f} ms, with one every {interval} steps {b:.0f} ms "
+print(f"mean step time (median over {reps} runs): without snapshots {a:.0f} ms, with one every {interval} steps {b:.0f} ms "
       f"({100 * (b / a - 1):+.1f} %)")
 PY

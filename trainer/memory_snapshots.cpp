@@ -82,12 +82,11 @@ void MemorySnapshots::updated(const StepOutcome& out) {
   });
 }
 
-void MemorySnapshots::discard(const char* why) {
+void MemorySnapshots::discard(const std::string& why) {
   if (!store_) return;
   if (worker_.joinable()) worker_.join();
   store_->clear();
-  spdlog::warn("memory snapshots: discarded {} ({}: their state is suspect); a restart loads the storage checkpoint",
-               store_->dir().string(), why);
+  spdlog::info("memory snapshots: removed {} ({})", store_->dir().string(), why);
 }
 
 void MemorySnapshots::store(int64_t step, const std::string& own, double stall_ms) {

@@ -40,7 +40,9 @@ class MemorySnapshots final : public StepObserver {
   void updated(const StepOutcome& out) override;
   // Waits for the snapshot in flight and removes this host's snapshots of this layout: the state
   // they hold is suspect (`why`, e.g. a replica mismatch), so a restart must load from storage.
-  void discard(const char* why);
+  void discard(const std::string& why);
+  // The run has ended (finished, or stopped after its save): frees the host's memory of them.
+  void finish() { discard("the run ended"); }
 
  private:
   // On the thread: writes `own` and exchanges it with the buddies, agrees, commits, prunes.

@@ -64,7 +64,7 @@ void ReplicaCheck::updated(const StepOutcome& out) {
   run_.world.all_reduce(&any, 1, ReduceOp::max).wait();
   if (any == 0) return;
   std::sort(odd_ranks.begin(), odd_ranks.end());
-  snapshots_.discard("REPLICA_MISMATCH");
+  snapshots_.discard("REPLICA_MISMATCH: taken after the corruption began, a restart must load the storage checkpoint");
   throw ReplicaMismatch(
       odd_params.empty()
           ? fmt::format("REPLICA_MISMATCH step={} in another data-parallel group (its ranks name the replica)", step)

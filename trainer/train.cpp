@@ -78,6 +78,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     if (out.last || saves.stop(out)) break;
   }
   saves.finish();
+  snapshots.finish();
   return result;
 }
 

@@ -115,6 +115,8 @@ TEST_F(ResilientE2E, AKilledRankResumesFromMemoryLosingOneOrTwoSteps) {
   EXPECT_EQ(restores[0]["read_local"], "4");
   EXPECT_EQ(restores[0]["fetched"], "0");
   EXPECT_CONTAINS(r.output, "memory snapshots: every 1 steps in ");
+  EXPECT_CONTAINS(r.output, "memory snapshots: removed");  // at the end: the host's memory is freed
+  for (const char* host : {"vnode0", "vnode1"}) EXPECT_TRUE(fs::is_empty(dir_ / "shm" / host)) << host;
   const auto recovery = of(ev, "RECOVERY");
   ASSERT_EQ(recovery.size(), 1u) << r.output;
   const json& t = recovery[0];
@@ -193,7 +195,8 @@ TEST_F(ResilientE2E, AFlippedBitIsNotRestoredFromMemorySnapshots) {
   const auto r = drive("bitflip:rank=2:step=22:tensor=layers.0.attn.qkv.weight", 40, "",
                        dp4 + " --set checkpoint.memory_interval=1 --set checkpoint.memory_dir=" + (dir_ / "shm").string());
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_CONTAINS(r.output, "memory snapshots: discarded");
+  EXPECT_CONTAINS(r.output, "memory snapshots: removed");
+  EXPECT_CONTAINS(r.output, "(REPLICA_MISMATCH: ");
   EXPECT_TRUE(of(events(), "MEMORY_RESTORE").empty()) << r.output;
   expect_equals_clean_run(40, clean_run(40, dp4));
 }
