@@ -103,7 +103,8 @@ SnapshotHeader snapshot_header(std::string_view bytes, const std::string& source
   std::memcpy(&stored, bytes.data() + bytes.size() - sizeof stored, sizeof stored);
   const std::string_view body = bytes.substr(0, bytes.size() - sizeof stored);
   if (crc_of(body) != stored)
-    throw CheckpointError(fmt::format("{}: snapshot damaged (CRC-32 {:08x}, stored {:08x})", source, crc_of(body), stored));
+    throw CheckpointError(
+        fmt::format("{}: snapshot damaged (CRC-32 {:08x}, stored {:08x})", source, crc_of(body), stored));
   Reader r(body, source);
   return read_header(r);
 }

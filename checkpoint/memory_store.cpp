@@ -46,8 +46,8 @@ void MemoryStore::put(int64_t step, int rank, std::string_view bytes) const {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out.good())
-      throw CheckpointError(fmt::format("memory snapshot: cannot write {} ({} bytes; is its memory full?)", tmp.string(),
-                                        bytes.size()));
+      throw CheckpointError(fmt::format("memory snapshot: cannot write {} ({} bytes; is its memory full?)",
+                                        tmp.string(), bytes.size()));
   }
   fs::rename(tmp, path, ec);
   if (ec) throw CheckpointError(fmt::format("memory snapshot: cannot rename {}: {}", tmp.string(), ec.message()));

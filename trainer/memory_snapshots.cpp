@@ -85,6 +85,7 @@ void MemorySnapshots::updated(const StepOutcome& out) {
 void MemorySnapshots::discard(const std::string& why) {
   if (!store_) return;
   if (worker_.joinable()) worker_.join();
+  comm_->barrier();  // every rank of the host has committed and pruned before its folder goes
   store_->clear();
   spdlog::info("memory snapshots: removed {} ({})", store_->dir().string(), why);
 }

@@ -38,8 +38,8 @@ class MemorySnapshots final : public StepObserver {
   MemorySnapshots(const MemorySnapshots&) = delete;
   MemorySnapshots& operator=(const MemorySnapshots&) = delete;
   void updated(const StepOutcome& out) override;
-  // Waits for the snapshot in flight and removes this host's snapshots of this layout: the state
-  // they hold is suspect (`why`, e.g. a replica mismatch), so a restart must load from storage.
+  // Collective. Waits for the snapshot in flight and removes this host's snapshots of this layout
+  // (`why`: a replica mismatch, whose restart must load from storage; the end of the run).
   void discard(const std::string& why);
   // The run has ended (finished, or stopped after its save): frees the host's memory of them.
   void finish() { discard("the run ended"); }
