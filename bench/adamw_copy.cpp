@@ -12,17 +12,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <omp.h>
-#include <time.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <set>
-#include <sstream>
 #include <vector>
 
+#include "bench/measure.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "model/gpt.h"
@@ -30,39 +27,9 @@
 
 using namespace megatrain;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-// "model name" and the SIMD flags that decide the kernels' paths, from /proc/cpuinfo.
-std::string cpu_line() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, model, flags;
-  while (std::getline(in, line)) {
-    if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
-    if (flags.empty() && line.rfind("flags", 0) == 0) {
-      std::istringstream words(line.substr(line.find(':') + 2));
-      const std::set<std::string> keep = {"avx2", "f16c", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"};
-      for (std::string w; words >> w;)
-        if (keep.contains(w)) flags += w + " ";
-    }
-  }
-  return fmt::format("CPU: {}; flags: {}", model, flags);
-}
-
-// The process's CPU seconds (all threads): on a machine shared with other work, the work done
-// rather than the time waited for cores (with OMP_NUM_THREADS=1 no thread spins at a barrier).
-double cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
+using bench::cpu_line;
+using bench::cpu_seconds;
+using bench::median;
 
 int main(int argc, char** argv) {
   CLI::App app{"AdamW + 16-bit copy: two passes against the fused pass"};

@@ -13,58 +13,35 @@
 // Run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (bench/RESULTS.md).
 #include <fmt/format.h>
 #include <omp.h>
-#include <time.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
-#include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/measure.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 
 using namespace megatrain;
 using Clock = std::chrono::steady_clock;
+using bench::cpu_seconds;
+using bench::median;
 
 namespace {
 
-// "model name" and the SIMD flags that decide the kernels' paths, from /proc/cpuinfo; and how busy
-// the machine is (other processes' threads take cores from the timed ones).
-std::string cpu_line() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, model, flags;
-  while (std::getline(in, line)) {
-    if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
-    if (flags.empty() && line.rfind("flags", 0) == 0) {
-      std::istringstream words(line.substr(line.find(':') + 2));
-      const std::set<std::string> keep = {"avx2", "f16c", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"};
-      for (std::string w; words >> w;)
-        if (keep.contains(w)) flags += w + " ";
-    }
-  }
-  if (!flags.empty()) flags.pop_back();
+// The CPU line, with the cores and how busy the machine is (other processes' threads take cores from
+// the timed ones).
+std::string cpu_and_load() {
   std::ifstream loadavg("/proc/loadavg");
   std::string load;
   loadavg >> load;
-  return fmt::format("CPU: {}; flags: {}; {} cores, load average {} (1 min) at the start", model, flags,
+  return fmt::format("{}; {} cores, load average {} (1 min) at the start", bench::cpu_line(),
                      std::thread::hardware_concurrency(), load);
-}
-
-double cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 std::vector<float> randn(Shape s, uint32_t stream, float scale) {
@@ -130,7 +107,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   constexpr int64_t C = 768, H = 12, D = 64, F = 3072;
   const Stream s = Stream::cpu(Precision::bf16);
-  fmt::print("{}\nB 1 x T {}, C {}, {} heads of {}, MLP {}; bf16 stream, GEMMs: {}\n", cpu_line(), T, C, H, D, F,
+  fmt::print("{}\nB 1 x T {}, C {}, {} heads of {}, MLP {}; bf16 stream, GEMMs: {}\n", cpu_and_load(), T, C, H, D, F,
              matmul_path(s));
   fmt::print("median of {} repetitions after a warm-up, float32 and bf16 alternating\n", reps);
 

@@ -18,20 +18,17 @@
 #include <thread>
 #include <vector>
 
+#include "bench/measure.h"
 #include "parallel/comm.h"
 
 using namespace megatrain;
+using bench::median;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 volatile float g_sink;

@@ -13,20 +13,17 @@
 #include <chrono>
 #include <vector>
 
+#include "bench/measure.h"
 #include "kernels/flat_buffer.h"
 #include "kernels/rng.h"
 #include "model/stage.h"
 #include "parallel/pipeline_schedule.h"
 
 using namespace megatrain;
+using bench::median;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Median seconds of F, B and W of a middle stage of `layers` blocks.
 StepCosts time_stage(const ModelConfig& cfg, int layers, int B, int T, int reps) {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <vector>
 
+#include "bench/measure.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "model/gpt.h"
@@ -21,16 +22,12 @@
 #include "optim/clip.h"
 
 using namespace megatrain;
+using bench::median;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 ModelConfig gpt2_124m() {
   ModelConfig c;
