@@ -106,8 +106,7 @@ void Watchdog::run() {
     if (cv_.wait_for(lock, std::chrono::duration<double>(poll), [&] { return stop_; })) return;
     // The section may have changed while waiting: judge by the one in force now.
     const Section now_in = progress_.section();
-    const double stale = FlightRecorder::now() - progress_.last_progress();
-    const double slept = FlightRecorder::now() - steady_from;
+    const double now = FlightRecorder::now(), stale = now - progress_.last_progress(), slept = now - steady_from;
     if (slept > poll + kUnscheduledS) {
       note_unscheduled(poll, wall_from, now_in, stale);
       if (slept - poll > timeout(now_in)) fire(now_in, stale, timeout(now_in), false);

@@ -1,4 +1,4 @@
-// Every rank's copy of one small value or one short text — the all-gathers the health checks and
+// Every rank's copy of one small value or one text — the all-gathers the health checks and
 // the config agreement make to let each rank see what every rank has. Collective over `comm`.
 #pragma once
 #include <string>
@@ -16,7 +16,8 @@ std::vector<T> all_gather_value(const Comm& comm, T x) {
   return all;
 }
 
-// Each rank's `text`, cut to its first 255 bytes (sent in fixed-width slots).
+// Each rank's `text`, whole (its length first, then the bytes): a host's inventory of memory
+// snapshots (trainer/memory_recovery.h) grows with its ranks and the sets it keeps.
 std::vector<std::string> all_gather_text(const Comm& comm, const std::string& text);
 
 }  // namespace megatrain

@@ -10,6 +10,7 @@
 
 #include "comm_test_util.h"
 #include "kernels/half.h"
+#include "parallel/comm_gather.h"
 
 namespace megatrain {
 namespace {
@@ -192,6 +193,22 @@ TEST(CommCollectives, Bf16SumsAndUint16Gathers) {
     Bf16 y{float_to_bf16(r == 0 ? 1.0f : 0x3p-9f)};  // 1 + 0.75 · 2^-7 rounds up to 1 + 2^-7
     c.all_reduce(&y, 1).wait();
     EXPECT_EQ(bf16_to_float(y.bits), 1.0f + 0x1p-7f) << "rounded to nearest";
+  }
+}
+
+// all_gather_text: each rank's text whole, whatever its length (0 on rank 0; over 255 bytes, the
+// width of the fixed slots an earlier version cut every text to, from rank 2 on), with NUL bytes kept.
+TEST(CommCollectives, AllGatherTextCarriesEveryRanksWholeText) {
+  for (const Comm& c : test_comms()) {
+    const auto text_of = [](int r) {
+      std::string t(static_cast<size_t>(r * 200), 'a');
+      for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<char>('a' + (r + i) % 26);
+      if (!t.empty()) t[t.size() / 2] = '\0';
+      return t;
+    };
+    const std::vector<std::string> all = all_gather_text(c, text_of(c.rank()));
+    ASSERT_EQ(static_cast<int>(all.size()), c.size());
+    for (int r = 0; r < c.size(); ++r) EXPECT_EQ(all[static_cast<size_t>(r)], text_of(r)) << "rank " << r;
   }
 }
 
