@@ -7,13 +7,14 @@
 
 #include "checkpoint/memory_snapshot.h"
 #include "parallel/comm_gather.h"
+#include "parallel/comm_text.h"
 #include "trainer/checkpoint.h"
 #include "trainer/memory_snapshots.h"
 
 namespace megatrain {
 namespace {
 
-constexpr int kSizeTag = 9103, kBytesTag = 9104;
+constexpr int kTag = 9103;
 
 // For each step some host holds, the rank that provides each rank's snapshot: the rank itself when
 // its own host holds it, else the lowest rank whose host does.
@@ -55,15 +56,9 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
     if (q == me && r == me) {
       mine = store.get(step, r);
     } else if (q == me) {
-      const std::string bytes = store.get(step, r);
-      const auto size = static_cast<int64_t>(bytes.size());
-      world.send(&size, 1, r, kSizeTag).wait();
-      world.send(reinterpret_cast<const uint8_t*>(bytes.data()), size, r, kBytesTag).wait();
+      send_text(world, store.get(step, r), r, kTag);
     } else {
-      int64_t size = 0;
-      world.recv(&size, 1, q, kSizeTag).wait();
-      mine.resize(static_cast<size_t>(size));
-      world.recv(reinterpret_cast<uint8_t*>(mine.data()), size, q, kBytesTag).wait();
+      recv_text(world, mine, q, kTag);
       fetched = 1;
     }
   }

@@ -6,32 +6,20 @@
 #include <filesystem>
 
 #include "checkpoint/memory_snapshot.h"
+#include "parallel/comm_text.h"
 #include "parallel/launch_env.h"
 #include "trainer/checkpoint.h"
 
 namespace megatrain {
 namespace {
 
-constexpr int kSizeTag = 9101, kBytesTag = 9102;
+constexpr int kTag = 9101;
 
 std::string default_memory_dir(const Config& cfg) {
   std::string name = std::filesystem::absolute(cfg.checkpoint.dir).lexically_normal().string();
   for (char& c : name)
     if (c == '/') c = '_';
   return "/dev/shm/megatrain/" + name;
-}
-
-// `bytes` to rank `to` while receiving from rank `from` into `in` (tagged sizes, then the bytes).
-void exchange(const Comm& world, const std::string& bytes, int to, int from, std::string& in) {
-  const auto n = static_cast<int64_t>(bytes.size());
-  int64_t m = 0;
-  Work send_n = world.send(&n, 1, to, kSizeTag);
-  world.recv(&m, 1, from, kSizeTag).wait();
-  send_n.wait();
-  in.resize(static_cast<size_t>(m));
-  Work send_b = world.send(reinterpret_cast<const uint8_t*>(bytes.data()), n, to, kBytesTag);
-  world.recv(reinterpret_cast<uint8_t*>(in.data()), m, from, kBytesTag).wait();
-  send_b.wait();
 }
 
 }  // namespace
@@ -98,7 +86,7 @@ void MemorySnapshots::store(int64_t step, const std::string& own, double stall_m
   try {
     store_->put(step, rank, own);
     if (buddy >= 0) {
-      exchange(*comm_, own, buddy, ward, copy_);
+      exchange_text(*comm_, own, buddy, ward, copy_, kTag);
       copy_bytes = static_cast<int64_t>(copy_.size());
       store_->put(step, ward, copy_);
     }
