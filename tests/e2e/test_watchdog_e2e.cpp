@@ -90,7 +90,9 @@ class WatchdogE2E : public test::TrainE2E {
     // The spec asks for the end within the timeout + 2 s; 2.6–3.1 s measured on an idle machine, and a
     // second more is allowed for mpirun's teardown on a loaded one.
     EXPECT_LE(o.latency_s, timeout_s + 3.0) << name;
-    EXPECT_GE(o.detection_s, timeout_s) << name << ": fired before the timeout";
+    // The waiting ranks' timers start when they enter the collective, which may be a moment before
+    // rank 1 logs FAULT_INJECTED (1.998 s was seen on CI for a 2 s timeout); 0.1 s covers that gap.
+    EXPECT_GE(o.detection_s, timeout_s - 0.1) << name << ": fired before the timeout";
     EXPECT_LE(o.detection_s, timeout_s + 1.0) << name;
     for (int r : {0, 2, 3}) EXPECT_CONTAINS(o.r.output, fmt::format("WATCHDOG rank={} host=", r));
     EXPECT_TRUE(std::regex_search(
