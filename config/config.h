@@ -129,6 +129,7 @@ struct PeakTflops {
 struct LogConfig {
   int interval = 10;
   std::string metrics_file;  // "" = none
+  std::string samples_file;  // "" = none: the sample log (trainer/sample_log.h)
   PeakTflops peak_tflops;
   friend bool operator==(const LogConfig&, const LogConfig&) = default;
 };

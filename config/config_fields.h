@@ -106,6 +106,7 @@ void for_each_field(C& c, V&& v) {
   v("checkpoint", "on_save_fail", k.on_save_fail), v("checkpoint", "memory_interval", k.memory_interval);
   v("checkpoint", "memory_dir", k.memory_dir), v("checkpoint", "memory_keep", k.memory_keep);
   v("log", "interval", c.log.interval), v("log", "metrics_file", c.log.metrics_file);
+  v("log", "samples_file", c.log.samples_file);
   v("log", "peak_tflops", c.log.peak_tflops);
   auto& l = c.loss_scale;
   v("loss_scale", "initial_scale", l.initial_scale), v("loss_scale", "min_scale", l.min_scale);

@@ -17,7 +17,7 @@
 
 namespace megatrain {
 
-void metrics_file_keep_through(const std::string& path, int64_t step) {
+void metrics_file_keep_through(const std::string& path, int64_t step, std::string_view key) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return;
   std::ostringstream all;
@@ -36,9 +36,9 @@ void metrics_file_keep_through(const std::string& path, int64_t step) {
     const std::string_view line(text.data() + begin, end - begin);
     const auto row = nlohmann::json::parse(line, nullptr, false);
     MT_INPUT_CHECK(row.is_object() && row.contains("step") && row["step"].is_number_integer(),
-                   "{}:{}: not a metrics row (a JSON object with an integer \"step\"); log.metrics_file must be "
-                   "written only by megatrain: move the file away or set log.metrics_file to a new path",
-                   path, line_no);
+                   "{}:{}: not a metrics row (a JSON object with an integer \"step\"); {} must be "
+                   "written only by megatrain: move the file away or set {} to a new path",
+                   path, line_no, key, key);
     if (row["step"].get<int64_t>() <= step)
       kept.append(line).push_back('\n');
     else
@@ -49,8 +49,7 @@ void metrics_file_keep_through(const std::string& path, int64_t step) {
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << kept;
-    MT_INPUT_CHECK(out.good(), "log.metrics_file = \"{}\": cannot write {}; check the folder's permissions", path,
-                   tmp);
+    MT_INPUT_CHECK(out.good(), "{} = \"{}\": cannot write {}; check the folder's permissions", key, path, tmp);
   }
   std::filesystem::rename(tmp, path);
   if (dropped > 0) spdlog::info("{}: dropped {} rows after step {} (they are redone now)", path, dropped, step);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "parallel/comm.h"
@@ -110,8 +111,9 @@ class MetricsLog {
 
 // Rewrites PATH (atomically) keeping its rows of steps ≤ STEP. A last line without its newline (a
 // run killed while writing it) is dropped; any other line that is not a JSON object with an integer
-// "step" is an InputError naming PATH:LINE. A missing file is left missing.
-void metrics_file_keep_through(const std::string& path, int64_t step);
+// "step" is an InputError naming PATH:LINE and the config key `key` that names the file. A missing
+// file is left missing.
+void metrics_file_keep_through(const std::string& path, int64_t step, std::string_view key = "log.metrics_file");
 
 std::string format_duration(double seconds);
 

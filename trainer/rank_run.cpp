@@ -125,6 +125,8 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
       data.valid()->load(f.eval_batch, micro, f.inputs.data(), f.targets.data());
     } else {
       data.train().load(f.batch, micro, f.inputs.data(), f.targets.data());
+      if (stage.range().head && !cfg.log.samples_file.empty() && groups.tp().rank() == 0 && groups.cp().rank() == 0)
+        digest_samples(f.batch, micro);
     }
   }
   if (!f.evaluating) {
@@ -137,6 +139,24 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
   }
   f.loss_sum += stage.forward(slot, MicroBatch{f.inputs.data(), f.targets.data(), opt}, input);
   return stage.output(slot);
+}
+
+void RankRun::digest_samples(int64_t batch, int micro) {
+  const BatchLoader& loader = data.train();
+  const int64_t S = loader.seq_len();
+  SampleDigest& d = feed_.samples[batch];
+  for (int b = 0; b < loader.micro_batch_size(); ++b) {
+    const int32_t* row = feed_.inputs.data() + b * S;
+    d.add(loader.sample_index(batch, micro, b), row, S, feed_.targets[static_cast<size_t>(b * S + S - 1)]);
+  }
+}
+
+SampleDigest RankRun::take_samples(int64_t batch) {
+  const auto it = feed_.samples.find(batch);
+  if (it == feed_.samples.end()) return {};
+  const SampleDigest d = it->second;
+  feed_.samples.erase(it);
+  return d;
 }
 
 void RankRun::gradients_begin(int chunk) {

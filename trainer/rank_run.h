@@ -28,6 +28,7 @@
 // its update is due.
 #pragma once
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,7 @@
 #include "parallel/pipeline.h"
 #include "trainer/checkpoint.h"
 #include "trainer/metrics.h"
+#include "trainer/sample_log.h"
 #include "trainer/train_data.h"
 
 namespace megatrain {
@@ -78,6 +80,9 @@ class RankRun final : public PipelineWork {
   // After the parameters were written through held_params_host() or checkpoint_tensors(), or at
   // initialisation: on a device, send the host copy of the parameters up; then hand them to ZeRO.
   void params_written();
+  // With log.samples_file: what this rank read of global batch `batch` (trainer/sample_log.h),
+  // forgotten once taken; nothing when it read none of it.
+  SampleDigest take_samples(int64_t batch);
   // After a load wrote parameters and moments through checkpoint_tensors(): on a device, send the
   // moments up too; then params_written().
   void state_written();
@@ -137,6 +142,9 @@ class RankRun final : public PipelineWork {
     double loss_sum = 0.0, loss_scale = 1.0;
     bool evaluating = false;
     int64_t eval_batch = 0;
+    // With log.samples_file: what this rank read of each global batch not yet logged (the batches
+    // computed ahead of their step too: [Note: stale-synchronous step]).
+    std::map<int64_t, SampleDigest> samples = {};
   };
   // [Note: stale-synchronous step]: a queued step's loss sum and overflow key (first_overflow's),
   // each reduced in place by its Work; a deque keeps their addresses while later ones are queued.
@@ -151,6 +159,8 @@ class RankRun final : public PipelineWork {
     int64_t key = 0;   // the retired step's reduced overflow key
   };
   double mean_over_replicas(double sum, int micro) const;
+  // Adds micro-batch `micro` of global batch `batch`, just loaded, to feed_.samples.
+  void digest_samples(int64_t batch, int micro);
   // Forward + backward of global batch `batch` through the pipeline; this rank's loss sum.
   double forward_backward(int64_t batch, double loss_scale);
   // Each group's hook before the step that writes the chunk's final gradients of a micro-batch (its

@@ -11,6 +11,7 @@
 #include "trainer/replica_check.h"
 #include "trainer/run_state.h"
 #include "trainer/run_summary.h"
+#include "trainer/sample_log.h"
 #include "trainer/step_faults.h"
 #include "trainer/step_log.h"
 #include "trainer/step_saves.h"
@@ -42,9 +43,10 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   const LrSchedule lr{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps,
                       cfg.optimizer.decay_steps, cfg.optimizer.decay};
   StepLog log(cfg, run, at, result);
+  SampleLog samples(cfg, run, at);
   StepFaults step_faults(cfg, run, faults);
   Evaluation evaluation(cfg, run, health.progress(), log, result);
-  const StepObservers observers{&health, &step_faults, &replicas, &snapshots, &log, &saves, &evaluation};
+  const StepObservers observers{&health, &step_faults, &replicas, &snapshots, &samples, &log, &saves, &evaluation};
   health.set_first_step(at.step + 1);
   health.expect_first_step(log.seconds_at_peak());
   for (int64_t step = at.step; step < cfg.train.steps; ++step) {
@@ -60,6 +62,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       saves.wait(out.step);
       roll_back(cfg, state, run, world, at, out.step);
       log.rewind(at.step);
+      samples.rewind(at.step);
       step = at.step - 1;  // the loop's ++step: the step after the checkpoint's
       continue;
     }
