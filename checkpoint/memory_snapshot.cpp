@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "kernels/check.h"
 
@@ -63,6 +67,84 @@ SnapshotHeader read_header(Reader& r) {
   return h;
 }
 
+constexpr size_t kKinds = 3;
+constexpr const char* kKindNames[kKinds] = {"parameters", "first moments", "second moments"};
+
+const FlatSlice& slice_of(const CheckpointPiece& p, size_t kind) {
+  return kind == 0 ? p.params : kind == 1 ? p.exp_avg : p.exp_avg_sq;
+}
+
+// A slice as the snapshot stores it: flat elements [begin, end), their floats at `data` (unaligned).
+struct StoredSlice {
+  int64_t begin = 0, end = 0;
+  const char* data = nullptr;
+};
+struct StoredPiece {
+  int64_t begin = 0, part_begin = 0, part_end = 0;
+  std::array<StoredSlice, kKinds> slices;
+};
+struct ParsedSnapshot {
+  SnapshotHeader header;
+  std::vector<StoredPiece> pieces;
+};
+
+// `bytes` checked whole (snapshot_header) and read into its pieces, which point into `bytes`.
+ParsedSnapshot parse_snapshot(std::string_view bytes, const std::string& source) {
+  ParsedSnapshot out{snapshot_header(bytes, source), {}};
+  Reader r(bytes.substr(0, bytes.size() - sizeof(uint32_t)), source);
+  read_header(r);
+  const auto pieces = r.get<int64_t>();
+  if (pieces < 0 || pieces > 1 << 20) throw CheckpointError(fmt::format("{}: snapshot holds {} pieces", source, pieces));
+  for (int64_t k = 0; k < pieces; ++k) {
+    StoredPiece& p = out.pieces.emplace_back();
+    p.begin = r.get<int64_t>(), p.part_begin = r.get<int64_t>(), p.part_end = r.get<int64_t>();
+    for (StoredSlice& f : p.slices) {
+      f.begin = r.get<int64_t>(), f.end = r.get<int64_t>();
+      if (f.end < f.begin) throw CheckpointError(fmt::format("{}: snapshot slice [{}, {})", source, f.begin, f.end));
+      f.data = r.take(static_cast<size_t>(f.end - f.begin) * sizeof(float));
+    }
+  }
+  return out;
+}
+
+// Sorted, disjoint [begin, end) ranges of flat elements.
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+// Copies into `to` the elements of `from` that `filled` lacks, and adds them to it.
+void fill(const FlatSlice& to, const StoredSlice& from, Ranges& filled) {
+  const int64_t a = std::max(to.begin, from.begin), b = std::min(to.end, from.end);
+  if (a >= b) return;
+  const auto copy = [&](int64_t x, int64_t y) {
+    std::memcpy(to.data + (x - to.begin), from.data + (x - from.begin) * static_cast<int64_t>(sizeof(float)),
+                static_cast<size_t>(y - x) * sizeof(float));
+  };
+  int64_t at = a;
+  for (const auto& [x, y] : filled) {
+    if (y <= at) continue;
+    if (x >= b) break;
+    if (x > at) copy(at, x);
+    at = std::max(at, y);
+    if (at >= b) break;
+  }
+  if (at < b) copy(at, b);
+  filled.emplace_back(a, b);
+  std::sort(filled.begin(), filled.end());
+  Ranges merged;
+  for (const auto& r : filled)
+    if (!merged.empty() && r.first <= merged.back().second)
+      merged.back().second = std::max(merged.back().second, r.second);
+    else
+      merged.push_back(r);
+  filled = std::move(merged);
+}
+
+std::string describe(const Ranges& ranges) {
+  if (ranges.empty()) return "none of it";
+  std::string out;
+  for (const auto& [a, b] : ranges) out += fmt::format("{}[{}, {})", out.empty() ? "" : " ", a, b);
+  return out;
+}
+
 }  // namespace
 
 std::string encode_snapshot(const CheckpointTensors& t, const SnapshotHeader& h) {
@@ -110,29 +192,51 @@ SnapshotHeader snapshot_header(std::string_view bytes, const std::string& source
 }
 
 SnapshotHeader restore_snapshot(std::string_view bytes, const CheckpointTensors& t, const std::string& source) {
-  const SnapshotHeader h = snapshot_header(bytes, source);
-  Reader r(bytes.substr(0, bytes.size() - sizeof(uint32_t)), source);
-  read_header(r);
-  const auto pieces = r.get<int64_t>();
-  if (pieces != static_cast<int64_t>(t.pieces.size()))
-    throw CheckpointError(fmt::format("{}: snapshot holds {} pieces, this rank {} (another layout)", source, pieces,
-                                      t.pieces.size()));
-  for (const CheckpointPiece& p : t.pieces) {
-    const auto begin = r.get<int64_t>(), part_begin = r.get<int64_t>(), part_end = r.get<int64_t>();
-    if (begin != p.begin || part_begin != p.part_begin || part_end != p.part_end)
+  const ParsedSnapshot snap = parse_snapshot(bytes, source);
+  if (snap.pieces.size() != t.pieces.size())
+    throw CheckpointError(fmt::format("{}: snapshot holds {} pieces, this rank {} (another layout)", source,
+                                      snap.pieces.size(), t.pieces.size()));
+  for (size_t k = 0; k < t.pieces.size(); ++k) {
+    const CheckpointPiece& p = t.pieces[k];
+    const StoredPiece& q = snap.pieces[k];
+    if (q.begin != p.begin || q.part_begin != p.part_begin || q.part_end != p.part_end)
       throw CheckpointError(fmt::format("{}: snapshot piece at {} partition [{}, {}) where this rank holds {} [{}, {}) "
                                         "(another layout)",
-                                        source, begin, part_begin, part_end, p.begin, p.part_begin, p.part_end));
-    for (const FlatSlice* f : {&p.params, &p.exp_avg, &p.exp_avg_sq}) {
-      const auto b = r.get<int64_t>(), e = r.get<int64_t>();
-      if (b != f->begin || e != f->end)
+                                        source, q.begin, q.part_begin, q.part_end, p.begin, p.part_begin, p.part_end));
+    for (size_t kind = 0; kind < kKinds; ++kind) {
+      const FlatSlice& f = slice_of(p, kind);
+      const StoredSlice& g = q.slices[kind];
+      if (g.begin != f.begin || g.end != f.end)
         throw CheckpointError(fmt::format("{}: snapshot slice [{}, {}) where this rank holds [{}, {}) (another layout)",
-                                          source, b, e, f->begin, f->end));
-      const size_t n = static_cast<size_t>(e - b) * sizeof(float);
-      if (n > 0) std::memcpy(f->data, r.take(n), n);
+                                          source, g.begin, g.end, f.begin, f.end));
+      if (f.end > f.begin) std::memcpy(f.data, g.data, static_cast<size_t>(f.end - f.begin) * sizeof(float));
     }
   }
-  return h;
+  return snap.header;
+}
+
+SnapshotHeader reshard_snapshots(const std::vector<std::string>& snapshots, const CheckpointTensors& t,
+                                 const std::string& source) {
+  MT_CHECK(!snapshots.empty(), "reshard_snapshots: no snapshots for {}", source);
+  std::vector<ParsedSnapshot> parsed;
+  for (size_t i = 0; i < snapshots.size(); ++i) {
+    parsed.push_back(parse_snapshot(snapshots[i], fmt::format("{} (snapshot {} of {})", source, i + 1, snapshots.size())));
+    const TrainState &a = parsed.front().header.state, &b = parsed.back().header.state;
+    if (a.step != b.step || a.consumed_samples != b.consumed_samples)
+      throw CheckpointError(fmt::format("{}: snapshots of steps {} and {} cannot make one state", source, a.step, b.step));
+  }
+  for (const CheckpointPiece& p : t.pieces)
+    for (size_t kind = 0; kind < kKinds; ++kind) {
+      const FlatSlice& to = slice_of(p, kind);
+      Ranges filled;
+      for (const ParsedSnapshot& snap : parsed)
+        for (const StoredPiece& q : snap.pieces) fill(to, q.slices[kind], filled);
+      if (to.end > to.begin && (filled.size() != 1 || filled[0] != std::pair{to.begin, to.end}))
+        throw CheckpointError(fmt::format("{}: the snapshots of the old layout do not hold every element of [{}, {}) "
+                                          "of this rank's {}; they hold {}",
+                                          source, to.begin, to.end, kKindNames[kind], describe(filled)));
+    }
+  return parsed.front().header;
 }
 
 }  // namespace megatrain

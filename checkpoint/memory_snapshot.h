@@ -8,11 +8,13 @@
 //   int64 growth, hysteresis trackers), int64 pieces, per piece int64 begin, part_begin, part_end
 //   and for params, exp_avg, exp_avg_sq int64 begin, end and end − begin float32 values,
 //   then the zlib CRC-32 of every byte before it (uint32).
-// A snapshot restores only into the same rank of the same layout, piece by piece: the bytes are the
-// rank's own state, so the run continues bit for bit.
+// A snapshot restores into the same rank of the same layout, piece by piece: the bytes are the rank's
+// own state, so the run continues bit for bit; or, with the snapshots of its dp peers, re-sharded
+// into a layout of another dp (reshard_snapshots).
 #pragma once
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "checkpoint/checkpoint_file.h"
 
@@ -38,5 +40,15 @@ SnapshotHeader snapshot_header(std::string_view bytes, const std::string& source
 // Writes the snapshot's pieces into `t`, which must have the same pieces and slices (the same rank of
 // the same layout; otherwise a CheckpointError naming `source` and what differs). Returns the header.
 SnapshotHeader restore_snapshot(std::string_view bytes, const CheckpointTensors& t, const std::string& source);
+
+// Re-sharding (a job continuing at a smaller dp after a host was lost): fills `t` from the snapshots
+// of the ranks of another layout that held the same tensor-parallel view of the model — the same tp,
+// cp and ep coordinates and pipeline stage; only dp, and with it the ZeRO partitions, differed —
+// every slice of `t` from the slices of the snapshots that overlap it (an element several hold,
+// such as ZeRO 1's replicated parameters, is copied once). A snapshot that is damaged, of another
+// step, or a set that leaves an element of `t` unfilled is a CheckpointError naming `source`.
+// Returns the first snapshot's header.
+SnapshotHeader reshard_snapshots(const std::vector<std::string>& snapshots, const CheckpointTensors& t,
+                                 const std::string& source);
 
 }  // namespace megatrain

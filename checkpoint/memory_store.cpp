@@ -34,7 +34,22 @@ std::optional<int> rank_of(const std::string& name) {
 }  // namespace
 
 MemoryStore::MemoryStore(fs::path root, const std::string& node, const std::string& layout_json)
-    : dir_(std::move(root) / node / layout_key(layout_json)) {}
+    : MemoryStore(std::move(root) / node / layout_key(layout_json), layout_json) {}
+
+MemoryStore::MemoryStore(fs::path dir, std::string layout_json)
+    : dir_(std::move(dir)), layout_json_(std::move(layout_json)) {}
+
+std::vector<MemoryStore> MemoryStore::host_layouts() const {
+  std::vector<MemoryStore> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_.parent_path(), ec)) {
+    std::ifstream in(e.path() / "LAYOUT");
+    std::string json;
+    if (e.is_directory(ec) && std::getline(in, json) && !json.empty()) out.push_back(MemoryStore(e.path(), json));
+  }
+  std::sort(out.begin(), out.end(), [](const MemoryStore& a, const MemoryStore& b) { return a.dir_ < b.dir_; });
+  return out;
+}
 
 fs::path MemoryStore::step_dir(int64_t step) const { return dir_ / checkpoint_step_name(step); }
 
@@ -42,6 +57,11 @@ void MemoryStore::put(int64_t step, int rank, std::string_view bytes) const {
   const fs::path d = step_dir(step), path = d / fmt::format("rank_{}.snap", rank), tmp = path.string() + ".tmp";
   std::error_code ec;
   fs::create_directories(d, ec);
+  if (!fs::exists(dir_ / "LAYOUT")) {
+    const fs::path layout = dir_ / "LAYOUT", layout_tmp = fmt::format("{}.{}.tmp", layout.string(), rank);
+    { std::ofstream(layout_tmp) << layout_json_ << "\n"; }
+    fs::rename(layout_tmp, layout, ec);
+  }
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -69,11 +89,13 @@ void MemoryStore::prune(int keep) const {
   if (done.empty()) return;
   for (const int64_t s : committed_steps(dir_))  // every step_N folder, committed or not
     if (s < done.front().step && !fs::exists(step_dir(s) / "COMMITTED")) fs::remove_all(step_dir(s), ec);
+  for (const MemoryStore& other : host_layouts())
+    if (other.dir_ != dir_) fs::remove_all(other.dir_, ec);
 }
 
 void MemoryStore::clear() const {
   std::error_code ec;
-  fs::remove_all(dir_, ec);
+  fs::remove_all(dir_.parent_path(), ec);
 }
 
 std::vector<StoredStep> MemoryStore::committed() const {

@@ -2,9 +2,11 @@
 //   ROOT/<node>/<layout>/step_NNNNNNN/rank_R.snap   (R: the rank whose state it is)
 //   ROOT/<node>/<layout>/step_NNNNNNN/COMMITTED     (every rank of the job wrote its snapshot and its
 //                                                    buddy's copy of it, trainer/memory_snapshots.h)
+//   ROOT/<node>/<layout>/LAYOUT                     (the layout's JSON, trainer/checkpoint.h layout_json)
 // ROOT is in memory (/dev/shm by default) and outlives the job — an MPI job dies whole when one rank
 // dies; the host's memory does not. <layout> keys the folder by the layout the snapshots were taken
-// at, as a snapshot restores only into the same one. Writes are atomic (.tmp, then rename).
+// at: a snapshot restores as it is into the same layout, and re-sharded into one that differs only
+// in dp (a host lost, trainer/memory_recovery.h). Writes are atomic (.tmp, then rename).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -23,21 +25,27 @@ struct StoredStep {
 class MemoryStore {
  public:
   MemoryStore(std::filesystem::path root, const std::string& node, const std::string& layout_json);
+  // This host's folders of every layout (this one's when it exists), each with its LAYOUT's JSON.
+  std::vector<MemoryStore> host_layouts() const;
+  const std::string& layout_json() const { return layout_json_; }
 
   void put(int64_t step, int rank, std::string_view bytes) const;  // throws CheckpointError when it cannot
   void commit(int64_t step) const;
-  // Removes all but the newest `keep` committed steps, and every uncommitted step older than the
-  // newest committed one (a set a failure left half-written).
+  // Removes all but the newest `keep` committed steps, every uncommitted step older than the newest
+  // committed one (a set a failure left half-written), and, once this layout has a committed step,
+  // the host's folders of other layouts (older sets a relaunch at this layout re-sharded).
   void prune(int keep) const;
-  void clear() const;  // every step of this host and layout
+  void clear() const;  // every step of this host, of every layout
   std::vector<StoredStep> committed() const;  // newest first
   std::string get(int64_t step, int rank) const;  // throws CheckpointError when missing or unreadable
   int64_t bytes() const;  // held under this host's folder for this layout
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
+  MemoryStore(std::filesystem::path dir, std::string layout_json);
   std::filesystem::path step_dir(int64_t step) const;
   std::filesystem::path dir_;
+  std::string layout_json_;
 };
 
 // "12:0,1;11:0,1" and back: a host's committed steps as one line, for gathering over the ranks.

@@ -1,13 +1,18 @@
 #include "trainer/memory_recovery.h"
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
+#include <sstream>
+#include <tuple>
 
 #include "checkpoint/memory_snapshot.h"
 #include "parallel/comm_gather.h"
 #include "parallel/comm_text.h"
+#include "parallel/groups.h"
 #include "trainer/checkpoint.h"
 #include "trainer/memory_snapshots.h"
 
@@ -16,19 +21,70 @@ namespace {
 
 constexpr int kTag = 9103;
 
-// For each step some host holds, the rank that provides each rank's snapshot: the rank itself when
-// its own host holds it, else the lowest rank whose host does.
-using Providers = std::map<int64_t, std::map<int, int>, std::greater<>>;
+// A set of snapshots the job's hosts hold: its layout, its step, and for each rank of that layout
+// the ranks of this job whose hosts hold its snapshot, ascending.
+struct HeldSet {
+  std::string layout;
+  int64_t step = 0;
+  std::map<int, std::vector<int>> holders;
+};
 
-Providers providers(const std::vector<std::string>& inventories) {
-  Providers out;
-  for (int q = 0; q < static_cast<int>(inventories.size()); ++q)
-    for (const StoredStep& s : parse_stored_steps(inventories[static_cast<size_t>(q)]))
-      for (const int r : s.ranks) {
-        auto [it, fresh] = out[s.step].try_emplace(r, q);
-        if (!fresh && q == r) it->second = q;
-      }
+// This host's committed sets, every layout: one line per layout, "JSON<tab>STEPS" (stored_steps_text).
+std::string inventory(const std::vector<MemoryStore>& layouts) {
+  std::string out;
+  for (const MemoryStore& s : layouts) out += s.layout_json() + "\t" + stored_steps_text(s.committed()) + "\n";
   return out;
+}
+
+std::vector<HeldSet> held_sets(const std::vector<std::string>& inventories) {
+  std::map<std::pair<std::string, int64_t>, std::map<int, std::vector<int>>> sets;
+  for (int q = 0; q < static_cast<int>(inventories.size()); ++q) {
+    std::istringstream lines(inventories[static_cast<size_t>(q)]);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t tab = line.find('\t');
+      MT_CHECK(tab != std::string::npos, "memory snapshot inventory line \"{}\" is malformed", line);
+      for (const StoredStep& s : parse_stored_steps(line.substr(tab + 1)))
+        for (const int r : s.ranks) sets[{line.substr(0, tab), s.step}][r].push_back(q);
+    }
+  }
+  std::vector<HeldSet> out;
+  for (auto& [key, holders] : sets) out.push_back({key.first, key.second, std::move(holders)});
+  return out;
+}
+
+// The layout's sizes (dp from the world, as the run resolves it); nullopt when it does not parse.
+std::optional<ParallelDims> dims_of(const std::string& layout_json) {
+  const auto j = nlohmann::json::parse(layout_json, nullptr, false);
+  const auto get = [&](const char* k) { return j.is_object() && j.contains(k) && j[k].is_number_integer() ? j[k].get<int>() : 0; };
+  ParallelDims d{get("tp"), get("cp"), get("ep"), 0, get("pp")};
+  const int world = get("world");
+  if (d.tp <= 0 || d.cp <= 0 || d.ep <= 0 || d.pp <= 0 || world <= 0 || world % (d.tp * d.cp * d.pp) != 0)
+    return std::nullopt;
+  d.dp = world / (d.tp * d.cp * d.pp);
+  return d;
+}
+
+// What a rank's slice of the model is: its tensor-, context- and expert-parallel coordinates and its
+// stage. Layouts that differ only in dp hold the same views.
+auto view(const ParallelDims& d, int rank) {
+  const RankCoords c = rank_coords(d, rank);
+  return std::tuple{c.tp, c.cp, c.ep, c.pp};
+}
+
+// The newest set at step ≥ at_least whose every rank some host holds, at this layout or at one that
+// differs only in dp (a tie goes to this layout); nullptr when there is none.
+const HeldSet* newest_usable(const std::vector<HeldSet>& sets, const std::string& here, const ParallelDims& now,
+                             int64_t at_least) {
+  const HeldSet* best = nullptr;
+  for (const HeldSet& s : sets) {
+    const auto was = dims_of(s.layout);
+    const bool same = s.layout == here;
+    if (s.step < at_least || !was) continue;
+    if (!same && std::tuple{was->tp, was->cp, was->ep, was->pp} != std::tuple{now.tp, now.cp, now.ep, now.pp}) continue;
+    if (static_cast<int>(s.holders.size()) != was->world() || s.holders.rbegin()->first >= was->world()) continue;
+    if (!best || s.step > best->step || (s.step == best->step && same)) best = &s;
+  }
+  return best;
 }
 
 }  // namespace
@@ -37,40 +93,73 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
                                                    int64_t at_least) {
   const auto t0 = std::chrono::steady_clock::now();
   const MemoryStore store = memory_store_for(cfg, world);
-  const Providers all = providers(all_gather_text(world, stored_steps_text(store.committed())));
+  const std::vector<MemoryStore> layouts = store.host_layouts();
+  const std::vector<HeldSet> sets = held_sets(all_gather_text(world, inventory(layouts)));
   const int me = world.rank(), n = world.size();
-  const auto found = std::find_if(all.begin(), all.end(), [&](const auto& s) {
-    return s.first >= at_least && static_cast<int>(s.second.size()) == n;
-  });
-  if (found == all.end()) {
+  const std::string here = layout_json(cfg, n);
+  const ParallelDims now = *dims_of(here);
+  const HeldSet* found = newest_usable(sets, here, now, at_least);
+  if (!found) {
     if (me == 0)
       spdlog::info("memory snapshots: no complete set in {} at step {} or later; loading the storage checkpoint",
                    store.dir().parent_path().parent_path().string(), at_least);
     return std::nullopt;
   }
-  const auto& [step, from] = *found;
-  std::string mine;
-  int64_t fetched = 0;
-  for (const auto& [r, q] : from) {
-    if (q != me && r != me) continue;
-    if (q == me && r == me) {
-      mine = store.get(step, r);
-    } else if (q == me) {
-      send_text(world, store.get(step, r), r, kTag);
-    } else {
-      recv_text(world, mine, q, kTag);
-      fetched = 1;
+  const HeldSet& set = *found;
+  const bool same = set.layout == here;
+  const ParallelDims was = *dims_of(set.layout);
+  // Rank m's snapshots: its own at this layout; otherwise those of the old ranks with its view.
+  const auto needs = [&](int m) {
+    std::vector<int> out;
+    for (int r = 0; r < was.world(); ++r)
+      if (same ? r == m : view(was, r) == view(now, m)) out.push_back(r);
+    return out;
+  };
+  const auto read = [&](int r) {  // "" when it cannot: the restore below then fails on the rank that needs it
+    try {
+      const auto it = std::find_if(layouts.begin(), layouts.end(), [&](const MemoryStore& s) { return s.layout_json() == set.layout; });
+      if (it != layouts.end()) return it->get(set.step, r);
+    } catch (const CheckpointError& e) {
+      spdlog::warn("memory snapshots: {}", e.what());
     }
+    return std::string();
+  };
+  // Every rank walks the same transfers in the same order, so each blocking send meets its receive.
+  std::vector<std::string> mine;
+  int64_t totals[4] = {0, 0, 0, 0};  // read on the own host, fetched, bytes, failed
+  for (int m = 0; m < n; ++m)
+    for (const int r : needs(m)) {
+      const std::vector<int>& h = set.holders.at(r);
+      const bool at_home = std::binary_search(h.begin(), h.end(), m);
+      if (m == me && at_home) {
+        mine.push_back(read(r)), ++totals[0];
+      } else if (m == me) {
+        recv_text(world, mine.emplace_back(), h.front(), kTag), ++totals[1];
+      } else if (!at_home && h.front() == me) {
+        send_text(world, read(r), m, kTag);
+      }
+    }
+  const std::string source = fmt::format("memory snapshot of rank {} at step {} ({})", me, set.step, store.dir().string());
+  SnapshotHeader header;
+  try {
+    header = same ? restore_snapshot(mine.front(), t, source) : reshard_snapshots(mine, t, source);
+  } catch (const CheckpointError& e) {
+    spdlog::warn("memory snapshots: {}", e.what());
+    totals[3] = 1;
   }
-  const SnapshotHeader h =
-      restore_snapshot(mine, t, fmt::format("memory snapshot of rank {} at step {} ({})", me, step, store.dir().string()));
-  int64_t totals[2] = {fetched, static_cast<int64_t>(mine.size())};
-  world.all_reduce(totals, 2).wait();
+  for (const std::string& s : mine) totals[2] += static_cast<int64_t>(s.size());
+  world.all_reduce(totals, 4).wait();
+  if (totals[3] > 0) {
+    if (me == 0) spdlog::warn("memory snapshots: the set of step {} could not be restored; loading the storage checkpoint",
+                              set.step);
+    return std::nullopt;
+  }
   if (me == 0)
-    spdlog::info("MEMORY_RESTORE step={} source=memory ranks={} read_local={} fetched={} bytes={} seconds={:.3f}", step,
-                 n, n - totals[0], totals[0], totals[1],
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return CheckpointMeta{h.state, "", h.layout_json};
+    spdlog::info("MEMORY_RESTORE step={} source=memory ranks={} read_local={} fetched={} bytes={} seconds={:.3f}{}",
+                 set.step, n, totals[0], totals[1], totals[2],
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                 same ? "" : fmt::format(" resharded_from_dp={} dp={}", was.dp, now.dp));
+  return CheckpointMeta{header.state, "", header.layout_json};
 }
 
 }  // namespace megatrain

@@ -2,7 +2,11 @@
 // failure the relaunched job looks for the newest step for which its hosts together hold a committed
 // snapshot of every rank. Each rank reads its own from its host's store; a rank whose host lost it
 // (a replaced host) receives it over the network from a rank whose host holds the buddy's copy.
-// Only snapshots of the same layout qualify (checkpoint/memory_store.h keys them by layout).
+// Elastic continuation: a job relaunched on fewer hosts at a smaller dp (the same tp, cp, ep and pp)
+// restores the old layout's set re-sharded — each rank takes the snapshots of the old ranks that held
+// its slice of the model, from its own host or over the network, and fills its new ZeRO partition
+// from them (checkpoint/memory_snapshot.h reshard_snapshots). A set that cannot be restored (a
+// damaged snapshot) is reported and the storage checkpoint loaded instead.
 #pragma once
 #include <optional>
 
@@ -13,8 +17,9 @@
 namespace megatrain {
 
 // Collective. The newest complete set at step ≥ `at_least`, written into `t`, with rank 0 logging
-// MEMORY_RESTORE (step, ranks read on their own host and fetched from a buddy's, bytes, seconds);
-// nullopt when there is none (the caller then loads the storage checkpoint).
+// MEMORY_RESTORE (step, snapshots read on the ranks' own hosts and fetched from others, bytes,
+// seconds; resharded_from_dp and dp when re-sharded); nullopt when there is none or it failed (the
+// caller then loads the storage checkpoint).
 std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const CheckpointTensors& t, const Comm& world,
                                                    int64_t at_least);
 

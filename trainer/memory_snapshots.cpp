@@ -75,7 +75,7 @@ void MemorySnapshots::discard(const std::string& why) {
   if (worker_.joinable()) worker_.join();
   comm_->barrier();  // every rank of the host has committed and pruned before its folder goes
   store_->clear();
-  spdlog::info("memory snapshots: removed {} ({})", store_->dir().string(), why);
+  spdlog::info("memory snapshots: removed {} ({})", store_->dir().parent_path().string(), why);
 }
 
 void MemorySnapshots::store(int64_t step, const std::string& own, double stall_ms) {

@@ -38,7 +38,7 @@ class MemorySnapshots final : public StepObserver {
   MemorySnapshots(const MemorySnapshots&) = delete;
   MemorySnapshots& operator=(const MemorySnapshots&) = delete;
   void updated(const StepOutcome& out) override;
-  // Collective. Waits for the snapshot in flight and removes this host's snapshots of this layout
+  // Collective. Waits for the snapshot in flight and removes this host's snapshots, of every layout
   // (`why`: a replica mismatch, whose restart must load from storage; the end of the run).
   void discard(const std::string& why);
   // The run has ended (finished, or stopped after its save): frees the host's memory of them.

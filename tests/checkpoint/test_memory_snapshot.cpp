@@ -1,8 +1,11 @@
 // Memory snapshots (checkpoint/memory_snapshot.h, checkpoint/memory_store.h): a rank's state
 // round-trips through its bytes exactly; a damaged, truncated or foreign snapshot is refused with a
-// CheckpointError naming what is wrong; the store lists only committed steps, with the ranks whose
-// snapshots it holds, and prunes old and half-written sets.
+// CheckpointError naming what is wrong; snapshots of a larger dp re-shard into a smaller one; the
+// store lists only committed steps, with the ranks whose snapshots it holds, prunes old and
+// half-written sets and other layouts' once its own commits.
 #include <gtest/gtest.h>
+
+#include <fmt/format.h>
 
 #include <cstring>
 #include <numeric>
@@ -10,6 +13,7 @@
 #include "checkpoint/memory_snapshot.h"
 #include "checkpoint/memory_store.h"
 #include "kernels/check.h"
+#include "parallel/flat_range.h"
 #include "tests/expect_contains.h"
 #include "tests/temp_dir.h"
 
@@ -87,6 +91,65 @@ TEST(MemorySnapshot, DamageTruncationAndAnotherLayoutAreRefused) {
   EXPECT_CONTAINS(checkpoint_error([&] { restore_snapshot(bytes, other, "snap"); }), "holds 2 pieces, this rank 1");
 }
 
+// A model of `total` flat elements whose truth is value(kind, i), held by rank `rank` of `dp` with
+// ZeRO stage 1 (full parameters, partition-only moments) or 3 (all partition-only), as one piece.
+struct ShardedRank {
+  static float value(int kind, int64_t i) { return static_cast<float>(kind * 1000 + i) * 0.25f; }
+  int64_t total;
+  FlatRange part, params;
+  std::vector<std::vector<float>> data;  // params, exp_avg, exp_avg_sq
+  ShardedRank(int64_t total, int rank, int dp, int zero, bool filled)
+      : total(total), part(flat_partition(total, rank, dp)), params(zero == 3 ? part : FlatRange{0, total}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      const FlatRange r = kind == 0 ? params : part;
+      auto& d = data.emplace_back(static_cast<size_t>(r.end - r.begin), -1.0f);
+      for (int64_t i = r.begin; filled && i < r.end; ++i) d[static_cast<size_t>(i - r.begin)] = value(kind, i);
+    }
+  }
+  CheckpointTensors tensors() {
+    return CheckpointTensors(nullptr, nullptr,
+                             {{{data[0].data(), params.begin, params.end},
+                               {data[1].data(), part.begin, part.end},
+                               {data[2].data(), part.begin, part.end}, part.begin, part.end, 0}});
+  }
+  bool holds_the_truth() const {
+    for (int kind = 0; kind < 3; ++kind) {
+      const FlatRange r = kind == 0 ? params : part;
+      for (int64_t i = r.begin; i < r.end; ++i)
+        if (data[static_cast<size_t>(kind)][static_cast<size_t>(i - r.begin)] != value(kind, i)) return false;
+    }
+    return true;
+  }
+};
+
+// The snapshots of dp = 3 ranks re-sharded into each rank of dp = 2 (a host lost): every element
+// of the new partitions comes from the old rank that held it, for ZeRO 1 and 3, with 31 elements
+// (uneven partitions); a set lacking a rank, or mixing steps, is refused naming what is missing.
+TEST(MemorySnapshot, ThreeRanksSnapshotsReshardIntoTwo) {
+  for (const int zero : {1, 3}) {
+    std::vector<std::string> old;
+    for (int r = 0; r < 3; ++r) old.push_back(encode_snapshot(ShardedRank(31, r, 3, zero, true).tensors(), header()));
+    for (int k = 0; k < 2; ++k) {
+      ShardedRank fresh(31, k, 2, zero, false);
+      EXPECT_EQ(reshard_snapshots(old, fresh.tensors(), "test").state.step, 24);
+      EXPECT_TRUE(fresh.holds_the_truth()) << "ZeRO " << zero << " new rank " << k;
+    }
+    ShardedRank fresh(31, 1, 2, zero, false);  // [16, 31): old rank 1 holds [11, 22), rank 2 [22, 31)
+    const std::vector<std::string> without_two = {old[0], old[1]};
+    EXPECT_CONTAINS(checkpoint_error([&] { reshard_snapshots(without_two, fresh.tensors(), "snap"); }),
+                    fmt::format("snap: the snapshots of the old layout do not hold every element of [16, 31) of "
+                                "this rank's {}; they hold [16, 22)",
+                                zero == 1 ? "first moments" : "parameters"));
+  }
+  SnapshotHeader later = header();
+  later.state.step = 25;
+  const std::vector<std::string> mixed = {encode_snapshot(ShardedRank(31, 0, 3, 1, true).tensors(), header()),
+                                          encode_snapshot(ShardedRank(31, 1, 3, 1, true).tensors(), later)};
+  ShardedRank fresh(31, 0, 2, 1, false);
+  EXPECT_CONTAINS(checkpoint_error([&] { reshard_snapshots(mixed, fresh.tensors(), "snap"); }),
+                  "snapshots of steps 24 and 25 cannot make one state");
+}
+
 TEST(MemoryStore, ListsOnlyCommittedStepsAndPrunes) {
   test::TempDir dir("memory_store");
   const MemoryStore store(dir.path(), "vnode1", R"({"tp":1})");
@@ -105,10 +168,31 @@ TEST(MemoryStore, ListsOnlyCommittedStepsAndPrunes) {
   EXPECT_EQ(store.committed(), (std::vector<StoredStep>{{4, {0, 2}}, {2, {0, 2}}}));
   EXPECT_FALSE(std::filesystem::exists(store.dir() / "step_0000003"));  // older than 4, never committed
   EXPECT_TRUE(std::filesystem::exists(store.dir() / "step_0000005"));   // newer: may still be being written
-  EXPECT_EQ(store.bytes(), 2 * (3 + 4) + 16 + 2 * 2);  // snapshots, the half-written one, two markers "N\n"
+  // Snapshots, the half-written one, two markers "N\n", LAYOUT.
+  EXPECT_EQ(store.bytes(), 2 * (3 + 4) + 16 + 2 * 2 + 9);
   store.clear();
   EXPECT_TRUE(store.committed().empty());
   EXPECT_EQ(store.bytes(), 0);
+}
+
+// A host's folders of several layouts are listed with their layouts; once the newer layout commits
+// a step, pruning removes the older layout's sets; clearing removes the host's folder whole.
+TEST(MemoryStore, OtherLayoutsAreListedThenPrunedOnceThisOneCommits) {
+  test::TempDir dir("memory_layouts");
+  const MemoryStore old_layout(dir.path(), "vnode0", R"({"dp":3})"), now(dir.path(), "vnode0", R"({"dp":2})");
+  old_layout.put(24, 0, "zero"), old_layout.commit(24);
+  std::vector<std::string> seen;
+  for (const MemoryStore& s : now.host_layouts()) seen.push_back(s.layout_json() + "@" + stored_steps_text(s.committed()));
+  EXPECT_EQ(seen, std::vector<std::string>{R"({"dp":3}@24:0)"});
+  now.put(25, 0, "zero");
+  now.prune(2);  // nothing committed at this layout yet: the old one stays
+  EXPECT_EQ(old_layout.committed().size(), 1u);
+  now.commit(25);
+  now.prune(2);
+  EXPECT_TRUE(old_layout.committed().empty());
+  EXPECT_EQ(now.host_layouts().size(), 1u);
+  now.clear();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "vnode0"));
 }
 
 TEST(MemoryStore, InventoriesRoundTripAsText) {
