@@ -12,7 +12,11 @@
 #                  job, excludes simhost2 and resumes at dp = 2;
 #   5. hpZ groups  ZeRO++'s secondary shards need each group of ranks on one host: 4 ranks on
 #                  simhost1, simhost2 and twice simhost3 with groups of 2 are refused, naming the two
-#                  hosts the first group spans.
+#                  hosts the first group spans;
+#   6. elastic     simhost2 killed and unplugged under the driver with memory snapshots: the job goes
+#                  on at dp = 2 from the dp = 3 snapshots re-sharded; plugged back in, it is readmitted
+#                  (--probe-lost-hosts) at the next relaunch and the job grows back to dp = 3; the
+#                  sample log equals a fault-free run's.
 # Prints the detection figures. Needs root and network namespaces; otherwise prints "SKIPPED: …"
 # and exits 77 (ctest: skipped).
 #
@@ -152,4 +156,42 @@ set -e
 [ "$rc" -ne 124 ] || fail "the refused hpZ layout hung instead of ending"
 expect "$dir/hpz.log" "zero_hpz_partition_size = 2: a group of 2 consecutive data-parallel ranks spans hosts 'simhost[12]' and 'simhost[12]'"
 grep -o -m1 "zero_hpz_partition_size = 2: .*" "$dir/hpz.log"
+echo "== 6. elastic: simhost2 lost (killed, then unplugged) goes on at dp = 2, and plugged back in, at dp = 3 again"
+# Memory snapshots every step, ZeRO 1. The relaunch after the loss probes simhost2 (unplugged: fails),
+# restores the dp = 3 set re-sharded to dp = 2; once simhost2 is plugged back in, simhost3's rank is
+# killed, and the relaunch after that readmits both and re-shards the dp = 2 set to dp = 3. The
+# sample log must equal a fault-free dp = 3 run's: no sample skipped or repeated across either change.
+"$driver" --checkpoint-dir "$dir/ck6" --run-dir "$dir/drv6" --hosts simhost1:1,simhost2:1,simhost3:1 --backoff-s 2 \
+  --probe-lost-hosts --probe-timeout-s 5 -- "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train \
+  --config "$dir/tiny.toml" --set train.steps=150 --set checkpoint.save_interval=50 --set parallel.zero_stage=1 \
+  --set checkpoint.memory_interval=1 --set checkpoint.memory_dir="$dir/shm6" \
+  --set log.samples_file="$dir/samples6.jsonl" >"$dir/driver6.log" 2>&1 &
+drv=$!
+wait_for() {  # wait_for SECONDS CONDITION...: polls every 0.1 s; fails when it does not hold in time
+  local n=$(($1 * 10)); shift
+  for _ in $(seq "$n"); do "$@" && return 0; sleep 0.1; done
+  tail -30 "$dir/driver6.log"; fail "timed out waiting for: $*"
+}
+at_least() { [ "$(lines '"loss"' "$dir/drv6/metrics.jsonl")" -ge "$1" ]; }
+wait_for 90 at_least 25
+ip netns pids simhost2 | xargs -r kill -9
+wait_for 30 grep -q '"event": "HOST_EXCLUDED"' "$dir/drv6/reports/events.jsonl"
+"$sim" link simhost2 down
+wait_for 90 grep -q "MEMORY_RESTORE" "$dir/drv6/attempt_2.log"
+wait_for 90 at_least 60
+"$sim" link simhost2 up
+ip netns pids simhost3 | xargs -r kill -9
+wait "$drv" || { tail -40 "$dir/driver6.log"; fail "the driver did not finish the elastic job"; }
+ev6=$dir/drv6/reports/events.jsonl
+expect "$ev6" '"attempt": 2, "event": "HOST_PROBE_FAILED", .*"node_host": "simhost2"'
+expect "$dir/drv6/attempt_2.log" "MEMORY_RESTORE .*resharded_from_dp=3 dp=2"
+expect "$ev6" '"attempt": 3, "event": "HOST_READMITTED", .*"node_host": "simhost2"'
+expect "$dir/drv6/attempt_3.log" "MEMORY_RESTORE .*resharded_from_dp=2 dp=3"
+grep -o "MEMORY_RESTORE.*" "$dir/drv6/attempt_2.log" "$dir/drv6/attempt_3.log"
+# shellcheck disable=SC2086
+timeout 120 "$sim" mpirun $three "$bin" train --config "$dir/tiny.toml" --set train.steps=150 \
+  --set parallel.zero_stage=1 --set log.samples_file="$dir/clean6.jsonl" >"$dir/clean6.log" 2>&1 || fail "clean run failed"
+cmp "$dir/clean6.jsonl" "$dir/samples6.jsonl" || fail "the sample log differs from the fault-free run's"
+echo "elastic: dp 3 -> 2 -> 3 from re-sharded memory snapshots; the 150 steps' sample log equals the fault-free run's"
+
 echo "PASS"
