@@ -158,8 +158,7 @@ void seal_snapshot(std::string& body) { put(body, crc_of(body)); }
 
 void encode_snapshot_body(const CheckpointTensors& t, const SnapshotHeader& h, std::string& out) {
   size_t floats = 0;
-  for (const CheckpointPiece& p : t.pieces)
-    for (const FlatSlice* f : {&p.params, &p.exp_avg, &p.exp_avg_sq}) floats += static_cast<size_t>(f->end - f->begin);
+  for (const CheckpointPiece& p : t.pieces) floats += kKinds * static_cast<size_t>(p.part_end - p.part_begin);
   out.reserve(kMagic.size() + 256 + h.layout_json.size() + t.pieces.size() * 72 + floats * sizeof(float));
   out.assign(kMagic);
   put(out, static_cast<int32_t>(h.rank)), put(out, static_cast<int32_t>(h.world));
@@ -172,8 +171,11 @@ void encode_snapshot_body(const CheckpointTensors& t, const SnapshotHeader& h, s
   for (const CheckpointPiece& p : t.pieces) {
     put(out, p.begin), put(out, p.part_begin), put(out, p.part_end);
     for (const FlatSlice* f : {&p.params, &p.exp_avg, &p.exp_avg_sq}) {
-      put(out, f->begin), put(out, f->end);
-      out.append(reinterpret_cast<const char*>(f->data), static_cast<size_t>(f->end - f->begin) * sizeof(float));
+      MT_CHECK(f->begin <= p.part_begin && p.part_end <= f->end, "slice [{}, {}) lacks its partition [{}, {})",
+               f->begin, f->end, p.part_begin, p.part_end);
+      put(out, p.part_begin), put(out, p.part_end);
+      out.append(reinterpret_cast<const char*>(f->data + (p.part_begin - f->begin)),
+                 static_cast<size_t>(p.part_end - p.part_begin) * sizeof(float));
     }
   }
 }
@@ -191,33 +193,9 @@ SnapshotHeader snapshot_header(std::string_view bytes, const std::string& source
   return read_header(r);
 }
 
-SnapshotHeader restore_snapshot(std::string_view bytes, const CheckpointTensors& t, const std::string& source) {
-  const ParsedSnapshot snap = parse_snapshot(bytes, source);
-  if (snap.pieces.size() != t.pieces.size())
-    throw CheckpointError(fmt::format("{}: snapshot holds {} pieces, this rank {} (another layout)", source,
-                                      snap.pieces.size(), t.pieces.size()));
-  for (size_t k = 0; k < t.pieces.size(); ++k) {
-    const CheckpointPiece& p = t.pieces[k];
-    const StoredPiece& q = snap.pieces[k];
-    if (q.begin != p.begin || q.part_begin != p.part_begin || q.part_end != p.part_end)
-      throw CheckpointError(fmt::format("{}: snapshot piece at {} partition [{}, {}) where this rank holds {} [{}, {}) "
-                                        "(another layout)",
-                                        source, q.begin, q.part_begin, q.part_end, p.begin, p.part_begin, p.part_end));
-    for (size_t kind = 0; kind < kKinds; ++kind) {
-      const FlatSlice& f = slice_of(p, kind);
-      const StoredSlice& g = q.slices[kind];
-      if (g.begin != f.begin || g.end != f.end)
-        throw CheckpointError(fmt::format("{}: snapshot slice [{}, {}) where this rank holds [{}, {}) (another layout)",
-                                          source, g.begin, g.end, f.begin, f.end));
-      if (f.end > f.begin) std::memcpy(f.data, g.data, static_cast<size_t>(f.end - f.begin) * sizeof(float));
-    }
-  }
-  return snap.header;
-}
-
-SnapshotHeader reshard_snapshots(const std::vector<std::string>& snapshots, const CheckpointTensors& t,
+SnapshotHeader restore_snapshots(const std::vector<std::string>& snapshots, const CheckpointTensors& t,
                                  const std::string& source) {
-  MT_CHECK(!snapshots.empty(), "reshard_snapshots: no snapshots for {}", source);
+  MT_CHECK(!snapshots.empty(), "restore_snapshots: no snapshots for {}", source);
   std::vector<ParsedSnapshot> parsed;
   for (size_t i = 0; i < snapshots.size(); ++i) {
     parsed.push_back(parse_snapshot(snapshots[i], fmt::format("{} (snapshot {} of {})", source, i + 1, snapshots.size())));
@@ -232,8 +210,8 @@ SnapshotHeader reshard_snapshots(const std::vector<std::string>& snapshots, cons
       for (const ParsedSnapshot& snap : parsed)
         for (const StoredPiece& q : snap.pieces) fill(to, q.slices[kind], filled);
       if (to.end > to.begin && (filled.size() != 1 || filled[0] != std::pair{to.begin, to.end}))
-        throw CheckpointError(fmt::format("{}: the snapshots of the old layout do not hold every element of [{}, {}) "
-                                          "of this rank's {}; they hold {}",
+        throw CheckpointError(fmt::format("{}: the snapshots do not hold every element of [{}, {}) of this rank's {}; "
+                                          "they hold {}",
                                           source, to.begin, to.end, kKindNames[kind], describe(filled)));
     }
   return parsed.front().header;

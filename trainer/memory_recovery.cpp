@@ -108,11 +108,11 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
   const HeldSet& set = *found;
   const bool same = set.layout == here;
   const ParallelDims was = *dims_of(set.layout);
-  // Rank m's snapshots: its own at this layout; otherwise those of the old ranks with its view.
+  // Rank m's snapshots: those of the ranks that held its view (its dp group's at this layout).
   const auto needs = [&](int m) {
     std::vector<int> out;
     for (int r = 0; r < was.world(); ++r)
-      if (same ? r == m : view(was, r) == view(now, m)) out.push_back(r);
+      if (view(was, r) == view(now, m)) out.push_back(r);
     return out;
   };
   const auto read = [&](int r) {  // "" when it cannot: the restore below then fails on the rank that needs it
@@ -142,7 +142,7 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
   const std::string source = fmt::format("memory snapshot of rank {} at step {} ({})", me, set.step, store.dir().string());
   SnapshotHeader header;
   try {
-    header = same ? restore_snapshot(mine.front(), t, source) : reshard_snapshots(mine, t, source);
+    header = restore_snapshots(mine, t, source);
   } catch (const CheckpointError& e) {
     spdlog::warn("memory snapshots: {}", e.what());
     totals[3] = 1;

@@ -1,6 +1,6 @@
 // Memory snapshots (docs/robustness.md R26; Gemini keeps checkpoints in peer hosts' CPU memory):
-// every checkpoint.memory_interval steps, right after the update, each rank encodes its whole
-// training state (checkpoint/memory_snapshot.h) into its host's memory store
+// every checkpoint.memory_interval steps, right after the update, each rank encodes its share of the
+// training state — its ZeRO partition (checkpoint/memory_snapshot.h) — into its host's memory store
 // (checkpoint/memory_store.h) and sends a copy to its buddy — the rank with the same local index on
 // the next host (memory_buddy) — which stores it on its own host, so every rank's state is on two
 // hosts and no host holds only its own. An all-reduce then tells every rank whether every copy was

@@ -1,12 +1,14 @@
-// Memory snapshots (checkpoint/memory_snapshot.h, checkpoint/memory_store.h): a rank's state
-// round-trips through its bytes exactly; a damaged, truncated or foreign snapshot is refused with a
-// CheckpointError naming what is wrong; snapshots of a larger dp re-shard into a smaller one; the
+// Memory snapshots (checkpoint/memory_snapshot.h, checkpoint/memory_store.h): a dp group's
+// partition-only snapshots restore every rank's state exactly; a damaged, truncated or foreign
+// snapshot, or a group missing a rank, is refused with a CheckpointError naming what is wrong;
+// snapshots of a larger dp re-shard into a smaller one; the
 // store lists only committed steps, with the ranks whose snapshots it holds, prunes old and
 // half-written sets and other layouts' once its own commits.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstring>
 #include <numeric>
 
@@ -19,23 +21,6 @@
 
 namespace megatrain {
 namespace {
-
-// A rank's two pieces (dense and experts), ZeRO-1-like: full params, partition-only moments.
-struct RankState {
-  std::vector<float> p0 = std::vector<float>(10), m0 = std::vector<float>(4), v0 = std::vector<float>(4);
-  std::vector<float> p1 = std::vector<float>(6), m1 = std::vector<float>(3), v1 = std::vector<float>(3);
-  explicit RankState(float first) {
-    float x = first;
-    for (auto* b : {&p0, &m0, &v0, &p1, &m1, &v1})
-      for (float& f : *b) f = (x += 0.37f);
-  }
-  CheckpointTensors tensors() {
-    return CheckpointTensors(nullptr, nullptr,
-                             {{{p0.data(), 0, 10}, {m0.data(), 4, 8}, {v0.data(), 4, 8}, 4, 8, 0},
-                              {{p1.data(), 10, 16}, {m1.data(), 13, 16}, {v1.data(), 13, 16}, 13, 16, 10}});
-  }
-  bool operator==(const RankState&) const = default;
-};
 
 // The message of the CheckpointError `f` throws.
 template <class F>
@@ -54,73 +39,80 @@ SnapshotHeader header() {
   return h;
 }
 
-TEST(MemorySnapshot, ARanksStateRoundTripsExactly) {
-  RankState a(1.0f), b(-5.0f);
-  const std::string bytes = encode_snapshot(a.tensors(), header());
-  ASSERT_FALSE(a == b);
-  const SnapshotHeader h = restore_snapshot(bytes, b.tensors(), "test");
-  EXPECT_TRUE(a == b);
-  EXPECT_EQ(h.rank, 3);
-  EXPECT_EQ(h.world, 8);
-  EXPECT_EQ(h.layout_json, header().layout_json);
-  EXPECT_EQ(h.state.step, 24);
-  EXPECT_EQ(h.state.consumed_samples, 24 * 16);
-  EXPECT_EQ(h.state.seed, 1234u);
-  EXPECT_EQ(h.state.skipped_steps, 2);
-  EXPECT_EQ(h.state.loss_scale, 32768.0);
-  EXPECT_EQ(h.state.loss_scale_growth_tracker, 7);
-  EXPECT_EQ(h.state.loss_scale_hysteresis_tracker, 1);
-  // 8 magic + 4 + 4 + 8 + 15 layout + 56 state + 8 pieces + 2 × (24 + 3 × 16) + 4 × (10+4+4+6+3+3) + 4 CRC.
-  EXPECT_EQ(bytes.size(), 8u + 4 + 4 + 8 + 15 + 56 + 8 + 2 * (24 + 3 * 16) + 4 * 30 + 4);
-}
-
-TEST(MemorySnapshot, DamageTruncationAndAnotherLayoutAreRefused) {
-  RankState a(1.0f), b(0.0f);
-  std::string bytes = encode_snapshot(a.tensors(), header());
-  std::string flipped = bytes;
-  flipped[100] ^= 0x10;
-  EXPECT_CONTAINS(checkpoint_error([&] { restore_snapshot(flipped, b.tensors(), "snap"); }), "snap: snapshot damaged");
-  const std::string half = bytes.substr(0, bytes.size() / 2);
-  EXPECT_CONTAINS(checkpoint_error([&] { restore_snapshot(half, b.tensors(), "snap"); }), "snap: snapshot damaged");
-  EXPECT_CONTAINS(checkpoint_error([&] { restore_snapshot("not a snapshot", b.tensors(), "snap"); }),
-                  "not a megatrain memory snapshot");
-  CheckpointTensors other = b.tensors();
-  other.pieces[1].exp_avg.begin = 12;  // another partition
-  EXPECT_CONTAINS(checkpoint_error([&] { restore_snapshot(bytes, other, "snap"); }), "another layout");
-  other.pieces.pop_back();
-  EXPECT_CONTAINS(checkpoint_error([&] { restore_snapshot(bytes, other, "snap"); }), "holds 2 pieces, this rank 1");
-}
-
 // A model of `total` flat elements whose truth is value(kind, i), held by rank `rank` of `dp` with
-// ZeRO stage 1 (full parameters, partition-only moments) or 3 (all partition-only), as one piece.
+// ZeRO stage 0 (everything full), 1 (full parameters, partition-only moments) or 3 (all
+// partition-only), as one piece.
 struct ShardedRank {
   static float value(int kind, int64_t i) { return static_cast<float>(kind * 1000 + i) * 0.25f; }
-  int64_t total;
-  FlatRange part, params;
-  std::vector<std::vector<float>> data;  // params, exp_avg, exp_avg_sq
-  ShardedRank(int64_t total, int rank, int dp, int zero, bool filled)
-      : total(total), part(flat_partition(total, rank, dp)), params(zero == 3 ? part : FlatRange{0, total}) {
+  FlatRange part;
+  std::array<FlatRange, 3> held;  // params, exp_avg, exp_avg_sq
+  std::vector<std::vector<float>> data;
+  ShardedRank(int64_t total, int rank, int dp, int zero, bool filled) : part(flat_partition(total, rank, dp)) {
+    const FlatRange all{0, total};
+    held = {zero == 3 ? part : all, zero == 0 ? all : part, zero == 0 ? all : part};
     for (int kind = 0; kind < 3; ++kind) {
-      const FlatRange r = kind == 0 ? params : part;
+      const FlatRange r = held[static_cast<size_t>(kind)];
       auto& d = data.emplace_back(static_cast<size_t>(r.end - r.begin), -1.0f);
       for (int64_t i = r.begin; filled && i < r.end; ++i) d[static_cast<size_t>(i - r.begin)] = value(kind, i);
     }
   }
   CheckpointTensors tensors() {
-    return CheckpointTensors(nullptr, nullptr,
-                             {{{data[0].data(), params.begin, params.end},
-                               {data[1].data(), part.begin, part.end},
-                               {data[2].data(), part.begin, part.end}, part.begin, part.end, 0}});
+    const auto slice = [&](int k) {
+      return FlatSlice{data[static_cast<size_t>(k)].data(), held[static_cast<size_t>(k)].begin,
+                       held[static_cast<size_t>(k)].end};
+    };
+    return CheckpointTensors(nullptr, nullptr, {{slice(0), slice(1), slice(2), part.begin, part.end, 0}});
   }
   bool holds_the_truth() const {
     for (int kind = 0; kind < 3; ++kind) {
-      const FlatRange r = kind == 0 ? params : part;
+      const FlatRange r = held[static_cast<size_t>(kind)];
       for (int64_t i = r.begin; i < r.end; ++i)
         if (data[static_cast<size_t>(kind)][static_cast<size_t>(i - r.begin)] != value(kind, i)) return false;
     }
     return true;
   }
 };
+
+// The snapshots of the 3 ranks of a dp group, each holding only its partition, restore every rank's
+// parameters and moments exactly, whatever the ZeRO stage, with the header's state.
+TEST(MemorySnapshot, ADpGroupsSnapshotsRestoreEveryRankExactly) {
+  for (const int zero : {0, 1, 3}) {
+    std::vector<std::string> group;
+    for (int r = 0; r < 3; ++r) group.push_back(encode_snapshot(ShardedRank(31, r, 3, zero, true).tensors(), header()));
+    // 8 magic + 4 + 4 + 8 + 15 layout + 56 state + 8 pieces + 24 piece + 3 × (16 + 11 floats) + 4 CRC.
+    EXPECT_EQ(group[0].size(), 8u + 4 + 4 + 8 + 15 + 56 + 8 + 24 + 3 * (16 + 4 * 11) + 4) << "ZeRO " << zero;
+    for (int r = 0; r < 3; ++r) {
+      ShardedRank fresh(31, r, 3, zero, false);
+      const SnapshotHeader h = restore_snapshots(group, fresh.tensors(), "test");
+      EXPECT_TRUE(fresh.holds_the_truth()) << "ZeRO " << zero << " rank " << r;
+      EXPECT_EQ(h.rank, 3);
+      EXPECT_EQ(h.world, 8);
+      EXPECT_EQ(h.layout_json, header().layout_json);
+      EXPECT_EQ(h.state.step, 24);
+      EXPECT_EQ(h.state.consumed_samples, 24 * 16);
+      EXPECT_EQ(h.state.seed, 1234u);
+      EXPECT_EQ(h.state.skipped_steps, 2);
+      EXPECT_EQ(h.state.loss_scale, 32768.0);
+      EXPECT_EQ(h.state.loss_scale_growth_tracker, 7);
+      EXPECT_EQ(h.state.loss_scale_hysteresis_tracker, 1);
+    }
+  }
+}
+
+TEST(MemorySnapshot, DamageAndTruncationAreRefused) {
+  const std::string bytes = encode_snapshot(ShardedRank(31, 0, 1, 1, true).tensors(), header());
+  ShardedRank fresh(31, 0, 1, 1, false);
+  std::string flipped = bytes;
+  flipped[100] ^= 0x10;
+  EXPECT_CONTAINS(checkpoint_error([&] { restore_snapshots({flipped}, fresh.tensors(), "snap"); }),
+                  "snap (snapshot 1 of 1): snapshot damaged");
+  EXPECT_CONTAINS(checkpoint_error([&] { restore_snapshots({bytes.substr(0, bytes.size() / 2)}, fresh.tensors(), "snap"); }),
+                  "snapshot damaged");
+  EXPECT_CONTAINS(checkpoint_error([&] { restore_snapshots({"not a snapshot"}, fresh.tensors(), "snap"); }),
+                  "not a megatrain memory snapshot");
+  restore_snapshots({bytes}, fresh.tensors(), "snap");
+  EXPECT_TRUE(fresh.holds_the_truth());
+}
 
 // The snapshots of dp = 3 ranks re-sharded into each rank of dp = 2 (a host lost): every element
 // of the new partitions comes from the old rank that held it, for ZeRO 1 and 3, with 31 elements
@@ -131,22 +123,22 @@ TEST(MemorySnapshot, ThreeRanksSnapshotsReshardIntoTwo) {
     for (int r = 0; r < 3; ++r) old.push_back(encode_snapshot(ShardedRank(31, r, 3, zero, true).tensors(), header()));
     for (int k = 0; k < 2; ++k) {
       ShardedRank fresh(31, k, 2, zero, false);
-      EXPECT_EQ(reshard_snapshots(old, fresh.tensors(), "test").state.step, 24);
+      EXPECT_EQ(restore_snapshots(old, fresh.tensors(), "test").state.step, 24);
       EXPECT_TRUE(fresh.holds_the_truth()) << "ZeRO " << zero << " new rank " << k;
     }
     ShardedRank fresh(31, 1, 2, zero, false);  // [16, 31): old rank 1 holds [11, 22), rank 2 [22, 31)
     const std::vector<std::string> without_two = {old[0], old[1]};
-    EXPECT_CONTAINS(checkpoint_error([&] { reshard_snapshots(without_two, fresh.tensors(), "snap"); }),
-                    fmt::format("snap: the snapshots of the old layout do not hold every element of [16, 31) of "
-                                "this rank's {}; they hold [16, 22)",
-                                zero == 1 ? "first moments" : "parameters"));
+    EXPECT_CONTAINS(checkpoint_error([&] { restore_snapshots(without_two, fresh.tensors(), "snap"); }),
+                    fmt::format("snap: the snapshots do not hold every element of [{}, 31) of this rank's "
+                                "parameters; they hold [{}, 22)",
+                                zero == 1 ? 0 : 16, zero == 1 ? 0 : 16));
   }
   SnapshotHeader later = header();
   later.state.step = 25;
   const std::vector<std::string> mixed = {encode_snapshot(ShardedRank(31, 0, 3, 1, true).tensors(), header()),
                                           encode_snapshot(ShardedRank(31, 1, 3, 1, true).tensors(), later)};
   ShardedRank fresh(31, 0, 2, 1, false);
-  EXPECT_CONTAINS(checkpoint_error([&] { reshard_snapshots(mixed, fresh.tensors(), "snap"); }),
+  EXPECT_CONTAINS(checkpoint_error([&] { restore_snapshots(mixed, fresh.tensors(), "snap"); }),
                   "snapshots of steps 24 and 25 cannot make one state");
 }
 

@@ -99,8 +99,8 @@ TEST_F(ResilientE2E, AKilledRankCostsOneRestartFromTheLastCheckpointAndNotABit) 
 
 // docs/robustness.md R26: with memory snapshots every step (two virtual hosts of two ranks, buddies
 // across them), the same kill costs one or two steps instead of five: the relaunch restores step 24
-// from the hosts' memory (23 when step 24's snapshot was still being stored beside step 25), reading
-// each rank's own snapshot, and the run ends with the fault-free weights.
+// from the hosts' memory (23 when step 24's snapshot was still being stored beside step 25), each rank
+// reading its dp group's snapshots on its own host, and the run ends with the fault-free weights.
 TEST_F(ResilientE2E, AKilledRankResumesFromMemoryLosingOneOrTwoSteps) {
   const std::string memory = "--set checkpoint.memory_interval=1 --set checkpoint.memory_dir=" + (dir_ / "shm").string();
   const auto r = drive("kill:rank=3:step=25:sig=9", 40, "", memory);
@@ -112,7 +112,7 @@ TEST_F(ResilientE2E, AKilledRankResumesFromMemoryLosingOneOrTwoSteps) {
   const std::string step = restores[0]["step"];
   EXPECT_TRUE(step == "24" || step == "23") << step;  // 23 when step 24's snapshot was still in flight
   EXPECT_EQ(restores[0]["source"], "memory");
-  EXPECT_EQ(restores[0]["read_local"], "4");
+  EXPECT_EQ(restores[0]["read_local"], "8");  // each rank its dp group's 2, all on its host
   EXPECT_EQ(restores[0]["fetched"], "0");
   EXPECT_CONTAINS(r.output, "memory snapshots: every 1 steps in ");
   EXPECT_CONTAINS(r.output, "memory snapshots: removed");  // at the end: the host's memory is freed
@@ -136,8 +136,8 @@ TEST_F(ResilientE2E, AKilledRankResumesFromMemoryLosingOneOrTwoSteps) {
 }
 
 // A host lost with its memory: before the relaunch the launcher wipes the second virtual host's store
-// (a replaced host), so its ranks 2 and 3 receive their snapshots from their buddies, ranks 0 and 1,
-// whose host holds the copies; the run still ends with the fault-free weights.
+// (a replaced host), so its ranks 2 and 3 receive their dp groups' snapshots from ranks 0 and 1,
+// whose host holds them and the buddy copies; the run still ends with the fault-free weights.
 TEST_F(ResilientE2E, AHostLostWithItsMemoryRecoversFromTheBuddiesCopies) {
   const fs::path shm = dir_ / "shm", launcher = dir_ / "replace_host.sh";
   std::ofstream(launcher) << "if [ -e \"$0.launched\" ]; then rm -rf " << shm.string() << "/vnode1; fi\n"
@@ -149,8 +149,8 @@ TEST_F(ResilientE2E, AHostLostWithItsMemoryRecoversFromTheBuddiesCopies) {
   const auto restores = of(events(), "MEMORY_RESTORE");
   ASSERT_EQ(restores.size(), 1u) << r.output;
   EXPECT_TRUE(restores[0]["step"] == "24" || restores[0]["step"] == "23") << restores[0]["step"];
-  EXPECT_EQ(restores[0]["read_local"], "2");
-  EXPECT_EQ(restores[0]["fetched"], "2");
+  EXPECT_EQ(restores[0]["read_local"], "4");  // ranks 0 and 1: 2 each on their host
+  EXPECT_EQ(restores[0]["fetched"], "4");     // ranks 2 and 3: 2 each from ranks 0 and 1's host
   expect_equals_clean_run(40, clean_run(40, ""));
 }
 
