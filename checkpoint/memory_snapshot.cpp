@@ -94,7 +94,8 @@ ParsedSnapshot parse_snapshot(std::string_view bytes, const std::string& source)
   Reader r(bytes.substr(0, bytes.size() - sizeof(uint32_t)), source);
   read_header(r);
   const auto pieces = r.get<int64_t>();
-  if (pieces < 0 || pieces > 1 << 20) throw CheckpointError(fmt::format("{}: snapshot holds {} pieces", source, pieces));
+  if (pieces < 0 || pieces > 1 << 20)
+    throw CheckpointError(fmt::format("{}: snapshot holds {} pieces", source, pieces));
   for (int64_t k = 0; k < pieces; ++k) {
     StoredPiece& p = out.pieces.emplace_back();
     p.begin = r.get<int64_t>(), p.part_begin = r.get<int64_t>(), p.part_end = r.get<int64_t>();
@@ -198,10 +199,12 @@ SnapshotHeader restore_snapshots(const std::vector<std::string>& snapshots, cons
   MT_CHECK(!snapshots.empty(), "restore_snapshots: no snapshots for {}", source);
   std::vector<ParsedSnapshot> parsed;
   for (size_t i = 0; i < snapshots.size(); ++i) {
-    parsed.push_back(parse_snapshot(snapshots[i], fmt::format("{} (snapshot {} of {})", source, i + 1, snapshots.size())));
+    const std::string which = fmt::format("{} (snapshot {} of {})", source, i + 1, snapshots.size());
+    parsed.push_back(parse_snapshot(snapshots[i], which));
     const TrainState &a = parsed.front().header.state, &b = parsed.back().header.state;
     if (a.step != b.step || a.consumed_samples != b.consumed_samples)
-      throw CheckpointError(fmt::format("{}: snapshots of steps {} and {} cannot make one state", source, a.step, b.step));
+      throw CheckpointError(
+          fmt::format("{}: snapshots of steps {} and {} cannot make one state", source, a.step, b.step));
   }
   for (const CheckpointPiece& p : t.pieces)
     for (size_t kind = 0; kind < kKinds; ++kind) {

@@ -55,7 +55,9 @@ std::vector<HeldSet> held_sets(const std::vector<std::string>& inventories) {
 // The layout's sizes (dp from the world, as the run resolves it); nullopt when it does not parse.
 std::optional<ParallelDims> dims_of(const std::string& layout_json) {
   const auto j = nlohmann::json::parse(layout_json, nullptr, false);
-  const auto get = [&](const char* k) { return j.is_object() && j.contains(k) && j[k].is_number_integer() ? j[k].get<int>() : 0; };
+  const auto get = [&](const char* k) {
+    return j.is_object() && j.contains(k) && j[k].is_number_integer() ? j[k].get<int>() : 0;
+  };
   ParallelDims d{get("tp"), get("cp"), get("ep"), 0, get("pp")};
   const int world = get("world");
   if (d.tp <= 0 || d.cp <= 0 || d.ep <= 0 || d.pp <= 0 || world <= 0 || world % (d.tp * d.cp * d.pp) != 0)
@@ -117,7 +119,8 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
   };
   const auto read = [&](int r) {  // "" when it cannot: the restore below then fails on the rank that needs it
     try {
-      const auto it = std::find_if(layouts.begin(), layouts.end(), [&](const MemoryStore& s) { return s.layout_json() == set.layout; });
+      const auto it = std::find_if(layouts.begin(), layouts.end(),
+                                   [&](const MemoryStore& s) { return s.layout_json() == set.layout; });
       if (it != layouts.end()) return it->get(set.step, r);
     } catch (const CheckpointError& e) {
       spdlog::warn("memory snapshots: {}", e.what());
@@ -139,7 +142,8 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
         send_text(world, read(r), m, kTag);
       }
     }
-  const std::string source = fmt::format("memory snapshot of rank {} at step {} ({})", me, set.step, store.dir().string());
+  const std::string source =
+      fmt::format("memory snapshots for rank {} at step {} ({})", me, set.step, store.dir().string());
   SnapshotHeader header;
   try {
     header = restore_snapshots(mine, t, source);
@@ -150,8 +154,9 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
   for (const std::string& s : mine) totals[2] += static_cast<int64_t>(s.size());
   world.all_reduce(totals, 4).wait();
   if (totals[3] > 0) {
-    if (me == 0) spdlog::warn("memory snapshots: the set of step {} could not be restored; loading the storage checkpoint",
-                              set.step);
+    if (me == 0)
+      spdlog::warn("memory snapshots: the set of step {} could not be restored; loading the storage checkpoint",
+                   set.step);
     return std::nullopt;
   }
   if (me == 0)
