@@ -11,17 +11,14 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "kernels/check.h"
+#include "kernels/fnv1a.h"
 
 namespace megatrain {
 namespace fs = std::filesystem;
 namespace {
 
 // FNV-1a of the layout JSON: a short folder name per layout.
-std::string layout_key(const std::string& layout_json) {
-  uint64_t h = 1469598103934665603ull;
-  for (const unsigned char c : layout_json) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("layout_{:016x}", h);
-}
+std::string layout_key(const std::string& layout_json) { return fmt::format("layout_{:016x}", fnv1a(layout_json)); }
 
 std::optional<int> rank_of(const std::string& name) {
   constexpr std::string_view prefix = "rank_", suffix = ".snap";

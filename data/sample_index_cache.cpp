@@ -13,6 +13,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "kernels/fnv1a.h"
+
 namespace megatrain {
 namespace {
 
@@ -20,12 +22,6 @@ namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'M', 'T', 'S', 'M', 'P', 'I', 'D', 'X'};
 constexpr uint64_t kVersion = 2;  // 2: blend index by Megatron's max(i, 1) rule (data/blended_dataset.h)
-
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-  return h;
-}
 
 // Running checksum of a byte stream; each step is a bijection of the state, so any changed word
 // changes the result.

@@ -5,26 +5,16 @@
 #include <cstring>
 
 #include "kernels/check.h"
+#include "kernels/fnv1a.h"
 #include "trainer/rank_run.h"
 #include "trainer/run_state.h"
 
 namespace megatrain {
-namespace {
-
-constexpr uint64_t kFnvOffset = 1469598103934665603ull, kFnvPrime = 1099511628211ull;
-
-uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
-  return h;
-}
-
-}  // namespace
 
 void SampleDigest::add(int64_t index, const int32_t* inputs, int64_t S, int32_t last_target) {
-  uint64_t h = fnv1a(kFnvOffset, &index, sizeof index);
-  h = fnv1a(h, inputs, static_cast<size_t>(S) * sizeof(int32_t));
-  sum += fnv1a(h, &last_target, sizeof last_target);
+  uint64_t h = fnv1a(&index, sizeof index);
+  h = fnv1a(inputs, static_cast<size_t>(S) * sizeof(int32_t), h);
+  sum += fnv1a(&last_target, sizeof last_target, h);
   ++samples;
 }
 
