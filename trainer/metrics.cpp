@@ -55,21 +55,29 @@ void metrics_file_keep_through(const std::string& path, int64_t step, std::strin
   if (dropped > 0) spdlog::info("{}: dropped {} rows after step {} (they are redone now)", path, dropped, step);
 }
 
-MetricsLog::MetricsLog(const std::string& path, bool enabled, int64_t resumed_step) : path_(path), enabled_(enabled) {
-  if (!enabled_ || path.empty()) return;
-  if (resumed_step > 0) metrics_file_keep_through(path, resumed_step);
-  file_.open(path, std::ios::out | (resumed_step > 0 ? std::ios::app : std::ios::trunc));
-  MT_INPUT_CHECK(file_.good(), "log.metrics_file = \"{}\": cannot open for writing; check that the folder exists",
-                 path);
+StepRowsFile::StepRowsFile(std::string path, std::string key, int64_t resumed_step)
+    : path_(std::move(path)), key_(std::move(key)) {
+  if (path_.empty()) return;
+  if (resumed_step > 0) metrics_file_keep_through(path_, resumed_step, key_);
+  file_.open(path_, std::ios::out | (resumed_step > 0 ? std::ios::app : std::ios::trunc));
+  MT_INPUT_CHECK(file_.good(), "{} = \"{}\": cannot open for writing; check that the folder exists", key_, path_);
 }
 
-void MetricsLog::rewind(int64_t step) {
+void StepRowsFile::write(const std::string& row) {
+  file_ << row << '\n';
+  file_.flush();
+}
+
+void StepRowsFile::rewind(int64_t step) {
   if (!file_.is_open()) return;
   file_.close();
-  metrics_file_keep_through(path_, step);
+  metrics_file_keep_through(path_, step, key_);
   file_.open(path_, std::ios::out | std::ios::app);
-  MT_INPUT_CHECK(file_.good(), "log.metrics_file = \"{}\": cannot reopen for writing", path_);
+  MT_INPUT_CHECK(file_.good(), "{} = \"{}\": cannot reopen for writing", key_, path_);
 }
+
+MetricsLog::MetricsLog(const std::string& path, bool enabled, int64_t resumed_step)
+    : rows_(enabled ? path : "", "log.metrics_file", resumed_step), enabled_(enabled) {}
 
 int64_t peak_rss_bytes() {
   rusage u{};
@@ -135,7 +143,7 @@ void MetricsLog::step(const StepMetrics& m) {
                "z {:.4f}\n",
                e.layer, e.tokens_min, e.tokens_mean, e.tokens_max, e.dropped_fraction * 100.0, e.aux_loss, e.z_loss);
   std::fflush(stdout);
-  if (!file_.is_open()) return;
+  if (!rows_.is_open()) return;
   nlohmann::json j = {{"step", m.step},          {"loss", m.loss},
                       {"lr", m.lr},              {"grad_norm", m.grad_norm},
                       {"tokens_per_s", m.tokens_per_s}, {"step_time_ms", m.step_time_ms},
@@ -167,17 +175,15 @@ void MetricsLog::step(const StepMetrics& m) {
                           {"aux_loss", e.aux_loss},
                           {"z_loss", e.z_loss}});
   }
-  file_ << j.dump() << '\n';
-  file_.flush();
+  rows_.write(j.dump());
 }
 
 void MetricsLog::validation(int64_t step, double val_loss) {
   if (!enabled_) return;
   fmt::print("step {:>6} | val_loss {:.4f}\n", step, val_loss);
   std::fflush(stdout);
-  if (!file_.is_open()) return;
-  file_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump() << '\n';
-  file_.flush();
+  if (!rows_.is_open()) return;
+  rows_.write(nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump());
 }
 
 void MetricsLog::memory(int64_t step, const MemoryMetrics& m) {

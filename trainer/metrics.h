@@ -91,6 +91,22 @@ struct StepComm {
   }
 };
 
+// A file of one JSON row per step, written by one rank: a fresh run (resumed_step 0) starts it
+// empty; a run resumed from step k keeps its rows through k (metrics_file_keep_through) and appends;
+// a rollback rewinds it. `key` is the config key that names it (for messages); path "" = no file.
+class StepRowsFile {
+ public:
+  StepRowsFile(std::string path, std::string key, int64_t resumed_step);
+  bool is_open() const { return file_.is_open(); }
+  void write(const std::string& row);  // one line, flushed
+  // Drops the rows after `step` and goes on appending.
+  void rewind(int64_t step);
+
+ private:
+  std::ofstream file_;
+  std::string path_, key_;
+};
+
 class MetricsLog {
  public:
   // path "" = console only. resumed_step 0 = a fresh run (the file starts empty); k > 0 = resumed
@@ -101,11 +117,10 @@ class MetricsLog {
   // One console line (the JSON step lines carry the same numbers).
   void memory(int64_t step, const MemoryMetrics& m);
   // Drops the rows after `step` (a rollback will redo them) and goes on appending.
-  void rewind(int64_t step);
+  void rewind(int64_t step) { rows_.rewind(step); }
 
  private:
-  std::ofstream file_;
-  std::string path_;
+  StepRowsFile rows_;
   bool enabled_;
 };
 

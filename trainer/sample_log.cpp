@@ -2,9 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
-
-#include "kernels/check.h"
 #include "kernels/fnv1a.h"
 #include "trainer/rank_run.h"
 #include "trainer/run_state.h"
@@ -19,34 +16,18 @@ void SampleDigest::add(int64_t index, const int32_t* inputs, int64_t S, int32_t 
 }
 
 SampleLog::SampleLog(const Config& cfg, RankRun& run, const RunState& at)
-    : run_(run), at_(at), path_(cfg.log.samples_file) {
-  if (!path_.empty() && run.world.rank() == 0) open(at.step);
-}
-
-void SampleLog::open(int64_t resumed_step) {
-  if (resumed_step > 0) metrics_file_keep_through(path_, resumed_step, "log.samples_file");
-  file_.open(path_, std::ios::out | (resumed_step > 0 ? std::ios::app : std::ios::trunc));
-  MT_INPUT_CHECK(file_.good(), "log.samples_file = \"{}\": cannot open for writing; check that the folder exists",
-                 path_);
-}
-
-void SampleLog::rewind(int64_t step) {
-  if (!file_.is_open()) return;
-  file_.close();
-  open(step);
-}
+    : run_(run), at_(at), on_(!cfg.log.samples_file.empty()),
+      rows_(run.world.rank() == 0 ? cfg.log.samples_file : "", "log.samples_file", at.step) {}
 
 void SampleLog::end(const StepOutcome& out) {
-  if (path_.empty()) return;
+  if (!on_) return;
   const int64_t batch = out.step - 1 + at_.data_skip;
   const SampleDigest d = run_.take_samples(batch);
   int64_t parts[3] = {d.samples, static_cast<int64_t>(d.sum & 0xffffffffu), static_cast<int64_t>(d.sum >> 32)};
   run_.world.all_reduce(parts, 3).wait();
   if (run_.world.rank() != 0) return;
   const uint64_t sum = (static_cast<uint64_t>(parts[2]) << 32) + static_cast<uint64_t>(parts[1]);
-  file_ << fmt::format(R"({{"step":{},"batch":{},"samples":{},"digest":"{:016x}"}})", out.step, batch, parts[0], sum)
-        << "\n";
-  file_.flush();
+  rows_.write(fmt::format(R"({{"step":{},"batch":{},"samples":{},"digest":"{:016x}"}})", out.step, batch, parts[0], sum));
 }
 
 }  // namespace megatrain

@@ -11,9 +11,8 @@
 // run keeps the lines through its step and appends: the log is what the final model trained on.
 #pragma once
 #include <cstdint>
-#include <fstream>
-#include <string>
 
+#include "trainer/metrics.h"
 #include "trainer/step_observer.h"
 
 namespace megatrain {
@@ -34,14 +33,13 @@ class SampleLog final : public StepObserver {
   SampleLog(const Config& cfg, RankRun& run, const RunState& at);
   void end(const StepOutcome& out) override;  // collective when log.samples_file is set
   // A rollback to the checkpoint of step `step`: drops the lines after it.
-  void rewind(int64_t step);
+  void rewind(int64_t step) { rows_.rewind(step); }
 
  private:
   RankRun& run_;
   const RunState& at_;
-  std::string path_;
-  std::ofstream file_;  // rank 0's
-  void open(int64_t resumed_step);
+  bool on_;            // log.samples_file is set
+  StepRowsFile rows_;  // rank 0's
 };
 
 }  // namespace megatrain
