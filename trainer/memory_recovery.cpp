@@ -117,11 +117,12 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
       if (view(was, r) == view(now, m)) out.push_back(r);
     return out;
   };
+  // This host's folder of the set's layout; layouts.end() when the host holds none of it.
+  const auto held = std::find_if(layouts.begin(), layouts.end(),
+                                 [&](const MemoryStore& s) { return s.layout_json() == set.layout; });
   const auto read = [&](int r) {  // "" when it cannot: the restore below then fails on the rank that needs it
     try {
-      const auto it = std::find_if(layouts.begin(), layouts.end(),
-                                   [&](const MemoryStore& s) { return s.layout_json() == set.layout; });
-      if (it != layouts.end()) return it->get(set.step, r);
+      if (held != layouts.end()) return held->get(set.step, r);
     } catch (const CheckpointError& e) {
       spdlog::warn("memory snapshots: {}", e.what());
     }
