@@ -45,11 +45,6 @@ class ElasticE2E : public test::TrainE2E {
     for (std::string line; std::getline(in, line);) out.push_back(line);
     return out;
   }
-  std::vector<json> events() const {
-    std::vector<json> out;
-    for (const std::string& line : lines(dir_ / "run" / "reports" / "events.jsonl")) out.push_back(json::parse(line));
-    return out;
-  }
 };
 
 TEST_F(ElasticE2E, AHostLostContinuesAtASmallerDpFromTheReshardedMemoryWithTheExactSampleStream) {
@@ -68,7 +63,7 @@ TEST_F(ElasticE2E, AHostLostContinuesAtASmallerDpFromTheReshardedMemoryWithTheEx
                          shm.string() + " --set log.samples_file=" + (dir_ / "samples.jsonl").string()),
       300);
   ASSERT_EQ(r.code, 0) << r.output;
-  const auto ev = events();
+  const auto ev = test::metrics_lines(dir_ / "run" / "reports" / "events.jsonl");
   std::vector<json> restores;
   for (const json& e : ev)
     if (e["event"] == "MEMORY_RESTORE") restores.push_back(e);
