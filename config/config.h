@@ -14,6 +14,7 @@
 #include "kernels/ops.h"
 #include "model/recompute.h"
 #include "optim/compress/grad_compression.h"
+#include "parallel/context_parallel.h"
 
 namespace megatrain {
 
@@ -21,6 +22,7 @@ enum class DecayKind { cosine, linear, constant };
 
 struct ParallelConfig {
   int tp = 1, pp = 1, cp = 1;
+  CpComm cp_comm = CpComm::ring;  // ring | all_to_all: how a cp group attends (model/context_attention.h)
   int ep = 1;  // expert-parallel ranks inside each data-parallel group (Megatron's expert-model-parallel-size)
   int dp = 0;  // 0 = world / (tp·cp·pp) (parallel/groups.h resolve_dims); a multiple of ep
   int zero_stage = 0;               // 0 | 1 | 2 | 3 (optim/zero_plan.h)

@@ -38,6 +38,7 @@ constexpr Spelling<DropPolicy> kDropPolicySpellings[] = {{DropPolicy::probs, "pr
                                                          {DropPolicy::position, "position"}};
 constexpr Spelling<GradCompression> kGradCompressionSpellings[] = {
     {GradCompression::none, "none"}, {GradCompression::powersgd, "powersgd"}, {GradCompression::onebit, "onebit"}};
+constexpr Spelling<CpComm> kCpCommSpellings[] = {{CpComm::ring, "ring"}, {CpComm::all_to_all, "all_to_all"}};
 inline std::span<const Spelling<NormKind>> spellings(NormKind) { return kNormSpellings; }
 inline std::span<const Spelling<PositionKind>> spellings(PositionKind) { return kPositionSpellings; }
 inline std::span<const Spelling<ActivationKind>> spellings(ActivationKind) { return kActivationSpellings; }
@@ -49,6 +50,7 @@ inline std::span<const Spelling<AttentionImpl>> spellings(AttentionImpl) { retur
 inline std::span<const Spelling<RouterKind>> spellings(RouterKind) { return kRouterSpellings; }
 inline std::span<const Spelling<DropPolicy>> spellings(DropPolicy) { return kDropPolicySpellings; }
 inline std::span<const Spelling<GradCompression>> spellings(GradCompression) { return kGradCompressionSpellings; }
+inline std::span<const Spelling<CpComm>> spellings(CpComm) { return kCpCommSpellings; }
 
 // [Note: the field table] Every config key, in printing order. C is Config or const Config; V is
 // called as v(section, key, field&). Adding a key here makes it parsed, checked and printed.
@@ -71,7 +73,7 @@ void for_each_field(C& c, V&& v) {
   v("moe", "n_shared_experts", e.n_shared_experts), v("moe", "residual", e.residual);
   auto& p = c.parallel;
   v("parallel", "tp", p.tp), v("parallel", "pp", p.pp), v("parallel", "cp", p.cp), v("parallel", "ep", p.ep);
-  v("parallel", "dp", p.dp), v("parallel", "zero_stage", p.zero_stage);
+  v("parallel", "cp_comm", p.cp_comm), v("parallel", "dp", p.dp), v("parallel", "zero_stage", p.zero_stage);
   v("parallel", "bucket_size_mb", p.bucket_size_mb), v("parallel", "overlap_grad_reduce", p.overlap_grad_reduce);
   v("parallel", "sequence_parallel", p.sequence_parallel), v("parallel", "overlap_tp_comm", p.overlap_tp_comm);
   v("parallel", "pipeline_schedule", p.pipeline_schedule), v("parallel", "virtual_stages", p.virtual_stages);

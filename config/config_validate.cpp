@@ -11,6 +11,7 @@
 #include "data/doc_split.h"
 #include "kernels/check.h"
 #include "kernels/field_rules.h"
+#include "model/params.h"
 #include "parallel/groups.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -21,7 +22,7 @@ namespace {
 // zero_options_problems, the one list of which options combine); each check below words it in
 // config keys.
 bool refuses(const Config& c, ZeroSwitch what) {
-  for (const ZeroProblem& p : zero_options_problems(zero_options(c), c.parallel.dp))
+  for (const ZeroProblem& p : zero_options_problems(zero_options(c), c.parallel.dp * c.parallel.cp))
     if (p.what == what) return true;
   return false;
 }
@@ -38,6 +39,44 @@ void check_expert_parallel(const Config& c) {
                  "moe.n_experts to a multiple of ep, or parallel.ep = 1", f, ep);
   MT_INPUT_CHECK(n % ep == 0, "{}: parallel.ep = {} does not divide moe.n_experts = {}: every expert-parallel rank "
                  "holds n_experts / ep whole experts; pick ep from the divisors of n_experts", f, ep, n);
+}
+
+// Context parallelism (parallel/context_parallel.h, model/context_attention.h): the balanced split
+// needs 2·cp equal chunks per sequence; what is not built with it yet is refused naming the fix.
+void check_context_parallel(const Config& c) {
+  const std::string& f = c.source;
+  const ParallelConfig& p = c.parallel;
+  const ModelConfig& m = c.model;
+  const int T = c.train.seq_len, cp = p.cp;
+  MT_INPUT_CHECK(T % (2 * cp) == 0,
+                 "{}: parallel.cp = {} cuts every sequence into 2·cp = {} equal chunks (each rank holds an early and "
+                 "a late one, so causal attention costs every rank the same), but train.seq_len = {} is not a "
+                 "multiple of {}; set seq_len to a multiple of {} or pick another cp",
+                 f, cp, 2 * cp, T, 2 * cp, 2 * cp);
+  MT_INPUT_CHECK(!p.sequence_parallel || T % (2 * cp * p.tp) == 0,
+                 "{}: parallel.sequence_parallel with cp = {} and tp = {} splits each rank's chunks over tp: "
+                 "train.seq_len = {} must be a multiple of 2·cp·tp = {}",
+                 f, cp, p.tp, T, 2 * cp * p.tp);
+  if (p.cp_comm == CpComm::all_to_all) {
+    const LocalDims L = local_dims(m, TpCoord{0, p.tp});
+    MT_INPUT_CHECK(L.heads % cp == 0 && L.kv_heads % cp == 0,
+                   "{}: parallel.cp_comm = \"all_to_all\" gives each cp rank n_heads/cp of a tensor-parallel rank's "
+                   "{} query and {} key/value heads, but cp = {} does not divide both; use cp_comm = \"ring\" "
+                   "(any head count), or a cp that divides them",
+                   f, L.heads, L.kv_heads, cp);
+  }
+  MT_INPUT_CHECK(!m.moe.enabled(),
+                 "{}: parallel.cp = {} with an MoE model (moe.n_experts = {}) is not supported yet; set "
+                 "parallel.cp = 1 or moe.n_experts = 0",
+                 f, cp, m.moe.n_experts);
+  MT_INPUT_CHECK(c.train.device == Device::cpu,
+                 "{}: parallel.cp = {} has no device kernels yet (its block attention runs on the CPU); set "
+                 "train.device = \"cpu\" or parallel.cp = 1",
+                 f, cp);
+  MT_INPUT_CHECK(c.checkpoint.memory_interval == 0,
+                 "{}: parallel.cp = {} with checkpoint.memory_interval = {}: memory snapshots do not restore "
+                 "context-parallel layouts yet; set memory_interval = 0 (storage checkpoints resume at any cp)",
+                 f, cp, c.checkpoint.memory_interval);
 }
 
 // train.device = "cuda" (trainer/rank_run.h [Note: a run on a device]): what runs on a device so far.
@@ -210,7 +249,6 @@ void resolve_config(Config& c, int world_size) {
 
   // 2. Layout.
   ParallelConfig& p = c.parallel;
-  MT_INPUT_CHECK(p.cp == 1, "{}: parallel.cp = {} is not supported yet; set parallel.cp = 1", f, p.cp);
   check_expert_parallel(c);
   MT_INPUT_CHECK(world_size >= 1, "{}: world size {} must be at least 1 (--world-size or the launcher's rank count)", f,
                  world_size);
@@ -245,6 +283,8 @@ void resolve_config(Config& c, int world_size) {
                    "micro-batch over tp = {}; pick sizes whose product is a multiple of tp",
                    f, c.train.micro_batch_size, c.train.seq_len, p.tp);
   }
+
+  if (p.cp > 1) check_context_parallel(c);
 
   // Pipeline parallelism splits the blocks evenly over pp stages; the micro-batches of a step go
   // through them by parallel.pipeline_schedule.

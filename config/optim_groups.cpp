@@ -84,7 +84,7 @@ std::vector<OptimGroupSpec> optim_group_specs(const Config& c, const ParamLayout
   const auto dense_units = [&](const StageRange& r) { return gpt_param_units(layout, r); };
   OptimGroupSpec& dense =
       out.emplace_back(group(c, gpt_param_units(layout, ranges), unit_bounds(ranges, dense_units), 0));
-  dense.dp = c.parallel.dp;
+  dense.dp = c.parallel.dp * c.parallel.cp;  // cp ranks hold the same dense parameters (groups.h dp_cp)
   if (dense.zero.compression != GradCompression::none)  // the layout's 2-D tensors
     for (size_t i = 0; i < layout.size(); ++i)
       if (layout.local_shape(i).ndim == 2)

@@ -106,6 +106,29 @@ void attention_forward(const Stream& s, Tensor out,  // (B, T, H·D)
 void attention_backward(const Stream& s, Tensor dqkv,  // (B, T, (H + 2·Hkv)·D) =
                         Tensor dout,                   // (B, T, H·D)
                         Tensor qkv, Tensor out, Tensor lse, int n_heads, int n_kv_heads);
+// ---- attention of one block of rows against another (context parallelism: model/context_attention.h) ----
+// Rows [t0, t0 + n) of every sequence of a float32 (B, T, width) tensor, head h at column col + h·D;
+// a log-sum-exp tensor (B, H, T) goes with it, read and written at the same rows.
+struct AttnRows {
+  Tensor t;
+  int64_t col = 0;
+  int t0 = 0, n = 0;
+};
+struct AttnHeads {
+  int n_heads, n_kv_heads, head_dim;
+};
+// out's rows (and lse's) ← q's rows attending to k's and v's; causal (as many rows at the same
+// positions): key j is hidden from query i when j > i, else every key is seen. CPU streams only.
+void attention_block_forward(const Stream& s, AttnRows out, Tensor lse, AttnRows q, AttnRows k, AttnRows v,
+                             AttnHeads heads, bool causal);
+// `+=` into dq, dk and dv from dout, with out and lse the final (merged) ones at q's rows.
+void attention_block_backward(const Stream& s, AttnRows dq, AttnRows dk, AttnRows dv, AttnRows dout, AttnRows q,
+                              AttnRows k, AttnRows v, AttnRows out, Tensor lse, AttnHeads heads, bool causal);
+// (out, lse) ← the softmax-weighted merge of (out, lse) with (part, part_lse): the attention over the
+// union of the two key sets, from each set's attention (FlashAttention's rescaling by the LSE).
+void attention_merge(const Stream& s, AttnRows out, Tensor lse, AttnRows part, Tensor part_lse, AttnHeads heads);
+// dst's rows ← (or += with accumulate) src's rows, `width` columns from each view's col (equal row counts).
+void attention_rows_copy(const Stream& s, AttnRows dst, AttnRows src, int64_t width, bool accumulate);
 // Inference over a KV cache: n new query rows at positions [pos0, pos0 + n), whose keys and
 // values are already in cache rows [pos0, pos0 + n); row i attends to cache rows 0 … pos0 + i.
 void attention_decode_forward(const Stream& s, Tensor out,  // (n, H·D)

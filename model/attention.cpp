@@ -29,8 +29,16 @@ void attention_in(const Stream& s, const ModelConfig& cfg, const TensorParallel&
   const LocalDims L = local_of(cfg, tp);
   norm_forward(s, cfg, a.norm, inp, w.norm);
   column_parallel_forward(s, a.qkv, enter_region(tp, a.norm, sc.gathered), w.qkv_w, w.qkv_b);
-  if (cfg.position == PositionKind::rope)
-    rope_apply(s, a.qkv, L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::forward, first_position);
+  if (cfg.position != PositionKind::rope) return;
+  if (sc.cp) return sc.cp->rope(s, a.qkv, cfg.rope_theta, RopeDirection::forward);
+  rope_apply(s, a.qkv, L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::forward, first_position);
+}
+
+void attention_core_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, AttentionActivations& a,
+                            BlockScratch& sc) {
+  const LocalDims L = local_of(cfg, tp);
+  if (sc.cp) return sc.cp->forward(s, a.att, a.lse, a.qkv);
+  attention_forward(s, a.att, a.lse, a.qkv, L.heads, L.kv_heads);
 }
 
 void attention_out(const Stream& s, const TensorParallel& tp, Tensor x_mid, BlockScratch& sc, Tensor att, Tensor inp,
@@ -43,9 +51,8 @@ void attention_out(const Stream& s, const TensorParallel& tp, Tensor x_mid, Bloc
 void attention_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor x_mid,
                                 AttentionActivations& a, BlockScratch& sc, Tensor inp, const AttentionWeights& w,
                                 const DropoutSite& drop) {
-  const LocalDims L = local_of(cfg, tp);
   attention_in(s, cfg, tp, a, sc, inp, w);
-  attention_forward(s, a.att, a.lse, a.qkv, L.heads, L.kv_heads);
+  attention_core_forward(s, cfg, tp, a, sc);
   attention_out(s, tp, x_mid, sc, a.att, inp, w, drop);
 }
 
@@ -60,9 +67,14 @@ void attention_sublayer_backward(const Stream& s, const ModelConfig& cfg, const 
   row_parallel_backward(s, tp, sc.datt, now ? grad.proj_w : Tensor{}, grad.proj_b, dproj_full, dattp, a.att,
                         w.proj_w);
   if (!now) copy(s, defer.d_out_proj, dproj_full);
-  attention_backward(s, sc.dqkv, sc.datt, a.qkv, a.att, a.lse, L.heads, L.kv_heads);
-  if (cfg.position == PositionKind::rope)
-    rope_apply(s, sc.dqkv, L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::backward);
+  if (sc.cp) {
+    sc.cp->backward(s, sc.dqkv, sc.datt, a.qkv, a.att, a.lse);
+    if (cfg.position == PositionKind::rope) sc.cp->rope(s, sc.dqkv, cfg.rope_theta, RopeDirection::backward);
+  } else {
+    attention_backward(s, sc.dqkv, sc.datt, a.qkv, a.att, a.lse, L.heads, L.kv_heads);
+    if (cfg.position == PositionKind::rope)
+      rope_apply(s, sc.dqkv, L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::backward);
+  }
   column_parallel_backward(s, tp, sc.dnorm, full_rows(tp, sc.dnorm, sc.dfull), now ? grad.qkv_w : Tensor{},
                            grad.qkv_b, sc.dqkv, enter_region(tp, a.norm, sc.gathered), w.qkv_w);
   if (!now) copy(s, defer.d_in_proj, sc.dqkv);

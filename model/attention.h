@@ -33,6 +33,11 @@ void attention_in(const Stream& s, const ModelConfig& cfg, const TensorParallel&
 void attention_out(const Stream& s, const TensorParallel& tp, Tensor x_mid, BlockScratch& sc, Tensor att, Tensor inp,
                    const AttentionWeights& w, const DropoutSite& drop);
 
+// The attention core: a.att and a.lse from a.qkv — over the rank's own rows, or over the whole
+// sequence through sc.cp (model/context_attention.h).
+void attention_core_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, AttentionActivations& a,
+                            BlockScratch& sc);
+
 void attention_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor x_mid,
                                 AttentionActivations& a, BlockScratch& sc, Tensor inp, const AttentionWeights& w,
                                 const DropoutSite& drop);

@@ -12,12 +12,15 @@ struct EmbeddingWeights {
   Tensor wpe;  // (max_seq_len, C), empty with RoPE
 };
 
-// out: (Nl, C); partial: (N, C) scratch for the partial sums with sequence parallelism.
+// out: (Nl, C); partial: (N, C) scratch for the partial sums with sequence parallelism. Rows are
+// sequences of T; with context parallelism (`split`, T = split->local_len()) their positions are
+// the split's.
 void embedding_layer_forward(const Stream& s, const TensorParallel& tp, const LocalDims& local, Tensor out,
-                             Tensor partial, Tensor tokens, const EmbeddingWeights& w, int T, const DropoutSite& drop);
+                             Tensor partial, Tensor tokens, const EmbeddingWeights& w, int T, const DropoutSite& drop,
+                             const CpSplit* split = nullptr);
 // dout: (Nl, C), overwritten (masked by the dropout); `+=` into grad.
 void embedding_layer_backward(const Stream& s, const TensorParallel& tp, const LocalDims& local,
                               const EmbeddingWeights& grad, Tensor dout, Tensor partial, Tensor tokens, int T,
-                              const DropoutSite& drop);
+                              const DropoutSite& drop, const CpSplit* split = nullptr);
 
 }  // namespace megatrain

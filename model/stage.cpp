@@ -9,7 +9,8 @@
 namespace megatrain {
 
 Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const ParamLayout& layout, StageRange range,
-             const StageOptions& options, UnitState& state, TensorParallel tp, StageExperts experts)
+             const StageOptions& options, UnitState& state, TensorParallel tp, StageExperts experts,
+             StageContext context)
     : cfg_(cfg), B_(micro_batch_size), T_(seq_len), range_(range), options_(options), tp_(std::move(tp)),
       local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})), layout_(layout),
       units_(gpt_param_units(layout_, range)), state_(state), stream_{options.device, nullptr, options.matmul} {
@@ -22,6 +23,13 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
            "a split backward reads in its weight step the activations its input step used; recompute would "
            "have to rebuild them twice");
   MT_CHECK(options.recompute_layers >= 0, "recompute_layers = {} < 0", options.recompute_layers);
+  if (context.split.cp > 1) {
+    MT_CHECK(context.split.local_len() == seq_len, "a cp rank holds {} rows of each sequence, the stage was given {}",
+             context.split.local_len(), seq_len);
+    MT_CHECK(context.cp || options.measure_only, "a context-parallel stage needs its cp group");
+    cp_.emplace(std::move(context.cp), context.algorithm, context.split, micro_batch_size,
+                AttnHeads{local_.heads, local_.kv_heads, cfg.head_dim()});
+  }
   for (int l = 0; l < range_.layers; ++l) block_index_.push_back(block_param_index(layout_, range_.first_layer + l));
   expert_units_ = moe_expert_units(layout_, {range_});
   for (int l = 0, k = 0; l < range_.layers; ++l) {
@@ -188,6 +196,10 @@ void Stage::plan(Arena& arena) {
     a.sums = arena.tensor(Shape{2, N});
   }
   scratch_.block = block_scratch(arena, cfg_, tp_, B_, T_);
+  if (cp_) {
+    cp_->plan(arena);
+    scratch_.block.cp = &*cp_;
+  }
   if (!expert_units_.empty()) moe_scratch_ = moe_scratch(arena, cfg_, tp_, ep, N);
   scratch_.dres_a = arena.tensor(Shape{Nl, C});
   scratch_.dres_b = arena.tensor(Shape{Nl, C});
@@ -199,7 +211,11 @@ DropoutSite Stage::dropout_site(const ForwardOptions& o, int layer) const {
   d.p = cfg_.dropout;
   d.seed = o.dropout_seed;
   d.stream_base = static_cast<uint32_t>(2 * (layer + 1));  // stream 0 is the embedding's; layer: global index
-  d.offset = (o.first_sample * static_cast<uint64_t>(T_) + static_cast<uint64_t>(tp_.first_row())) *
+  // With context parallelism each cp rank keys its rows as if they followed the others' in the
+  // sample: masks distinct on every rank, not the single process's (whose rows are in another order).
+  const uint64_t T = cp_ ? static_cast<uint64_t>(cp_->split().seq_len) : static_cast<uint64_t>(T_);
+  const uint64_t cp_rows = cp_ ? static_cast<uint64_t>(cp_->split().rank) * static_cast<uint64_t>(T_) : 0;
+  d.offset = (o.first_sample * T + cp_rows + static_cast<uint64_t>(tp_.first_row())) *
              static_cast<uint64_t>(cfg_.d_model);
   return d;
 }
@@ -211,8 +227,7 @@ void Stage::recompute(int l, Activations& a) {
     block_forward(stream_, cfg_, tp_, scratch_.recomputed_out, a.blocks[li], scratch_.block, a.residual[li], w_[li],
                   dropout_site(a.options, range_.first_layer + l), &moe);
   } else if (options_.recompute == Recompute::selective) {
-    AttentionActivations& at = a.blocks[li].attn;
-    attention_forward(stream_, at.att, at.lse, at.qkv, local_.heads, local_.kv_heads);
+    attention_core_forward(stream_, cfg_, tp_, a.blocks[li].attn, scratch_.block);
   }
 }
 
@@ -240,7 +255,7 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
     copy_from_host(s, a.tokens, mb.tokens);
     acquire_params(0);
     embedding_layer_forward(s, tp_, local_, a.residual[0], sc.partial, a.tokens, {wte_, wpe_}, T_,
-                            dropout_site(a.options, -1));
+                            dropout_site(a.options, -1), cp_ ? &cp_->split() : nullptr);
     if (!shares_embedding()) release_params(0);
   } else {
     MT_CHECK(input.numel() == a.residual[0].numel(), "stage input of {} floats, expected {}", input.numel(),
@@ -341,7 +356,8 @@ Tensor Stage::backward_pass(int slot, Tensor dout, bool defer) {
   }
   if (!range_.embedding) return dres;
   acquire_grads(0);
-  embedding_layer_backward(s, tp_, local_, {dwte_, dwpe_}, dres, sc.partial, a.tokens, T_, dropout_site(a.options, -1));
+  embedding_layer_backward(s, tp_, local_, {dwte_, dwpe_}, dres, sc.partial, a.tokens, T_, dropout_site(a.options, -1),
+                           cp_ ? &cp_->split() : nullptr);
   grads_done(0);
   return Tensor{};
 }

@@ -80,13 +80,23 @@ struct StageExperts {
   std::optional<Comm> ep;
 };
 
+// Context parallelism (parallel.cp > 1, model/context_attention.h): the group, its algorithm and
+// this rank's split of each sequence. split.cp = 1: none.
+struct StageContext {
+  std::optional<Comm> cp;  // nullopt only with StageOptions::measure_only
+  CpComm algorithm = CpComm::ring;
+  CpSplit split;
+};
+
 class Stage {
  public:
   // `layout` is gpt_param_layout(cfg, tp's coordinates, sequence parallel, range, ep's coordinates),
   // the one the caller sized `state` by; both must outlive the stage, and `state` provides the
-  // units of gpt_param_units(layout, range). A model with MoE blocks needs `experts`.
+  // units of gpt_param_units(layout, range). A model with MoE blocks needs `experts`. seq_len is the
+  // rows of a sequence the stage holds: with context parallelism context.split.local_len().
   Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const ParamLayout& layout, StageRange range,
-        const StageOptions& options, UnitState& state, TensorParallel tp, StageExperts experts = {});
+        const StageOptions& options, UnitState& state, TensorParallel tp, StageExperts experts = {},
+        StageContext context = {});
 
   const ModelConfig& config() const { return cfg_; }
   const StageRange& range() const { return range_; }
@@ -205,6 +215,7 @@ class Stage {
   MoeScratch moe_scratch_;
   std::vector<MoeLayerStats> moe_stats_;
   double dispatch_ms_ = 0.0;
+  std::optional<ContextAttention> cp_;  // cp > 1
   size_t measured_bytes_ = 0;  // StageOptions::measure_only: the arena it would allocate
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 #include "kernels/ops.h"
 #include "model/config.h"
+#include "model/context_attention.h"
 #include "model/norm.h"
 #include "model/params.h"
 #include "parallel/mappings.h"
@@ -41,6 +42,8 @@ struct BlockScratch {
   Tensor dqkv;     // like the attention's qkv
   Tensor dfc;      // like the MLP's fc
   Tensor dact;     // (N, Fl)
+  // The attention core under context parallelism (its group and buffers), nullptr at cp = 1.
+  ContextAttention* cp = nullptr;
 };
 
 // A norm output entered into the tp region: gathered into `gathered` with sequence parallelism

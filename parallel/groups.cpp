@@ -18,9 +18,10 @@ int axis_size(const ParallelDims& d, GroupKind kind) {
     case GroupKind::edp: return d.dp / d.ep;
     case GroupKind::dp: return d.dp;
     case GroupKind::pp: return d.pp;
-    case GroupKind::model: break;
+    case GroupKind::model:
+    case GroupKind::dp_cp: break;
   }
-  throw Error("axis_size: GroupKind::model is not a single axis");
+  throw Error("axis_size: GroupKind::model and dp_cp are not single axes");
 }
 
 // Moves `c` to coordinate i on the axis of a per-axis GroupKind, keeping dp = ep + EP·edp.
@@ -32,9 +33,10 @@ void set_axis(RankCoords& c, const ParallelDims& d, GroupKind kind, int i) {
     case GroupKind::edp: c.edp = i, c.dp = c.ep + d.ep * c.edp; return;
     case GroupKind::dp: c.dp = i, c.ep = i % d.ep, c.edp = i / d.ep; return;
     case GroupKind::pp: c.pp = i; return;
-    case GroupKind::model: break;
+    case GroupKind::model:
+    case GroupKind::dp_cp: break;
   }
-  throw Error("set_axis: GroupKind::model is not a single axis");
+  throw Error("set_axis: GroupKind::model and dp_cp are not single axes");
 }
 
 void check_dims(const ParallelDims& d) {
@@ -54,6 +56,7 @@ std::string_view group_kind_name(GroupKind kind) {
     case GroupKind::dp: return "dp";
     case GroupKind::pp: return "pp";
     case GroupKind::model: return "model";
+    case GroupKind::dp_cp: return "dp_cp";
   }
   return "?";
 }
@@ -84,6 +87,7 @@ int rank_of(const ParallelDims& d, const RankCoords& c) {
 int group_index(const ParallelDims& d, int rank, GroupKind kind) {
   RankCoords c = rank_coords(d, rank);
   if (kind == GroupKind::model) return c.dp;
+  if (kind == GroupKind::dp_cp) return rank_of(d, {.tp = c.tp, .pp = c.pp});
   set_axis(c, d, kind, 0);  // the group's first rank names it
   return rank_of(d, c);
 }
@@ -99,6 +103,14 @@ std::vector<int> group_ranks(const ParallelDims& d, int rank, GroupKind kind) {
     ranks.reserve(static_cast<size_t>(d.world() / d.dp));
     for (int r = 0; r < d.world(); ++r)
       if (rank_coords(d, r).dp == dp) ranks.push_back(r);
+    return ranks;
+  }
+  if (kind == GroupKind::dp_cp) {
+    const RankCoords me = rank_coords(d, rank);
+    for (int r = 0; r < d.world(); ++r) {
+      const RankCoords c = rank_coords(d, r);
+      if (c.tp == me.tp && c.pp == me.pp) ranks.push_back(r);
+    }
     return ranks;
   }
   RankCoords c = rank_coords(d, rank);

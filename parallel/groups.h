@@ -48,13 +48,17 @@ struct RankCoords {
 //                        data-parallel replicas (dense gradients), the edp group the replicas of
 //                        r's experts (expert gradients), the pp group its stages, in stage order;
 //   model              — every rank with the same dp coordinate as r (size world / dp): the ranks
-//                        that together hold one full replica of the dense model (tp·cp·pp of them).
+//                        that together hold one full replica of the dense model (tp·cp·pp of them);
+//   dp_cp              — the ranks with r's tp and pp coordinates (size cp·dp): the ranks holding the
+//                        same dense parameters, over which their gradients are reduced and ZeRO
+//                        shards them (context-parallel ranks are data-parallel for the weights:
+//                        Megatron-Core's data-parallel group with context parallelism). dp when cp = 1.
 // Every group lists its ranks in increasing order, which is also their rank inside the group's
 // communicator.
-enum class GroupKind { tp, cp, ep, edp, dp, pp, model };
-inline constexpr std::array<GroupKind, 7> kGroupKinds = {GroupKind::tp,  GroupKind::cp, GroupKind::ep,
-                                                         GroupKind::edp, GroupKind::dp, GroupKind::pp,
-                                                         GroupKind::model};
+enum class GroupKind { tp, cp, ep, edp, dp, pp, model, dp_cp };
+inline constexpr std::array<GroupKind, 8> kGroupKinds = {GroupKind::tp, GroupKind::cp,    GroupKind::ep,
+                                                         GroupKind::edp, GroupKind::dp,   GroupKind::pp,
+                                                         GroupKind::model, GroupKind::dp_cp};
 std::string_view group_kind_name(GroupKind kind);
 
 // Coordinates of `rank` (requires 0 <= rank < dims.world()).
@@ -98,6 +102,7 @@ class ProcessGroups {
   const Comm& dp() const { return get(GroupKind::dp); }
   const Comm& pp() const { return get(GroupKind::pp); }
   const Comm& model() const { return get(GroupKind::model); }
+  const Comm& dp_cp() const { return get(GroupKind::dp_cp); }
   const Comm& get(GroupKind kind) const { return groups_[static_cast<size_t>(kind)]; }
 
  private:

@@ -138,6 +138,7 @@ void MetricsLog::step(const StepMetrics& m) {
   if (!m.moe.empty())
     fmt::print("  moe dispatch {:.1f} ms | ep comm {:.1f} ms ({:.1f} exposed)\n", m.moe_dispatch_ms, m.ep_comm_ms,
                m.ep_exposed_ms);
+  if (m.cp_comm_ms > 0.0) fmt::print("  cp comm {:.1f} ms ({:.1f} exposed)\n", m.cp_comm_ms, m.cp_exposed_ms);
   for (const MoeLayerMetrics& e : m.moe)
     fmt::print("  moe layer {:>3} | tokens/expert min {:.1f} mean {:.1f} max {:.1f} | dropped {:.2f}% | aux {:.4f} | "
                "z {:.4f}\n",
@@ -153,6 +154,7 @@ void MetricsLog::step(const StepMetrics& m) {
                       {"tp_comm_ms", m.tp_comm_ms}, {"tp_exposed_ms", m.tp_exposed_ms},
                       {"ep_comm_ms", m.ep_comm_ms}, {"ep_exposed_ms", m.ep_exposed_ms},
                       {"moe_dispatch_ms", m.moe_dispatch_ms},
+                      {"cp_comm_ms", m.cp_comm_ms}, {"cp_exposed_ms", m.cp_exposed_ms},
                       {"pp_comm_ms", m.pp_comm_ms}, {"pp_idle_ms", m.pp_idle_ms}};
   const MemoryMetrics& b = m.memory;
   j["memory_bytes"] = {{"params", b.params},           {"master_params", b.master_params}, {"grads", b.grads},
@@ -168,7 +170,8 @@ void MetricsLog::step(const StepMetrics& m) {
   j["skipped_steps"] = m.skipped_steps;
   if (!m.moe.empty()) {
     j["moe"] = nlohmann::json::array();
-    for (const MoeLayerMetrics& e : m.moe)
+    if (m.cp_comm_ms > 0.0) fmt::print("  cp comm {:.1f} ms ({:.1f} exposed)\n", m.cp_comm_ms, m.cp_exposed_ms);
+  for (const MoeLayerMetrics& e : m.moe)
       j["moe"].push_back({{"layer", e.layer},
                           {"tokens_per_expert", {{"min", e.tokens_min}, {"mean", e.tokens_mean}, {"max", e.tokens_max}}},
                           {"dropped_fraction", e.dropped_fraction},

@@ -60,7 +60,8 @@ struct StepMetrics {
   // Tensor-parallel communication the same way (tp_comm_ms in flight, tp_exposed_ms blocked).
   // Pipeline: pp_comm_ms with sends or receives in flight on this rank, and per stage the time it
   // sat blocked on its neighbours (the bubble and the transfers it waited for), stage order.
-  // compute_ms = step_time_ms − exposed_comm_ms − tp_exposed_ms − ep_exposed_ms − this rank's pp idle time.
+  // compute_ms = step_time_ms − exposed_comm_ms − tp_exposed_ms − ep_exposed_ms − cp_exposed_ms − this rank's pp
+  // idle time.
   double comm_ms = 0, exposed_comm_ms = 0, comm_bytes = 0, compute_ms = 0;
   double hpz_comm_bytes = 0;  // of comm_bytes, those moved within the rank's hpZ group (one host)
   double tp_comm_ms = 0, tp_exposed_ms = 0;
@@ -68,6 +69,7 @@ struct StepMetrics {
   // flight and blocked, and the time MoE blocks spent moving tokens (permute, exchange, regroup,
   // un-permute; exposed all-to-all included), per step.
   double ep_comm_ms = 0, ep_exposed_ms = 0, moe_dispatch_ms = 0;
+  double cp_comm_ms = 0, cp_exposed_ms = 0;  // context parallelism's attention messages
   double pp_comm_ms = 0;
   std::vector<double> pp_idle_ms;
   MemoryMetrics memory;
@@ -80,12 +82,14 @@ struct StepMetrics {
 // The rank's communication during one step, by group ([Note: ZeRO++]: hpZ's gathers within a host
 // group are data-parallel communication; so is the expert-data-parallel reduction).
 struct StepComm {
-  CommStats dp, tp, pp, ep, world;
+  CommStats dp, tp, pp, ep, world, cp;
   int64_t hpz_bytes = 0;  // of dp's, within the hpZ group
   // What the rank spent blocked on its peers.
-  double waited_ms() const { return dp.exposed_ms + tp.exposed_ms + pp.exposed_ms + ep.exposed_ms + world.exposed_ms; }
+  double waited_ms() const {
+    return dp.exposed_ms + tp.exposed_ms + pp.exposed_ms + ep.exposed_ms + world.exposed_ms + cp.exposed_ms;
+  }
   StepComm& operator+=(const StepComm& o) {  // totals over several steps
-    dp += o.dp, tp += o.tp, pp += o.pp, ep += o.ep, world += o.world;
+    dp += o.dp, tp += o.tp, pp += o.pp, ep += o.ep, world += o.world, cp += o.cp;
     hpz_bytes += o.hpz_bytes;
     return *this;
   }

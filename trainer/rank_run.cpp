@@ -59,14 +59,15 @@ std::vector<StageRange> chunk_ranges(const Config& c, int stage) {
   return out;
 }
 
-// The optimizer groups of config/optim_groups.h: the dense parameters over dp, the experts over
-// the expert-data-parallel group (and summed over ep in the global norm: each ep rank holds others).
+// The optimizer groups of config/optim_groups.h: the dense parameters over dp (with the cp ranks,
+// which hold the same parameters: dp_cp), the experts over the expert-data-parallel group (and
+// summed over ep in the global norm: each ep rank holds others).
 std::deque<OptimGroup> make_optim_groups(const Config& c, const ProcessGroups& groups, const ParamLayout& layout,
                                     const std::vector<StageRange>& ranges, const Stream& stream) {
   std::deque<OptimGroup> out;
   const Comm* ep = groups.ep().size() > 1 ? &groups.ep() : nullptr;
   for (const OptimGroupSpec& g : optim_group_specs(c, layout, ranges))
-    out.emplace_back(g, layout, g.experts ? groups.edp() : groups.dp(), g.experts ? ep : nullptr, adamw_options(c),
+    out.emplace_back(g, layout, g.experts ? groups.edp() : groups.dp_cp(), g.experts ? ep : nullptr, adamw_options(c),
                      stream);
   return out;
 }
@@ -88,7 +89,13 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
             std::vector<int32_t>(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len)} {
   for (OptimGroup& g : optim_) g.initialise(c.model, c.train.seed);
   const TpOptions tp_options{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm};
-  const int64_t rows = int64_t{c.train.micro_batch_size} * c.train.seq_len;
+  const CpSplit split{groups.cp().size(), groups.cp().rank(), c.train.seq_len};
+  const int T = split.local_len();
+  const int64_t rows = int64_t{c.train.micro_batch_size} * T;
+  if (split.cp > 1) {
+    feed_.local_inputs.resize(static_cast<size_t>(rows));
+    feed_.local_targets.resize(static_cast<size_t>(rows));
+  }
   std::vector<int> slots;
   for (size_t k = 0; k < ranges.size(); ++k) {
     Chunk ch;
@@ -102,8 +109,9 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
     const StageOptions options{slots.back(), split_backward_, c.train.recompute, c.train.recompute_layers,
                                c.train.precision, c.train.device};
     TensorParallel tp(groups.tp(), tp_options, rows, c.model.d_model);
-    ch.stage = std::make_unique<Stage>(c.model, c.train.micro_batch_size, c.train.seq_len, layout, ranges[k], options,
-                                       *ch.units.front(), std::move(tp), stage_experts);
+    StageContext context{split.cp > 1 ? std::optional<Comm>(groups.cp()) : std::nullopt, c.parallel.cp_comm, split};
+    ch.stage = std::make_unique<Stage>(c.model, c.train.micro_batch_size, T, layout, ranges[k], options,
+                                       *ch.units.front(), std::move(tp), stage_experts, std::move(context));
     chunks_.push_back(std::move(ch));
   }
   for (int n : slots) peak_held_all_ += n;
@@ -137,7 +145,16 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
     opt.first_sample = static_cast<uint64_t>(f.batch) * G + static_cast<uint64_t>(groups.dp().rank()) * (G / dp) +
                        static_cast<uint64_t>(micro) * B;
   }
-  f.loss_sum += stage.forward(slot, MicroBatch{f.inputs.data(), f.targets.data(), opt}, input);
+  if (groups.cp().size() == 1) {
+    f.loss_sum += stage.forward(slot, MicroBatch{f.inputs.data(), f.targets.data(), opt}, input);
+    return stage.output(slot);
+  }
+  if (stage.range().embedding || stage.range().head) {
+    const CpSplit split{groups.cp().size(), groups.cp().rank(), cfg.train.seq_len};
+    split.take_local(f.inputs.data(), f.local_inputs.data(), B);
+    split.take_local(f.targets.data(), f.local_targets.data(), B);
+  }
+  f.loss_sum += stage.forward(slot, MicroBatch{f.local_inputs.data(), f.local_targets.data(), opt}, input);
   return stage.output(slot);
 }
 
@@ -184,7 +201,7 @@ void RankRun::weight(int chunk, int slot) {
 }
 
 double RankRun::mean_over_replicas(double sum, int micro) const {
-  const Comm &pp = groups.pp(), &dp = groups.dp();
+  const Comm &pp = groups.pp(), &dp = groups.dp_cp();  // each cp rank's loss is over its share of the tokens
   if (pp.size() > 1) pp.all_reduce(&sum, 1).wait();  // only the last stage's is not 0
   if (dp.size() > 1) dp.all_reduce(&sum, 1).wait();
   return sum / (micro * dp.size());
@@ -224,14 +241,14 @@ double RankRun::stale_step(int64_t step, int64_t data_skip, int64_t horizon) {
       own_bad = own_bad || g.zero().local_nonfinite();
     }
     q.key = overflow_key(false, own_bad, false, r, w);
-    if (groups.dp().size() > 1) q.loss_work = groups.dp().all_reduce(&q.loss, 1);
+    if (groups.dp_cp().size() > 1) q.loss_work = groups.dp_cp().all_reduce(&q.loss, 1);
     q.key_work = world.all_reduce(&q.key, 1, ReduceOp::max);
   }
   for (OptimGroup& g : optim_) g.zero().retire_reduction();
   StaleScalars& q = stale_.queued.front();
   q.loss_work.wait();
   q.key_work.wait();
-  const double loss = q.loss / (data.train().micro_batches_per_step() * groups.dp().size());
+  const double loss = q.loss / (data.train().micro_batches_per_step() * groups.dp_cp().size());
   stale_.key = q.key;
   stale_.queued.pop_front();
   return loss;
@@ -389,12 +406,14 @@ double RankRun::evaluate() {
 }
 
 void RankRun::reset_comm_stats() const {
-  for (const Comm* c : {&groups.dp(), &groups.tp(), &groups.pp(), &groups.ep(), &groups.edp(), &world}) c->reset_stats();
+  for (const Comm* c : {&groups.dp_cp(), &groups.tp(), &groups.pp(), &groups.ep(), &groups.edp(), &groups.cp(), &world})
+    c->reset_stats();
   if (cfg.parallel.zero_hpz_partition_size > 1) optim_.front().zero().hpz_comm().reset_stats();
 }
 
 StepComm RankRun::comm_stats() const {
-  StepComm c{groups.dp().stats(), groups.tp().stats(), groups.pp().stats(), groups.ep().stats(), world.stats()};
+  StepComm c{groups.dp_cp().stats(), groups.tp().stats(), groups.pp().stats(), groups.ep().stats(), world.stats(),
+             groups.cp().stats()};
   c.dp += groups.edp().stats();
   if (cfg.parallel.zero_hpz_partition_size > 1) {
     const CommStats h = optim_.front().zero().hpz_comm().stats();

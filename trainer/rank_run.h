@@ -137,7 +137,8 @@ class RankRun final : public PipelineWork {
   };
   // What the micro-batches read and add to: the tokens, the global batch, the loss.
   struct Feed {
-    std::vector<int32_t> inputs, targets;
+    std::vector<int32_t> inputs, targets;  // (B, seq_len): whole sequences as the loader gives them
+    std::vector<int32_t> local_inputs = {}, local_targets = {};  // context parallelism: this rank's rows of them
     int64_t batch = 0;  // the global batch train_step trains on
     double loss_sum = 0.0, loss_scale = 1.0;
     bool evaluating = false;

@@ -14,7 +14,7 @@ namespace megatrain {
 
 ReplicaCheck::ReplicaCheck(const Config& cfg, RankRun& run, MemorySnapshots& snapshots)
     : run_(run), snapshots_(snapshots), interval_(cfg.health.replica_check_interval) {
-  if (interval_ <= 0 || run_.groups.dp().size() == 1) {
+  if (interval_ <= 0 || run_.groups.dp_cp().size() == 1) {
     interval_ = 0;
     return;
   }
@@ -27,7 +27,7 @@ ReplicaCheck::ReplicaCheck(const Config& cfg, RankRun& run, MemorySnapshots& sna
     interval_ = 0;
     return;
   }
-  dp_world_ranks_ = all_gather_value<int32_t>(run_.groups.dp(), run_.world.rank());
+  dp_world_ranks_ = all_gather_value<int32_t>(run_.groups.dp_cp(), run_.world.rank());
 }
 
 void ReplicaCheck::updated(const StepOutcome& out) {
@@ -35,12 +35,12 @@ void ReplicaCheck::updated(const StepOutcome& out) {
   if (interval_ == 0 || step % interval_ != 0) return;
   const ParamLayout& layout = run_.layout;
   const size_t n = layout.size();
-  const auto p = static_cast<size_t>(run_.groups.dp().size());
+  const auto p = static_cast<size_t>(run_.groups.dp_cp().size());
   std::vector<int64_t> mine(n), all(n * p);
   const float* base = run_.held_params_host().data;  // held from flat element 0 (the constructor)
   for (size_t i = 0; i < n; ++i)
     mine[i] = ckpt::crc_floats(base + layout.offset(i), layout.local_shape(i).numel());
-  run_.groups.dp().all_gather(all.data(), mine.data(), std::vector<int64_t>(p, static_cast<int64_t>(n))).wait();
+  run_.groups.dp_cp().all_gather(all.data(), mine.data(), std::vector<int64_t>(p, static_cast<int64_t>(n))).wait();
   std::vector<int> odd_ranks;
   std::vector<std::string> odd_params;
   for (size_t i = 0; i < n; ++i) {

@@ -32,7 +32,7 @@ void log_run_summary(const Config& cfg, RankRun& run, const RunState& at) {
                run.data.train().micro_batches_per_step(), cfg.train.micro_batch_size, run.groups.tp().size(),
                cfg.parallel.sequence_parallel ? " (sequence parallel)" : "", run.groups.pp().size(),
                cfg.parallel.pipeline_schedule, cfg.parallel.virtual_stages, run.held_micro_batches(),
-               run.groups.dp().size(), cfg.parallel.zero_stage, run.optim_groups().front().zero().buckets().size(),
+               run.groups.dp_cp().size(), cfg.parallel.zero_stage, run.optim_groups().front().zero().buckets().size(),
                run.tokens_per_step());
 }
 

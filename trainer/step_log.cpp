@@ -75,7 +75,10 @@ StepMetrics StepLog::averages(const StepOutcome& out) {
   m.ep_comm_ms = c.ep.busy_ms / n;
   m.ep_exposed_ms = c.ep.exposed_ms / n;
   m.moe_dispatch_ms = run_.moe_dispatch_ms() / n;
-  m.compute_ms = m.step_time_ms - m.exposed_comm_ms - m.tp_exposed_ms - m.ep_exposed_ms - c.pp.exposed_ms / n;
+  m.cp_comm_ms = c.cp.busy_ms / n;
+  m.cp_exposed_ms = c.cp.exposed_ms / n;
+  m.compute_ms = m.step_time_ms - m.exposed_comm_ms - m.tp_exposed_ms - m.ep_exposed_ms - m.cp_exposed_ms -
+                 c.pp.exposed_ms / n;
   m.memory = run_.memory();
   m.precision = precision_name(cfg_.train.precision);
   if (at_.scaler) m.loss_scale = out.loss_scale;

@@ -5,6 +5,9 @@
 // gemm (kernels/cpu/gemm.h) with strided views straight into the fused qkv buffer (no transposes).
 // Grouped-query attention: query head h reads kv head h / (H / Hkv). Backward runs one task per
 // (batch, kv head) so the dK/dV sums over the heads of a group have a fixed order.
+// Written once for a block: query rows of one tensor against key/value rows of another, with the
+// causal mask or none (context parallelism's ring, model/context_attention.h); the packed op is the
+// block of a sequence against itself.
 // q/k/v, the output and dqkv are float32 or bf16 (kernels/cpu/bf16.h); the softmax, its statistics
 // and every block product are float32 either way. bf16 blocks are widened into the task's float32
 // buffers as they are read, and bf16 gradients accumulate in a float32 buffer of the task's heads,
@@ -28,13 +31,19 @@ namespace {
 constexpr int kBlock = 64;
 constexpr int kMaxHeadDim = 256;
 
-struct Layout {
-  int64_t row;  // values per token in qkv
-  template <typename F>
-  F* q(F* base, int b, int T, int t, int h, int D) const {
-    return base + (static_cast<int64_t>(b) * T + t) * row + static_cast<int64_t>(h) * D;
+// Rows of one operand (View's t counts from the block's first row).
+template <typename F>
+struct View {
+  F* p;
+  int64_t ld, seq;
+  F* at(int b, int t, int h, int D) const {
+    return p + b * seq + static_cast<int64_t>(t) * ld + static_cast<int64_t>(h) * D;
   }
 };
+template <typename F>
+View<F> view(AttnRows<F> r) {
+  return {r.data, r.ld, r.seq};
+}
 
 // n rows of D float32 values, ld apart.
 struct Rows {
@@ -66,23 +75,23 @@ Widened& widened(int D) {
   return w;
 }
 
-// S = scale · Q Kᵀ for rows [i0, i0+m) and keys [j0, j0+n), with the causal mask (key > query → −inf).
-void scores(float* S, Rows q, Rows k, int m, int n, int D, float scale, int i0, int j0) {
+// S = scale · Q Kᵀ for rows [i0, i0+m) and keys [j0, j0+n); causal: the mask key > query → −inf.
+void scores(float* S, Rows q, Rows k, int m, int n, int D, float scale, int i0, int j0, bool causal) {
   gemm(Trans::no, Trans::yes, m, n, D, scale, q.p, q.ld, k.p, k.ld, 0.0f, S, kBlock);
-  if (j0 + n - 1 > i0) {
+  if (causal && j0 + n - 1 > i0) {
     for (int r = 0; r < m; ++r)
       for (int c = std::max(0, i0 + r - j0 + 1); c < n; ++c) S[r * kBlock + c] = -std::numeric_limits<float>::infinity();
   }
 }
 
 template <typename T>
-void forward(T* out, float* lse, const T* qkv, const AttnDims& d) {
+void forward(View<T> out, float* lse, View<const T> qv, View<const T> kv, View<const T> vv, const AttnBlock& d) {
   MT_CHECK(d.D <= kMaxHeadDim, "head_dim {} exceeds the CPU attention limit {}", d.D, kMaxHeadDim);
-  const Layout L{static_cast<int64_t>(d.H + 2 * d.Hkv) * d.D};
+  MT_CHECK(!d.causal || d.Tq == d.Tk, "a causal block needs as many query rows as key rows, got {} and {}", d.Tq,
+           d.Tk);
   const int group = d.H / d.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  const int nq = (d.T + kBlock - 1) / kBlock;
-  const int64_t out_row = static_cast<int64_t>(d.H) * d.D;
+  const int nq = (d.Tq + kBlock - 1) / kBlock;
 #pragma omp parallel for collapse(3) schedule(dynamic)
   for (int b = 0; b < d.B; ++b)
     for (int h = 0; h < d.H; ++h)
@@ -91,17 +100,18 @@ void forward(T* out, float* lse, const T* qkv, const AttnDims& d) {
         alignas(64) float O[kBlock * kMaxHeadDim];
         float m_run[kBlock], l_run[kBlock];
         Widened& w = widened(d.D);
-        const int i0 = qb * kBlock, m = std::min(kBlock, d.T - i0);
+        const int i0 = qb * kBlock, m = std::min(kBlock, d.Tq - i0);
         const int kvh = h / group;
-        const Rows q = rows_f32(L.q(qkv, b, d.T, i0, h, d.D), L.row, m, d.D, w.q.data());
+        const Rows q = rows_f32(qv.at(b, i0, h, d.D), qv.ld, m, d.D, w.q.data());
         std::fill(O, O + m * d.D, 0.0f);
         std::fill(m_run, m_run + m, -std::numeric_limits<float>::infinity());
         std::fill(l_run, l_run + m, 0.0f);
-        for (int j0 = 0; j0 < i0 + m; j0 += kBlock) {
-          const int n = std::min(kBlock, d.T - j0);
-          const Rows k = rows_f32(L.q(qkv, b, d.T, j0, d.H + kvh, d.D), L.row, n, d.D, w.k.data());
-          const Rows v = rows_f32(L.q(qkv, b, d.T, j0, d.H + d.Hkv + kvh, d.D), L.row, n, d.D, w.v.data());
-          scores(S, q, k, m, n, d.D, scale, i0, j0);
+        const int j_end = d.causal ? i0 + m : d.Tk;
+        for (int j0 = 0; j0 < j_end; j0 += kBlock) {
+          const int n = std::min(kBlock, d.Tk - j0);
+          const Rows k = rows_f32(kv.at(b, j0, kvh, d.D), kv.ld, n, d.D, w.k.data());
+          const Rows v = rows_f32(vv.at(b, j0, kvh, d.D), vv.ld, n, d.D, w.v.data());
+          scores(S, q, k, m, n, d.D, scale, i0, j0, d.causal);
           for (int r = 0; r < m; ++r) {
             float* s = S + r * kBlock;
             float mx = m_run[r];
@@ -121,26 +131,26 @@ void forward(T* out, float* lse, const T* qkv, const AttnDims& d) {
           gemm(Trans::no, Trans::no, m, d.D, n, 1.0f, S, kBlock, v.p, v.ld, 1.0f, O, d.D);
         }
         for (int r = 0; r < m; ++r) {
-          T* dst = out + (static_cast<int64_t>(b) * d.T + i0 + r) * out_row + static_cast<int64_t>(h) * d.D;
+          T* dst = out.at(b, i0 + r, h, d.D);
           const float inv = 1.0f / l_run[r];
           for (int c = 0; c < d.D; ++c) store(dst[c], O[r * d.D + c] * inv);
-          lse[(static_cast<int64_t>(b) * d.H + h) * d.T + i0 + r] = m_run[r] + std::log(l_run[r]);
+          lse[(static_cast<int64_t>(b) * d.H + h) * d.lse_ld + i0 + r] = m_run[r] + std::log(l_run[r]);
         }
       }
 }
 
+// `+=` into dq, dk and dv (see cpu.h).
 template <typename T>
-void backward(T* dqkv, const float* dout, const T* qkv, const T* out, const float* lse, const AttnDims& d) {
-  const Layout L{static_cast<int64_t>(d.H + 2 * d.Hkv) * d.D};
+void backward(View<T> dqv, View<T> dkv, View<T> dvv, View<const float> dout, View<const T> qv, View<const T> kv,
+              View<const T> vv, View<const T> outv, const float* lse, const AttnBlock& d) {
+  MT_CHECK(!d.causal || d.Tq == d.Tk, "a causal block needs as many query rows as key rows, got {} and {}", d.Tq,
+           d.Tk);
   const int group = d.H / d.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  const int64_t out_row = static_cast<int64_t>(d.H) * d.D;
-  const int64_t ldo = out_row;
-  // float32: the gradients accumulate in dqkv itself; bf16: in a float32 buffer of the task's
-  // group + 2 heads (its query heads, then k, then v), T rows of D each, rounded into dqkv at the end.
+  // float32: the gradients accumulate in place; bf16: in a float32 buffer of the task's group query
+  // heads (Tq rows of D each), then k and v (Tk rows each), added into the gradients at the end.
   constexpr bool in_place = std::is_same_v<T, float>;
-  const int64_t gld = in_place ? L.row : d.D;
-  if constexpr (in_place) std::memset(dqkv, 0, sizeof(float) * static_cast<size_t>(d.B) * d.T * static_cast<size_t>(L.row));
+  const int64_t q_rows = static_cast<int64_t>(d.Tq) * d.D, k_rows = static_cast<int64_t>(d.Tk) * d.D;
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int b = 0; b < d.B; ++b)
     for (int kvh = 0; kvh < d.Hkv; ++kvh) {
@@ -148,77 +158,134 @@ void backward(T* dqkv, const float* dout, const T* qkv, const T* out, const floa
       alignas(64) float dP[kBlock * kBlock];
       float Drow[kBlock];
       Widened& w = widened(d.D);
-      const int64_t head_rows = static_cast<int64_t>(d.T) * d.D;
-      if constexpr (!in_place) w.grad.assign(static_cast<size_t>((group + 2) * head_rows), 0.0f);
-      // Row t of the gradient of qkv head `head`, the task's head number `slot`.
-      const auto grad_row = [&](int head, int slot, int t) -> float* {
-        if constexpr (in_place) return L.q(dqkv, b, d.T, t, head, d.D);
-        return w.grad.data() + slot * head_rows + static_cast<int64_t>(t) * d.D;
+      if constexpr (!in_place) w.grad.assign(static_cast<size_t>(group * q_rows + 2 * k_rows), 0.0f);
+      float* const gq = w.grad.data();
+      float* const gk = gq + (in_place ? 0 : group * q_rows);
+      float* const gv = gk + (in_place ? 0 : k_rows);
+      // Row t of head `head`'s gradient in `dst`, or in the task's buffer `g` (bf16).
+      const auto grad_rows = [&](View<T> dst, float* g, int t, int head) -> float* {
+        if constexpr (in_place) return dst.at(b, t, head, d.D);
+        return g + static_cast<int64_t>(t) * d.D;
       };
+      const int64_t qld = in_place ? dqv.ld : d.D, kld = in_place ? dkv.ld : d.D, vld = in_place ? dvv.ld : d.D;
       for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-        const float* lse_h = lse + (static_cast<int64_t>(b) * d.H + h) * d.T;
-        for (int j0 = 0; j0 < d.T; j0 += kBlock) {
-          const int n = std::min(kBlock, d.T - j0);
-          const Rows k = rows_f32(L.q(qkv, b, d.T, j0, d.H + kvh, d.D), L.row, n, d.D, w.k.data());
-          const Rows v = rows_f32(L.q(qkv, b, d.T, j0, d.H + d.Hkv + kvh, d.D), L.row, n, d.D, w.v.data());
-          float* dk = grad_row(d.H + kvh, group, j0);
-          float* dv = grad_row(d.H + d.Hkv + kvh, group + 1, j0);
-          for (int i0 = (j0 / kBlock) * kBlock; i0 < d.T; i0 += kBlock) {
-            const int m = std::min(kBlock, d.T - i0);
-            const Rows q = rows_f32(L.q(qkv, b, d.T, i0, h, d.D), L.row, m, d.D, w.q.data());
-            float* dq = grad_row(h, h - kvh * group, i0);
-            const int64_t orow = (static_cast<int64_t>(b) * d.T + i0) * out_row + static_cast<int64_t>(h) * d.D;
-            const Rows o = rows_f32(out + orow, out_row, m, d.D, w.o.data());
-            const float* dob = dout + orow;
+        const float* lse_h = lse + (static_cast<int64_t>(b) * d.H + h) * d.lse_ld;
+        for (int j0 = 0; j0 < d.Tk; j0 += kBlock) {
+          const int n = std::min(kBlock, d.Tk - j0);
+          const Rows k = rows_f32(kv.at(b, j0, kvh, d.D), kv.ld, n, d.D, w.k.data());
+          const Rows v = rows_f32(vv.at(b, j0, kvh, d.D), vv.ld, n, d.D, w.v.data());
+          float* dk = grad_rows(dkv, gk, j0, kvh);
+          float* dv = grad_rows(dvv, gv, j0, kvh);
+          for (int i0 = d.causal ? (j0 / kBlock) * kBlock : 0; i0 < d.Tq; i0 += kBlock) {
+            const int m = std::min(kBlock, d.Tq - i0);
+            const Rows q = rows_f32(qv.at(b, i0, h, d.D), qv.ld, m, d.D, w.q.data());
+            float* dq = grad_rows(dqv, gq + (h - kvh * group) * q_rows, i0, h);
+            const Rows o = rows_f32(outv.at(b, i0, h, d.D), outv.ld, m, d.D, w.o.data());
+            const float* dob = dout.at(b, i0, h, d.D);
             // 1. P = exp(S − lse), recomputed.
-            scores(P, q, k, m, n, d.D, scale, i0, j0);
+            scores(P, q, k, m, n, d.D, scale, i0, j0, d.causal);
             for (int r = 0; r < m; ++r) {
               const float l = lse_h[i0 + r];
               float* p = P + r * kBlock;
 #pragma omp simd
               for (int c = 0; c < n; ++c) p[c] = fast_exp(p[c] - l);
               float acc = 0.0f;
-              for (int c = 0; c < d.D; ++c) acc += dob[r * out_row + c] * o.p[r * o.ld + c];
+              for (int c = 0; c < d.D; ++c) acc += dob[r * dout.ld + c] * o.p[r * o.ld + c];
               Drow[r] = acc;  // D_i = rowsum(dO ∘ O)
             }
             // 2. dV += Pᵀ dO.
-            gemm(Trans::yes, Trans::no, n, d.D, m, 1.0f, P, kBlock, dob, ldo, 1.0f, dv, gld);
+            gemm(Trans::yes, Trans::no, n, d.D, m, 1.0f, P, kBlock, dob, dout.ld, 1.0f, dv, vld);
             // 3. dP = dO Vᵀ;  dS = P ∘ (dP − D).
-            gemm(Trans::no, Trans::yes, m, n, d.D, 1.0f, dob, ldo, v.p, v.ld, 0.0f, dP, kBlock);
+            gemm(Trans::no, Trans::yes, m, n, d.D, 1.0f, dob, dout.ld, v.p, v.ld, 0.0f, dP, kBlock);
             for (int r = 0; r < m; ++r)
               for (int c = 0; c < n; ++c) dP[r * kBlock + c] = P[r * kBlock + c] * (dP[r * kBlock + c] - Drow[r]);
             // 4. dQ += scale · dS K;  dK += scale · dSᵀ Q.
-            gemm(Trans::no, Trans::no, m, d.D, n, scale, dP, kBlock, k.p, k.ld, 1.0f, dq, gld);
-            gemm(Trans::yes, Trans::no, n, d.D, m, scale, dP, kBlock, q.p, q.ld, 1.0f, dk, gld);
+            gemm(Trans::no, Trans::no, m, d.D, n, scale, dP, kBlock, k.p, k.ld, 1.0f, dq, qld);
+            gemm(Trans::yes, Trans::no, n, d.D, m, scale, dP, kBlock, q.p, q.ld, 1.0f, dk, kld);
           }
         }
       }
       if constexpr (!in_place) {
-        for (int slot = 0; slot < group + 2; ++slot) {
-          const int head = slot < group ? kvh * group + slot : slot == group ? d.H + kvh : d.H + d.Hkv + kvh;
-          for (int t = 0; t < d.T; ++t) {
-            const float* g = grad_row(head, slot, t);
-            T* dst = L.q(dqkv, b, d.T, t, head, d.D);
+        const auto add_rows = [&](View<T> dst, int head, const float* g, int rows) {
+          for (int t = 0; t < rows; ++t) {
+            T* r = dst.at(b, t, head, d.D);
+            const float* gr = g + static_cast<int64_t>(t) * d.D;
 #pragma omp simd
-            for (int c = 0; c < d.D; ++c) store(dst[c], g[c]);
+            for (int c = 0; c < d.D; ++c) store(r[c], load(r[c]) + gr[c]);
           }
-        }
+        };
+        for (int slot = 0; slot < group; ++slot) add_rows(dqv, kvh * group + slot, gq + slot * q_rows, d.Tq);
+        add_rows(dkv, kvh, gk, d.Tk);
+        add_rows(dvv, kvh, gv, d.Tk);
       }
     }
 }
 
+// The packed (B, T, (H + 2·Hkv)·D) operand's q, k or v heads.
+template <typename F>
+View<F> packed(F* qkv, const AttnDims& d, int first_head) {
+  const int64_t row = static_cast<int64_t>(d.H + 2 * d.Hkv) * d.D;
+  return {qkv + static_cast<int64_t>(first_head) * d.D, row, row * d.T};
+}
+AttnBlock whole(const AttnDims& d) { return {d.B, d.T, d.T, d.H, d.Hkv, d.D, true, d.T}; }
+
+template <typename T>
+void packed_forward(T* out, float* lse, const T* qkv, const AttnDims& d) {
+  const int64_t orow = static_cast<int64_t>(d.H) * d.D;
+  forward<T>({out, orow, orow * d.T}, lse, packed(qkv, d, 0), packed(qkv, d, d.H), packed(qkv, d, d.H + d.Hkv),
+             whole(d));
+}
+
+template <typename T>
+void packed_backward(T* dqkv, const float* dout, const T* qkv, const T* out, const float* lse, const AttnDims& d) {
+  const int64_t orow = static_cast<int64_t>(d.H) * d.D;
+  std::memset(static_cast<void*>(dqkv), 0,
+              sizeof(T) * static_cast<size_t>(d.B) * d.T * static_cast<size_t>((d.H + 2 * d.Hkv) * d.D));
+  backward<T>(packed(dqkv, d, 0), packed(dqkv, d, d.H), packed(dqkv, d, d.H + d.Hkv), {dout, orow, orow * d.T},
+              packed(qkv, d, 0), packed(qkv, d, d.H), packed(qkv, d, d.H + d.Hkv), {out, orow, orow * d.T}, lse,
+              whole(d));
+}
+
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d) { forward(out, lse, qkv, d); }
-void attention_forward(bf16* out, float* lse, const bf16* qkv, const AttnDims& d) { forward(out, lse, qkv, d); }
+void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d) { packed_forward(out, lse, qkv, d); }
+void attention_forward(bf16* out, float* lse, const bf16* qkv, const AttnDims& d) { packed_forward(out, lse, qkv, d); }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         const AttnDims& d) {
-  backward(dqkv, dout, qkv, out, lse, d);
+  packed_backward(dqkv, dout, qkv, out, lse, d);
 }
 void attention_backward(bf16* dqkv, const float* dout, const bf16* qkv, const bf16* out, const float* lse,
                         const AttnDims& d) {
-  backward(dqkv, dout, qkv, out, lse, d);
+  packed_backward(dqkv, dout, qkv, out, lse, d);
+}
+
+void attention_block_forward(AttnRows<float> out, float* lse, AttnRows<const float> q, AttnRows<const float> k,
+                             AttnRows<const float> v, const AttnBlock& d) {
+  forward(view(out), lse, view(q), view(k), view(v), d);
+}
+
+void attention_block_backward(AttnRows<float> dq, AttnRows<float> dk, AttnRows<float> dv, AttnRows<const float> dout,
+                              AttnRows<const float> q, AttnRows<const float> k, AttnRows<const float> v,
+                              AttnRows<const float> out, const float* lse, const AttnBlock& d) {
+  backward(view(dq), view(dk), view(dv), view(dout), view(q), view(k), view(v), view(out), lse, d);
+}
+
+void attention_merge(AttnRows<float> out, float* lse, AttnRows<const float> part, const float* part_lse,
+                     const AttnBlock& d) {
+#pragma omp parallel for collapse(2)
+  for (int b = 0; b < d.B; ++b)
+    for (int h = 0; h < d.H; ++h) {
+      const int64_t l0 = (static_cast<int64_t>(b) * d.H + h) * d.lse_ld;
+      for (int t = 0; t < d.Tq; ++t) {
+        const float a = lse[l0 + t], c = part_lse[l0 + t], mx = std::max(a, c);
+        const float wa = std::exp(a - mx), wc = std::exp(c - mx), inv = 1.0f / (wa + wc);
+        float* o = out.data + b * out.seq + static_cast<int64_t>(t) * out.ld + static_cast<int64_t>(h) * d.D;
+        const float* p = part.data + b * part.seq + static_cast<int64_t>(t) * part.ld + static_cast<int64_t>(h) * d.D;
+        for (int e = 0; e < d.D; ++e) o[e] = (wa * o[e] + wc * p[e]) * inv;
+        lse[l0 + t] = mx + std::log(wa + wc);
+      }
+    }
 }
 
 }  // namespace megatrain::cpu

@@ -45,6 +45,7 @@ int expected_size(const ParallelDims& d, GroupKind kind) {
     case GroupKind::dp: return d.dp;
     case GroupKind::pp: return d.pp;
     case GroupKind::model: return d.world() / d.dp;
+    case GroupKind::dp_cp: return d.cp * d.dp;
   }
   return -1;
 }
@@ -60,6 +61,7 @@ bool same_group(const RankCoords& a, const RankCoords& b, GroupKind kind) {
     case GroupKind::dp: x.ep = y.ep = x.edp = y.edp = x.dp = y.dp = 0; break;
     case GroupKind::pp: x.pp = y.pp = 0; break;
     case GroupKind::model: return a.dp == b.dp;
+    case GroupKind::dp_cp: return a.tp == b.tp && a.pp == b.pp;
   }
   return x == y;
 }
@@ -168,6 +170,7 @@ TEST(Groups, World8Tp2Pp2Dp2) {
   EXPECT_EQ(rank_coords(d, 6), (RankCoords{.tp = 0, .edp = 1, .dp = 1, .pp = 1}));
   EXPECT_EQ(all_groups(d, GroupKind::ep), all_groups(d, GroupKind::cp));  // ep = 1: singletons
   EXPECT_EQ(all_groups(d, GroupKind::edp), all_groups(d, GroupKind::dp));
+  EXPECT_EQ(all_groups(d, GroupKind::dp_cp), all_groups(d, GroupKind::dp));  // cp = 1
 }
 
 TEST(Groups, World16AllAxes) {
@@ -180,6 +183,7 @@ TEST(Groups, World16AllAxes) {
   EXPECT_EQ(group_ranks(d, 5, GroupKind::pp), (std::vector<int>{5, 13}));
   EXPECT_EQ(group_ranks(d, 5, GroupKind::dp), (std::vector<int>{1, 5}));
   EXPECT_EQ(group_ranks(d, 5, GroupKind::model).size(), 8u);
+  EXPECT_EQ(group_ranks(d, 5, GroupKind::dp_cp), (std::vector<int>{1, 3, 5, 7}));
   EXPECT_EQ(rank_coords(d, 13), (RankCoords{.tp = 1, .cp = 0, .ep = 1, .edp = 0, .dp = 1, .pp = 1}));
 }
 

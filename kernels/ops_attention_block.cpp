@@ -1,0 +1,110 @@
+// Dispatch of the block attention ops (kernels/ops.h): views of rows of (B, T, width) tensors
+// checked against their shapes, then the CPU kernels. No device kernels yet: a CUDA stream is
+// refused naming the op.
+#include <algorithm>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ops_dispatch.h"
+
+namespace megatrain {
+namespace {
+
+// The rows' view for the CPU kernels, after checking that `width` columns of every row lie inside
+// the tensor; `n` rows expected (the block's).
+template <typename F>
+cpu::AttnRows<F> rows_of(const AttnRows& r, int64_t width, int n, const char* name) {
+  const Tensor& t = r.t;
+  MT_CHECK(t.dtype == DType::f32 && t.shape.ndim == 3, "{} must be a float32 (B, T, width) tensor, got {} {}", name,
+           dtype_name(t.dtype), t.shape.str());
+  MT_CHECK(r.n == n && r.t0 >= 0 && r.t0 + r.n <= t.shape[1] && r.col >= 0 && r.col + width <= t.shape[2],
+           "{}: rows [{}, {}) and columns [{}, {}) of {} (expected {} rows)", name, r.t0, r.t0 + r.n, r.col,
+           r.col + width, t.shape.str(), n);
+  const int64_t ld = t.shape[2];
+  return {t.f32() + r.t0 * ld + r.col, ld, ld * t.shape[1]};
+}
+
+// lse's (B, H, T) element (b, h, t0) and its row length T.
+float* lse_at(const Tensor& lse, const AttnRows& r, int H, const char* name) {
+  const Tensor& t = r.t;
+  MT_CHECK(lse.dtype == DType::f32 && lse.shape.ndim == 3 && lse.shape[0] == t.shape[0] && lse.shape[1] == H &&
+               lse.shape[2] == t.shape[1],
+           "{} must be float32 (B, H, T) = ({}, {}, {}), got {}", name, t.shape[0], H, t.shape[1], lse.shape.str());
+  return lse.f32() + r.t0;
+}
+
+cpu::AttnBlock block(const AttnRows& q, const AttnRows& k, AttnHeads h, bool causal) {
+  MT_CHECK(h.n_kv_heads >= 1 && h.n_heads % h.n_kv_heads == 0 && h.head_dim >= 1,
+           "attention heads: n_heads {} must be a multiple of n_kv_heads {} (head_dim {})", h.n_heads, h.n_kv_heads,
+           h.head_dim);
+  MT_CHECK(q.t.shape[0] == k.t.shape[0], "q holds {} sequences, k {}", q.t.shape[0], k.t.shape[0]);
+  return {static_cast<int>(q.t.shape[0]), q.n, k.n, h.n_heads, h.n_kv_heads, h.head_dim, causal, q.t.shape[1]};
+}
+
+void cpu_only(const Stream& s, const char* op, std::initializer_list<Tensor> tensors) {
+  MT_CHECK(dispatch::backend_for(s, op, tensors) == nullptr,
+           "{} runs on CPU streams only: context parallelism has no device kernels yet (train.device = \"cpu\")",
+           op);
+}
+
+}  // namespace
+
+void attention_block_forward(const Stream& s, AttnRows out, Tensor lse, AttnRows q, AttnRows k, AttnRows v,
+                             AttnHeads heads, bool causal) {
+  cpu_only(s, "attention_block_forward", {out.t, lse, q.t, k.t, v.t});
+  cpu::AttnBlock d = block(q, k, heads, causal);
+  const int64_t qw = int64_t{heads.n_heads} * heads.head_dim, kw = int64_t{heads.n_kv_heads} * heads.head_dim;
+  MT_CHECK(out.t.shape[1] == q.t.shape[1], "out has {} rows per sequence, q {}", out.t.shape[1], q.t.shape[1]);
+  float* l = lse_at(lse, out, heads.n_heads, "lse");
+  d.lse_ld = lse.shape[2];
+  cpu::attention_block_forward(rows_of<float>(out, qw, d.Tq, "out"), l, rows_of<const float>(q, qw, d.Tq, "q"),
+                               rows_of<const float>(k, kw, d.Tk, "k"), rows_of<const float>(v, kw, d.Tk, "v"), d);
+}
+
+void attention_block_backward(const Stream& s, AttnRows dq, AttnRows dk, AttnRows dv, AttnRows dout, AttnRows q,
+                              AttnRows k, AttnRows v, AttnRows out, Tensor lse, AttnHeads heads, bool causal) {
+  cpu_only(s, "attention_block_backward", {dq.t, dk.t, dv.t, dout.t, q.t, k.t, v.t, out.t, lse});
+  cpu::AttnBlock d = block(q, k, heads, causal);
+  const int64_t qw = int64_t{heads.n_heads} * heads.head_dim, kw = int64_t{heads.n_kv_heads} * heads.head_dim;
+  const float* l = lse_at(lse, out, heads.n_heads, "lse");
+  d.lse_ld = lse.shape[2];
+  cpu::attention_block_backward(rows_of<float>(dq, qw, d.Tq, "dq"), rows_of<float>(dk, kw, d.Tk, "dk"),
+                                rows_of<float>(dv, kw, d.Tk, "dv"), rows_of<const float>(dout, qw, d.Tq, "dout"),
+                                rows_of<const float>(q, qw, d.Tq, "q"), rows_of<const float>(k, kw, d.Tk, "k"),
+                                rows_of<const float>(v, kw, d.Tk, "v"), rows_of<const float>(out, qw, d.Tq, "out"),
+                                l, d);
+}
+
+void attention_merge(const Stream& s, AttnRows out, Tensor lse, AttnRows part, Tensor part_lse, AttnHeads heads) {
+  cpu_only(s, "attention_merge", {out.t, lse, part.t, part_lse});
+  const int64_t w = int64_t{heads.n_heads} * heads.head_dim;
+  MT_CHECK(lse.shape == part_lse.shape && out.t0 == part.t0,
+           "attention_merge: lse {} and part_lse {} must have one shape, and out and part the same rows (t0 {} and {})",
+           lse.shape.str(), part_lse.shape.str(), out.t0, part.t0);
+  cpu::AttnBlock d = block(out, out, heads, false);
+  float* l = lse_at(lse, out, heads.n_heads, "lse");
+  const float* pl = lse_at(part_lse, part, heads.n_heads, "part_lse");
+  d.lse_ld = lse.shape[2];
+  cpu::attention_merge(rows_of<float>(out, w, d.Tq, "out"), l, rows_of<const float>(part, w, d.Tq, "part"), pl, d);
+}
+
+void attention_rows_copy(const Stream& s, AttnRows dst, AttnRows src, int64_t width, bool accumulate) {
+  cpu_only(s, "attention_rows_copy", {dst.t, src.t});
+  MT_CHECK(dst.t.shape[0] == src.t.shape[0], "attention_rows_copy: {} sequences into {}", src.t.shape[0],
+           dst.t.shape[0]);
+  const cpu::AttnRows<float> d = rows_of<float>(dst, width, src.n, "dst");
+  const cpu::AttnRows<const float> r = rows_of<const float>(src, width, src.n, "src");
+  const int64_t B = dst.t.shape[0];
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int t = 0; t < src.n; ++t) {
+      float* o = d.data + b * d.seq + t * d.ld;
+      const float* i = r.data + b * r.seq + t * r.ld;
+      if (accumulate) {
+        for (int64_t c = 0; c < width; ++c) o[c] += i[c];
+      } else {
+        std::copy(i, i + width, o);
+      }
+    }
+}
+
+}  // namespace megatrain
