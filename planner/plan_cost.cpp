@@ -46,6 +46,22 @@ struct Links {
   double p2p(int stride, double bytes) const { return d.latency_us * 1e-6 + bytes / bw(2, stride); }
 };
 
+// Context parallelism's attention messages per block and micro-batch (forward and backward), as
+// exposed time. ring: cp − 1 key/value blocks forward, and backward the blocks again with their
+// gradients (2·(cp − 1) + 1 messages), between neighbours tp ranks apart, overlapped with the
+// block's attention as far as the device overlaps; all_to_all: q/k/v and the output exchanged
+// forward, q/k/v, output, its gradient and dq/dk/dv backward, none of it hidden.
+double context_comm(const Config& c, const Links& links, double rows, double overlap) {
+  const ParallelConfig& p = c.parallel;
+  if (p.cp == 1) return 0.0;
+  const LocalDims L = local_dims(c.model, TpCoord{0, p.tp});
+  const double D = c.model.head_dim(), f = sizeof(float);
+  const double kv = rows * 2 * L.kv_heads * D * f, qkv = rows * (L.heads + 2 * L.kv_heads) * D * f,
+               att = rows * L.heads * D * f;
+  if (p.cp_comm == CpComm::ring) return (3.0 * (p.cp - 1) + 1.0) * links.p2p(p.tp, kv) * (1.0 - overlap);
+  return 3.0 * links.all_to_all(p.cp, p.tp, qkv) + 3.0 * links.all_to_all(p.cp, p.tp, att);
+}
+
 }  // namespace
 
 double model_flops_per_token(const ModelConfig& m, int seq_len) {
@@ -64,13 +80,13 @@ StepCost predict_step(const Config& c, const DeviceProfile& dev) {
   const Links links{dev};
   const int B = c.train.micro_batch_size, T = c.train.seq_len, vs = p.virtual_stages;
   const int micro = c.train.global_batch_size / (B * p.dp);
-  const double rows = double(B) * T, C = m.d_model;
+  const double rows = double(B) * T / p.cp, C = m.d_model;  // a rank's rows of a micro-batch
   const double flops_per_s = dev.peak_tflops * 1e12 * dev.efficiency;
   const double act_bytes = rows * C * sizeof(float);
   const bool sixteen = c.train.precision != Precision::fp32;
 
   // One micro-batch through the heaviest virtual stage: compute and the communication inside it.
-  double fwd = 0, bwd = 0, tp = 0, ep = 0, heaviest = 0;
+  double fwd = 0, bwd = 0, tp = 0, ep = 0, cp = 0, heaviest = 0;
   for (int v = 0; v < p.pp * vs; ++v) {
     const StageRange r = virtual_stage_range(c, v);
     double f = 0, extra = 0;
@@ -94,27 +110,28 @@ StepCost predict_step(const Config& c, const DeviceProfile& dev) {
     tp = r.layers * (2.0 * one + 2.0 * one * (p.overlap_tp_comm ? 1.0 - dev.overlap : 1.0));
     const double routed = rows * m.moe.top_k * C * sizeof(float);
     ep = moe_blocks * 4.0 * links.all_to_all(p.ep, p.tp, routed);
+    cp = r.layers * context_comm(c, links, rows, dev.overlap);
   }
-  const double p2p = p.pp > 1 ? links.p2p(p.tp * p.dp, act_bytes / (p.sequence_parallel ? p.tp : 1)) : 0.0;
+  const double p2p = p.pp > 1 ? links.p2p(p.tp * p.cp * p.dp, act_bytes / (p.sequence_parallel ? p.tp : 1)) : 0.0;
 
   // The pipeline: every stage's list played with these step costs.
   const PipeShape shape{p.pp, micro, vs};
   std::vector<std::vector<PipeStep>> lists;
   for (int s = 0; s < p.pp; ++s) lists.push_back(pipeline_schedule(p.pipeline_schedule, s, shape));
-  const double f_step = fwd + tp / 2 + ep / 2 + p2p, b_step = bwd + tp / 2 + ep / 2 + p2p;
+  const double f_step = fwd + tp / 2 + ep / 2 + cp / 3 + p2p, b_step = bwd + tp / 2 + ep / 2 + 2 * cp / 3 + p2p;
   const ScheduleStats sim = simulate(lists, shape, StepCosts{f_step, b_step / 2, b_step / 2});
   StepCost out;
   const double n = double(micro) * vs;
   out.compute = n * (fwd + bwd);
-  out.tp = n * tp, out.ep = n * ep, out.pp = n * 2 * p2p;
+  out.tp = n * tp, out.ep = n * ep, out.cp = n * cp, out.pp = n * 2 * p2p;
   out.bubble = std::max(0.0, sim.makespan - n * (f_step + b_step));
   // [Note: CPU ranks share cores]: the node's work, R·threads core-seconds for each second a rank is
   // busy in its pipeline steps, over its cores. A CPU rank's messages are copied and reduced by its
   // own cores (the profile's overlap is 0), so the tp/ep/pp traffic inside the steps is work too.
   // GPU profiles have cores = 0: every device computes alone.
-  const double world = double(p.tp) * p.pp * p.dp;
+  const double world = double(p.tp) * p.pp * p.cp * p.dp;
   const double share = dev.cores > 0 ? std::min(world, double(dev.devices_per_node)) * dev.threads / dev.cores : 0.0;
-  out.cores = std::max(0.0, share * (out.compute + out.tp + out.ep + out.pp) - sim.makespan);
+  out.cores = std::max(0.0, share * (out.compute + out.tp + out.ep + out.cp + out.pp) - sim.makespan);
 
   // Data parallelism over the heaviest pipeline rank's parameters.
   double dense = 0, experts = 0;
@@ -139,13 +156,14 @@ StepCost predict_step(const Config& c, const DeviceProfile& dev) {
     if (traffic.params_gathered_after_update) exposed += links.half(g, stride, params);
     hideable += micro * traffic.param_gathers_per_micro_batch * links.half(g, stride, params);
   };
-  zero_comm(p.dp, p.tp, dense);
+  zero_comm(p.dp * p.cp, p.tp, dense);  // cp ranks hold the same dense parameters
   if (experts > 0) zero_comm(p.dp / p.ep, p.tp * p.ep, experts);
   const bool overlaps = p.overlap_grad_reduce || traffic.param_gathers_per_micro_batch > 0;
   const double hidden = overlaps ? std::min(dev.overlap * hideable, dev.overlap * n * bwd) : 0.0;
   out.dp = exposed + hideable - hidden;
 
-  const double updated = traffic.sharded_update ? dense / p.dp + experts / (p.dp / p.ep) : dense + experts;
+  const double updated =
+      traffic.sharded_update ? dense / (p.dp * p.cp) + experts / (p.dp / p.ep) : dense + experts;
   out.optimizer = updated * 32.0 / (dev.memory_gbps * 1e9);  // params, grads, m, v read; params, m, v written
 
   out.step = sim.makespan + out.cores + out.dp + out.optimizer;

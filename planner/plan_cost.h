@@ -10,6 +10,9 @@
 //             the backward ones overlap the weight GEMMs when overlap_tp_comm;
 //   ep        per MoE block and micro-batch four all-to-alls of the routed rows (dispatch, combine,
 //             and their backward);
+//   cp        per block and micro-batch the context-parallel attention's messages (ring: key/value
+//             blocks between neighbours, hidden behind the attention as far as the device overlaps;
+//             all_to_all: the heads' exchanges); compute counts a rank's 1/cp of the rows;
 //   dp        the gradient all-reduce (ZeRO 0) or reduce-scatter (1–3; 2–3 every micro-batch), the
 //             parameter all-gather after the update (1–2) or before each use (3), overlapping
 //             backward where the trainer overlaps it;
@@ -22,8 +25,8 @@
 //             makespan (no rank runs faster than its cores). Ranks idle in the bubble leave their
 //             cores to the others: the step is the larger of the two, not their product.
 // A collective of b bytes over g ranks takes 2(g−1)·latency + (its ring volume)/bandwidth, on the
-// intra-node link when the group's ranks (order tp → ep → dp → pp, parallel/groups.h) lie in one
-// node, else the inter-node one.
+// intra-node link when the group's ranks (order tp → cp → ep → dp → pp, parallel/groups.h) lie in
+// one node, else the inter-node one.
 #pragma once
 #include "config/config.h"
 #include "planner/plan_profile.h"
@@ -34,7 +37,7 @@ namespace megatrain {
 struct StepCost {
   double compute = 0;    // busy compute of the rank (forward, backward, recompute)
   double bubble = 0;     // pipeline idle time (the schedule's) in the step
-  double tp = 0, ep = 0, pp = 0;  // exposed communication inside the pipeline steps
+  double tp = 0, ep = 0, cp = 0, pp = 0;  // exposed communication inside the pipeline steps
   double dp = 0;         // exposed data-parallel communication
   double optimizer = 0;
   double cores = 0;      // CPU: the node's ranks waiting for its cores, beyond the schedule's makespan

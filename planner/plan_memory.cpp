@@ -46,13 +46,15 @@ PlannedMemory plan_memory(const Config& c, int pp_rank) {
   // Activations: each chunk's stage planned on a measuring arena, with the slots the schedule holds.
   NoUnitState none;
   const TpOptions tp_options{p.sequence_parallel, p.overlap_tp_comm};
-  const int64_t rows = int64_t{c.train.micro_batch_size} * c.train.seq_len;
+  const CpSplit split{p.cp, 0, c.train.seq_len};  // every cp rank holds as many rows
+  const int64_t rows = int64_t{c.train.micro_batch_size} * split.local_len();
   for (size_t k = 0; k < ranges.size(); ++k) {
     StageOptions options{peak_held(steps, static_cast<int>(k)), splits_backward(steps), c.train.recompute,
                          c.train.recompute_layers, c.train.precision};
     options.measure_only = true;
-    const Stage stage(c.model, c.train.micro_batch_size, c.train.seq_len, layout, ranges[k], options, none,
-                      TensorParallel(0, p.tp, tp_options, rows, c.model.d_model));
+    const Stage stage(c.model, c.train.micro_batch_size, split.local_len(), layout, ranges[k], options, none,
+                      TensorParallel(0, p.tp, tp_options, rows, c.model.d_model), {},
+                      StageContext{std::nullopt, p.cp_comm, split});
     m.activations += static_cast<int64_t>(stage.activation_bytes());
   }
   return out;

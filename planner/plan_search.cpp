@@ -23,11 +23,25 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
+// Context parallelism over the ranks left by tp and pp: cp = 1, and each power of two above it with
+// both algorithms (the config rules refuse what the sequence or the heads do not allow). CPU
+// profiles only: the device backend has no context-parallel kernels yet (config/config_validate.cpp).
+std::vector<std::pair<int, CpComm>> context_options(int ranks, const DeviceProfile& device) {
+  std::vector<std::pair<int, CpComm>> out{{1, CpComm::ring}};
+  if (device.cores == 0) return out;
+  for (int cp = 2; cp <= ranks; cp *= 2)
+    if (ranks % cp == 0)
+      for (CpComm a : {CpComm::ring, CpComm::all_to_all}) out.emplace_back(cp, a);
+  return out;
+}
+
 }  // namespace
 
 std::string layout_name(const Config& c) {
   const ParallelConfig& p = c.parallel;
-  return fmt::format("tp {} pp {} dp {} ep {} zero {} rc {} mb {}", p.tp, p.pp, p.dp, p.ep, p.zero_stage,
+  const std::string cp =
+      p.cp > 1 ? fmt::format("cp {} {} ", p.cp, p.cp_comm == CpComm::ring ? "ring" : "all_to_all") : std::string();
+  return fmt::format("tp {} pp {} {}dp {} ep {} zero {} rc {} mb {}", p.tp, p.pp, cp, p.dp, p.ep, p.zero_stage,
                      recompute_name(c.train.recompute), c.train.micro_batch_size);
 }
 
@@ -41,37 +55,38 @@ PlanSearch search_layouts(const Config& base, int devices, const DeviceProfile& 
   PlanSearch out;
   for (int tp = 1; tp <= std::min(devices, device.devices_per_node); tp *= 2) {
     if (devices % tp != 0) continue;
-    for (int pp : divisors(devices / tp)) {
-      const int dp = devices / (tp * pp);
-      for (int ep : base.model.moe.enabled() ? divisors(dp) : std::vector<int>{1})
-        for (int zero = 0; zero <= 3; ++zero)
-          for (Recompute rc : kRecomputes)
-            for (int mb = 1; mb <= base.train.global_batch_size / dp; mb *= 2) {
-              ++out.considered;
-              Config c = base;
-              ParallelConfig& p = c.parallel;
-              p.tp = tp, p.pp = pp, p.dp = dp, p.ep = ep, p.zero_stage = zero;
-              p.sequence_parallel = tp > 1;
-              p.pipeline_layers.clear();
-              if (pp == 1) p.virtual_stages = 1, p.pipeline_schedule = "1f1b";
-              c.train.recompute = rc;
-              c.train.recompute_layers = 0;
-              c.train.micro_batch_size = mb;
-              try {
-                resolve_config(c, devices);
-              } catch (const InputError&) {
-                ++out.invalid;
-                continue;
+    for (int pp : divisors(devices / tp))
+      for (const auto& [cp, cp_comm] : context_options(devices / (tp * pp), device)) {
+        const int dp = devices / (tp * pp * cp);
+        for (int ep : base.model.moe.enabled() ? divisors(dp) : std::vector<int>{1})
+          for (int zero = 0; zero <= 3; ++zero)
+            for (Recompute rc : kRecomputes)
+              for (int mb = 1; mb <= base.train.global_batch_size / dp; mb *= 2) {
+                ++out.considered;
+                Config c = base;
+                ParallelConfig& p = c.parallel;
+                p.tp = tp, p.pp = pp, p.cp = cp, p.cp_comm = cp_comm, p.dp = dp, p.ep = ep, p.zero_stage = zero;
+                p.sequence_parallel = tp > 1;
+                p.pipeline_layers.clear();
+                if (pp == 1) p.virtual_stages = 1, p.pipeline_schedule = "1f1b";
+                c.train.recompute = rc;
+                c.train.recompute_layers = 0;
+                c.train.micro_batch_size = mb;
+                try {
+                  resolve_config(c, devices);
+                } catch (const InputError&) {
+                  ++out.invalid;
+                  continue;
+                }
+                Plan plan{c, plan_memory(c), {}};
+                if (static_cast<double>(plan.memory.total()) > capacity) {
+                  ++out.over_memory;
+                  continue;
+                }
+                plan.cost = predict_step(c, device);
+                out.ranked.push_back(std::move(plan));
               }
-              Plan plan{c, plan_memory(c), {}};
-              if (static_cast<double>(plan.memory.total()) > capacity) {
-                ++out.over_memory;
-                continue;
-              }
-              plan.cost = predict_step(c, device);
-              out.ranked.push_back(std::move(plan));
-            }
-    }
+      }
   }
   std::ranges::stable_sort(out.ranked, [](const Plan& a, const Plan& b) {
     return a.cost.step != b.cost.step ? a.cost.step < b.cost.step : a.memory.total() < b.memory.total();
@@ -91,19 +106,20 @@ std::string explain(const PlanSearch& s, const DeviceProfile& device) {
   const MemoryMetrics& m = best.memory.bytes;
   std::string out = fmt::format(
       "best: {} — {:.0f} tokens/s, {:.1f} ms per step, MFU {:.1f}%\n"
-      "  time: compute {:.0f}% | pipeline bubble {:.0f}% | tp comm {:.0f}% | pp p2p {:.0f}% | ep all-to-all {:.0f}% | "
-      "dp comm (exposed) {:.0f}% | optimizer {:.0f}%{}\n"
+      "  time: compute {:.0f}% | pipeline bubble {:.0f}% | tp comm {:.0f}% | cp comm {:.0f}% | pp p2p {:.0f}% | "
+      "ep all-to-all {:.0f}% | dp comm (exposed) {:.0f}% | optimizer {:.0f}%{}\n"
       "  memory (pipeline rank {}, the largest): {:.2f} GiB = params {:.2f} + master {:.2f} + grads {:.2f} + "
       "optimizer {:.2f} + activations {:.2f} + comm buffers {:.2f}\n",
       layout_name(best.config), t.tokens_per_s, t.step * 1e3, t.mfu * 100, pct(t.compute), pct(t.bubble), pct(t.tp),
-      pct(t.pp), pct(t.ep), pct(t.dp), pct(t.optimizer),
+      pct(t.cp), pct(t.pp), pct(t.ep), pct(t.dp), pct(t.optimizer),
       t.cores > 0 ? fmt::format(" | waiting for cores {:.0f}%", pct(t.cores)) : std::string(), best.memory.pp_rank, gib(best.memory.total()),
       gib(m.params), gib(m.master_params), gib(m.grads), gib(m.optimizer), gib(m.activations), gib(m.comm_buffers));
   if (s.ranked.size() < 2) return out;
   const Plan& next = s.ranked[1];
   const StepCost& u = next.cost;
   // The runner-up's largest excess over the best, by kind of time.
-  const std::array<std::pair<const char*, double>, 8> diff = {{{"compute (recompute, a smaller micro-batch)", u.compute - t.compute},
+  const std::array<std::pair<const char*, double>, 9> diff = {{{"compute (recompute, a smaller micro-batch)", u.compute - t.compute},
+                                                              {"context-parallel attention messages", u.cp - t.cp},
                                                               {"pipeline bubble", u.bubble - t.bubble},
                                                               {"tensor-parallel communication", u.tp - t.tp},
                                                               {"pipeline transfers", u.pp - t.pp},

@@ -1,8 +1,9 @@
-// The planner's search (`megatrain plan`): every (tp, pp, dp, ep, ZeRO stage, recompute,
+// The planner's search (`megatrain plan`): every (tp, pp, cp, dp, ep, ZeRO stage, recompute,
 // micro-batch) layout of a model on N devices, each checked by the trainer's own config rules
 // (resolve_config), its memory per rank predicted (planner/plan_memory.h) and dropped when over the
 // device's, its step time predicted (planner/plan_cost.h), ranked by tokens per second.
-// tp runs inside a node (powers of two up to devices_per_node) with sequence parallelism; the
+// tp runs inside a node (powers of two up to devices_per_node) with sequence parallelism; cp (powers
+// of two, ring and all_to_all) on CPU profiles, where the trainer builds it; the
 // config's global batch, pipeline schedule and everything else stay as given.
 #pragma once
 #include <string>
