@@ -69,10 +69,6 @@ void check_context_parallel(const Config& c) {
                  "{}: parallel.cp = {} with an MoE model (moe.n_experts = {}) is not supported yet; set "
                  "parallel.cp = 1 or moe.n_experts = 0",
                  f, cp, m.moe.n_experts);
-  MT_INPUT_CHECK(c.train.device == Device::cpu,
-                 "{}: parallel.cp = {} has no device kernels yet (its block attention runs on the CPU); set "
-                 "train.device = \"cpu\" or parallel.cp = 1",
-                 f, cp);
   MT_INPUT_CHECK(c.checkpoint.memory_interval == 0,
                  "{}: parallel.cp = {} with checkpoint.memory_interval = {}: memory snapshots do not restore "
                  "context-parallel layouts yet; set memory_interval = 0 (storage checkpoints resume at any cp)",

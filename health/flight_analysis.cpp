@@ -103,7 +103,8 @@ void find_hangs(const GroupKey& key, const GroupView& view, FlightDiagnosis& out
       if (r->peer < 0 || r->state != FlightState::in_flight) continue;
       const int peer = members[static_cast<size_t>(r->peer)];
       const auto it = view.by_rank.find(peer);
-      const std::string other = r->op == "send" ? "recv" : "send";
+      // A send_recv's counterpart is the send_recv its `to` issues (a ring's: each receives from behind).
+      const std::string other = r->op == "send" ? "recv" : r->op == "recv" ? "send" : r->op;
       if (it != view.by_rank.end() && p2p_issued(it->second, other, static_cast<int>(me)) > r->seq) continue;
       edges.emplace(rank, peer);
       out.hangs.push_back(fmt::format("{} #{} rank {} → rank {} {}: rank {} {}", r->op, r->seq, rank, peer,

@@ -118,7 +118,7 @@ struct AttnHeads {
   int n_heads, n_kv_heads, head_dim;
 };
 // out's rows (and lse's) ← q's rows attending to k's and v's; causal (as many rows at the same
-// positions): key j is hidden from query i when j > i, else every key is seen. CPU streams only.
+// positions): key j is hidden from query i when j > i, else every key is seen.
 void attention_block_forward(const Stream& s, AttnRows out, Tensor lse, AttnRows q, AttnRows k, AttnRows v,
                              AttnHeads heads, bool causal);
 // `+=` into dq, dk and dv from dout, with out and lse the final (merged) ones at q's rows.

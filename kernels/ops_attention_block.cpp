@@ -1,6 +1,5 @@
 // Dispatch of the block attention ops (kernels/ops.h): views of rows of (B, T, width) tensors
-// checked against their shapes, then the CPU kernels. No device kernels yet: a CUDA stream is
-// refused naming the op.
+// checked against their shapes, then the CPU kernels or the device backend's.
 #include <algorithm>
 
 #include "kernels/cpu/cpu.h"
@@ -12,7 +11,7 @@ namespace {
 // The rows' view for the CPU kernels, after checking that `width` columns of every row lie inside
 // the tensor; `n` rows expected (the block's).
 template <typename F>
-cpu::AttnRows<F> rows_of(const AttnRows& r, int64_t width, int n, const char* name) {
+AttnView<F> rows_of(const AttnRows& r, int64_t width, int n, const char* name) {
   const Tensor& t = r.t;
   MT_CHECK(t.dtype == DType::f32 && t.shape.ndim == 3, "{} must be a float32 (B, T, width) tensor, got {} {}", name,
            dtype_name(t.dtype), t.shape.str());
@@ -23,7 +22,7 @@ cpu::AttnRows<F> rows_of(const AttnRows& r, int64_t width, int n, const char* na
   return {t.f32() + r.t0 * ld + r.col, ld, ld * t.shape[1]};
 }
 
-// lse's (B, H, T) element (b, h, t0) and its row length T.
+// lse's (B, H, T) element (b, h, t0).
 float* lse_at(const Tensor& lse, const AttnRows& r, int H, const char* name) {
   const Tensor& t = r.t;
   MT_CHECK(lse.dtype == DType::f32 && lse.shape.ndim == 3 && lse.shape[0] == t.shape[0] && lse.shape[1] == H &&
@@ -32,7 +31,7 @@ float* lse_at(const Tensor& lse, const AttnRows& r, int H, const char* name) {
   return lse.f32() + r.t0;
 }
 
-cpu::AttnBlock block(const AttnRows& q, const AttnRows& k, AttnHeads h, bool causal) {
+AttnBlock block(const AttnRows& q, const AttnRows& k, AttnHeads h, bool causal) {
   MT_CHECK(h.n_kv_heads >= 1 && h.n_heads % h.n_kv_heads == 0 && h.head_dim >= 1,
            "attention heads: n_heads {} must be a multiple of n_kv_heads {} (head_dim {})", h.n_heads, h.n_kv_heads,
            h.head_dim);
@@ -40,60 +39,64 @@ cpu::AttnBlock block(const AttnRows& q, const AttnRows& k, AttnHeads h, bool cau
   return {static_cast<int>(q.t.shape[0]), q.n, k.n, h.n_heads, h.n_kv_heads, h.head_dim, causal, q.t.shape[1]};
 }
 
-void cpu_only(const Stream& s, const char* op, std::initializer_list<Tensor> tensors) {
-  MT_CHECK(dispatch::backend_for(s, op, tensors) == nullptr,
-           "{} runs on CPU streams only: context parallelism has no device kernels yet (train.device = \"cpu\")",
-           op);
-}
-
 }  // namespace
 
 void attention_block_forward(const Stream& s, AttnRows out, Tensor lse, AttnRows q, AttnRows k, AttnRows v,
                              AttnHeads heads, bool causal) {
-  cpu_only(s, "attention_block_forward", {out.t, lse, q.t, k.t, v.t});
-  cpu::AttnBlock d = block(q, k, heads, causal);
+  DeviceBackend* dev = dispatch::backend_for(s, "attention_block_forward", {out.t, lse, q.t, k.t, v.t});
+  AttnBlock d = block(q, k, heads, causal);
   const int64_t qw = int64_t{heads.n_heads} * heads.head_dim, kw = int64_t{heads.n_kv_heads} * heads.head_dim;
   MT_CHECK(out.t.shape[1] == q.t.shape[1], "out has {} rows per sequence, q {}", out.t.shape[1], q.t.shape[1]);
   float* l = lse_at(lse, out, heads.n_heads, "lse");
   d.lse_ld = lse.shape[2];
-  cpu::attention_block_forward(rows_of<float>(out, qw, d.Tq, "out"), l, rows_of<const float>(q, qw, d.Tq, "q"),
-                               rows_of<const float>(k, kw, d.Tk, "k"), rows_of<const float>(v, kw, d.Tk, "v"), d);
+  const auto o = rows_of<float>(out, qw, d.Tq, "out");
+  const auto qv = rows_of<const float>(q, qw, d.Tq, "q"), kv = rows_of<const float>(k, kw, d.Tk, "k"),
+             vv = rows_of<const float>(v, kw, d.Tk, "v");
+  if (dev) return dev->attention_block_forward(s, o, l, qv, kv, vv, d);
+  cpu::attention_block_forward(o, l, qv, kv, vv, d);
 }
 
 void attention_block_backward(const Stream& s, AttnRows dq, AttnRows dk, AttnRows dv, AttnRows dout, AttnRows q,
                               AttnRows k, AttnRows v, AttnRows out, Tensor lse, AttnHeads heads, bool causal) {
-  cpu_only(s, "attention_block_backward", {dq.t, dk.t, dv.t, dout.t, q.t, k.t, v.t, out.t, lse});
-  cpu::AttnBlock d = block(q, k, heads, causal);
+  DeviceBackend* dev =
+      dispatch::backend_for(s, "attention_block_backward", {dq.t, dk.t, dv.t, dout.t, q.t, k.t, v.t, out.t, lse});
+  AttnBlock d = block(q, k, heads, causal);
   const int64_t qw = int64_t{heads.n_heads} * heads.head_dim, kw = int64_t{heads.n_kv_heads} * heads.head_dim;
   const float* l = lse_at(lse, out, heads.n_heads, "lse");
   d.lse_ld = lse.shape[2];
-  cpu::attention_block_backward(rows_of<float>(dq, qw, d.Tq, "dq"), rows_of<float>(dk, kw, d.Tk, "dk"),
-                                rows_of<float>(dv, kw, d.Tk, "dv"), rows_of<const float>(dout, qw, d.Tq, "dout"),
-                                rows_of<const float>(q, qw, d.Tq, "q"), rows_of<const float>(k, kw, d.Tk, "k"),
-                                rows_of<const float>(v, kw, d.Tk, "v"), rows_of<const float>(out, qw, d.Tq, "out"),
-                                l, d);
+  const auto gq = rows_of<float>(dq, qw, d.Tq, "dq"), gk = rows_of<float>(dk, kw, d.Tk, "dk"),
+             gv = rows_of<float>(dv, kw, d.Tk, "dv");
+  const auto g = rows_of<const float>(dout, qw, d.Tq, "dout"), qv = rows_of<const float>(q, qw, d.Tq, "q"),
+             kv = rows_of<const float>(k, kw, d.Tk, "k"), vv = rows_of<const float>(v, kw, d.Tk, "v"),
+             o = rows_of<const float>(out, qw, d.Tq, "out");
+  if (dev) return dev->attention_block_backward(s, gq, gk, gv, g, qv, kv, vv, o, l, d);
+  cpu::attention_block_backward(gq, gk, gv, g, qv, kv, vv, o, l, d);
 }
 
 void attention_merge(const Stream& s, AttnRows out, Tensor lse, AttnRows part, Tensor part_lse, AttnHeads heads) {
-  cpu_only(s, "attention_merge", {out.t, lse, part.t, part_lse});
+  DeviceBackend* dev = dispatch::backend_for(s, "attention_merge", {out.t, lse, part.t, part_lse});
   const int64_t w = int64_t{heads.n_heads} * heads.head_dim;
   MT_CHECK(lse.shape == part_lse.shape && out.t0 == part.t0,
            "attention_merge: lse {} and part_lse {} must have one shape, and out and part the same rows (t0 {} and {})",
            lse.shape.str(), part_lse.shape.str(), out.t0, part.t0);
-  cpu::AttnBlock d = block(out, out, heads, false);
+  AttnBlock d = block(out, out, heads, false);
   float* l = lse_at(lse, out, heads.n_heads, "lse");
   const float* pl = lse_at(part_lse, part, heads.n_heads, "part_lse");
   d.lse_ld = lse.shape[2];
-  cpu::attention_merge(rows_of<float>(out, w, d.Tq, "out"), l, rows_of<const float>(part, w, d.Tq, "part"), pl, d);
+  const auto o = rows_of<float>(out, w, d.Tq, "out");
+  const auto p = rows_of<const float>(part, w, d.Tq, "part");
+  if (dev) return dev->attention_merge(s, o, l, p, pl, d);
+  cpu::attention_merge(o, l, p, pl, d);
 }
 
 void attention_rows_copy(const Stream& s, AttnRows dst, AttnRows src, int64_t width, bool accumulate) {
-  cpu_only(s, "attention_rows_copy", {dst.t, src.t});
+  DeviceBackend* dev = dispatch::backend_for(s, "attention_rows_copy", {dst.t, src.t});
   MT_CHECK(dst.t.shape[0] == src.t.shape[0], "attention_rows_copy: {} sequences into {}", src.t.shape[0],
            dst.t.shape[0]);
-  const cpu::AttnRows<float> d = rows_of<float>(dst, width, src.n, "dst");
-  const cpu::AttnRows<const float> r = rows_of<const float>(src, width, src.n, "src");
+  const AttnView<float> d = rows_of<float>(dst, width, src.n, "dst");
+  const AttnView<const float> r = rows_of<const float>(src, width, src.n, "src");
   const int64_t B = dst.t.shape[0];
+  if (dev) return dev->attention_rows_copy(s, d, r, static_cast<int>(B), src.n, width, accumulate);
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int t = 0; t < src.n; ++t) {

@@ -64,18 +64,15 @@ void ContextAttention::ring_forward(const Stream& s, Tensor att, Tensor lse, Ten
   const Tensor out = att.reshaped(Shape{B_, Tl, qw});
   const AttnRows q_all{qkv, 0, 0, Tl};
   attention_rows_copy(s, {kv_[0], 0, 0, Tl}, {qkv, qw, 0, Tl}, 2 * kvw, false);
-  Work recv, send;
+  Work moving;
   int cur = 0;
   for (int i = 0; i < P; ++i) {
     if (i > 0) {
-      recv.wait();
-      send.wait();
+      moving.wait();
       cur ^= 1;
     }
-    if (i + 1 < P) {  // the block on to the next rank, the following one in, during this block's attention
-      recv = comm_->recv(kv_[cur ^ 1].f32(), kv_[cur].numel(), prev(), kKvTag);
-      send = comm_->send(kv_[cur].f32(), kv_[cur].numel(), next(), kKvTag);
-    }
+    if (i + 1 < P)  // the block on to the next rank, the following one in, during this block's attention
+      moving = comm_->send_recv(kv_[cur].f32(), kv_[cur ^ 1].f32(), kv_[cur].numel(), next(), prev(), kKvTag);
     const int j = (r - i + P) % P;
     const Tensor kv = kv_[cur];
     if (i == 0) {
@@ -97,21 +94,18 @@ void ContextAttention::ring_backward(const Stream& s, Tensor dqkv, Tensor datt, 
   const Tensor out = att.reshaped(Shape{B_, Tl, qw}), dout = datt.reshaped(Shape{B_, Tl, qw});
   zero_fill(s, dqkv);
   attention_rows_copy(s, {kv_[0], 0, 0, Tl}, {qkv, qw, 0, Tl}, 2 * kvw, false);
-  Work recv, send, grad_recv, grad_send[2];
+  Work moving, grads[2];  // the key/value blocks, and the gradients (the sum sent on, the next one in)
   int cur = 0;
   for (int i = 0; i < P; ++i) {
     if (i > 0) {
-      recv.wait();
-      send.wait();
+      moving.wait();
       cur ^= 1;
     }
-    if (i + 1 < P) {
-      recv = comm_->recv(kv_[cur ^ 1].f32(), kv_[cur].numel(), prev(), kKvTag);
-      send = comm_->send(kv_[cur].f32(), kv_[cur].numel(), next(), kKvTag);
-    }
+    if (i + 1 < P)
+      moving = comm_->send_recv(kv_[cur].f32(), kv_[cur ^ 1].f32(), kv_[cur].numel(), next(), prev(), kKvTag);
     const int j = (r - i + P) % P;
     const Tensor kv = kv_[cur], dkv = dkv_[i % 2];
-    grad_send[i % 2].wait();  // this buffer's sum of two steps ago has left
+    grads[i % 2].wait();  // this buffer's sum of two steps ago has left
     zero_fill(s, dkv);
     if (i == 0) {
       attention_block_backward(s, {dqkv, 0, 0, Tl}, {dkv, 0, 0, Tl}, {dkv, kvw, 0, Tl}, {dout, 0, 0, Tl},
@@ -125,15 +119,16 @@ void ContextAttention::ring_backward(const Stream& s, Tensor dqkv, Tensor datt, 
                                {qkv, 0, c, c}, {kv, 0, 0, Tl}, {kv, kvw, 0, Tl}, {out, 0, c, c}, lse, heads_, false);
     }
     if (i > 0) {  // the block's gradient so far, from the ranks it visited before this one
-      grad_recv.wait();
+      grads[(i + 1) % 2].wait();
       attention_rows_copy(s, {dkv, 0, 0, Tl}, {dkv_in_, 0, 0, Tl}, 2 * kvw, true);
     }
-    grad_recv = comm_->recv(dkv_in_.f32(), dkv_in_.numel(), prev(), kGradTag);
-    grad_send[i % 2] = comm_->send(dkv.f32(), dkv.numel(), next(), kGradTag);
+    // The sum on to the next rank; in, the next block's sum so far (after the last step: this rank's
+    // own block, back from its trip round the ring).
+    grads[i % 2] = comm_->send_recv(dkv.f32(), dkv_in_.f32(), dkv.numel(), next(), prev(), kGradTag);
   }
-  grad_recv.wait();  // this rank's own block, back from its trip round the ring
+  grads[(P - 1) % 2].wait();
   attention_rows_copy(s, {dqkv, qw, 0, Tl}, {dkv_in_, 0, 0, Tl}, 2 * kvw, false);
-  for (const Work& w : grad_send) w.wait();
+  grads[P % 2].wait();
 }
 
 void ContextAttention::exchange(const Stream& s, Tensor local, std::span<const ColGroup> groups, Tensor full,

@@ -309,6 +309,17 @@ Work Comm::recv_raw(void* data, int64_t n, ElemType t, int peer, int tag) const 
   return issue(b, "recv", 0, {n, t, peer, false}, [&](auto& w) { backend_->recv(w, data, n, t, peer, tag); });
 }
 
+Work Comm::send_recv_raw(const void* send, void* recv, int64_t n, ElemType t, int to, int from, int tag) const {
+  const CommBackend& b = *backend_;
+  check_n(b, "send_recv", n, send);
+  check_n(b, "send_recv", n, recv);
+  check_rank(b, "send_recv", "to", to);
+  check_rank(b, "send_recv", "from", from);
+  check_tag(b, "send_recv", tag);
+  return issue(b, "send_recv", n * elem_size(t), {n, t, to, true},
+               [&](auto& w) { backend_->send_recv(w, send, recv, n, t, to, from, tag); });
+}
+
 Work Comm::barrier_async() const {
   return issue(*backend_, "barrier", 0, {0, ElemType::u8}, [&](auto& w) { backend_->barrier(w); });
 }

@@ -25,7 +25,7 @@
 //   reduce_scatter, all_gather   (p−1)·S / p          S = sum(counts)·b
 //   all_to_all                   (sum(send_counts) − send_counts[rank()])·b
 //   broadcast                    n·b on every rank when p > 1
-//   send n·b;  recv 0;  barrier 0;  every collective at p = 1: 0.
+//   send and send_recv n·b;  recv 0;  barrier 0;  every collective at p = 1: 0.
 //
 // Counts above INT_MAX elements work: Open MPI 4.1 has no MPI-4 large-count (_c) calls, so the
 // backend splits an operation into calls of at most CommOptions::max_count elements each.
@@ -195,6 +195,12 @@ class Comm {
   Work recv(T* data, int64_t n, int peer, int tag) const {
     return recv_raw(data, n, elem_type_of<T>(), peer, tag);
   }
+  // n elements of `send` to rank `to` and n from rank `from` into `recv`, as one operation (one NCCL
+  // group: a ring of them, each rank sending on and receiving from behind, completes on NCCL too).
+  template <class T>
+  Work send_recv(const T* send, T* recv, int64_t n, int to, int from, int tag) const {
+    return send_recv_raw(send, recv, n, elem_type_of<T>(), to, from, tag);
+  }
   int max_tag() const;
   Work barrier_async() const;
 
@@ -213,6 +219,7 @@ class Comm {
   Work broadcast_raw(void* data, int64_t n, ElemType t, int root) const;
   Work send_raw(const void* data, int64_t n, ElemType t, int peer, int tag) const;
   Work recv_raw(void* data, int64_t n, ElemType t, int peer, int tag) const;
+  Work send_recv_raw(const void* send, void* recv, int64_t n, ElemType t, int to, int from, int tag) const;
   std::shared_ptr<CommBackend> backend_;
 };
 

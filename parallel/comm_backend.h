@@ -91,6 +91,8 @@ class CommBackend {
   virtual void broadcast(const WorkPtr& w, void* data, int64_t n, ElemType t, int root) = 0;
   virtual void send(const WorkPtr& w, const void* data, int64_t n, ElemType t, int peer, int tag) = 0;
   virtual void recv(const WorkPtr& w, void* data, int64_t n, ElemType t, int peer, int tag) = 0;
+  virtual void send_recv(const WorkPtr& w, const void* send, void* recv, int64_t n, ElemType t, int to, int from,
+                         int tag) = 0;
   virtual void barrier(const WorkPtr& w) = 0;
   [[noreturn]] virtual void abort(int code) const = 0;
 

@@ -247,6 +247,20 @@ class MpiBackend final : public CommBackend {
     submit(std::move(o));
   }
 
+  void send_recv(const WorkPtr& w, const void* send, void* recv, int64_t n, ElemType t, int to, int from,
+                 int tag) override {
+    MpiOp o{w, {}, {}, {}};
+    for_chunks(std::max<int64_t>(n, 1), [&](int64_t off, int c) {
+      check(MPI_Irecv(nonnull(static_cast<char*>(recv)) + off * elem_size(t), n == 0 ? 0 : c, mpi_type(t), from, tag,
+                      comm_, &o.requests.emplace_back()),
+            "send_recv");
+      check(MPI_Isend(nonnull(static_cast<const char*>(send)) + off * elem_size(t), n == 0 ? 0 : c, mpi_type(t), to,
+                      tag, comm_, &o.requests.emplace_back()),
+            "send_recv");
+    });
+    submit(std::move(o));
+  }
+
   void barrier(const WorkPtr& w) override {
     MpiOp o{w, {}, {}, {}};
     check(MPI_Ibarrier(comm_, &o.requests.emplace_back()), "barrier");

@@ -177,6 +177,15 @@ class NcclBackend final : public CommBackend, public std::enable_shared_from_thi
     enqueue(w, "recv", [&](ncclComm_t c) { return ncclRecv(data, count_of(n), nccl_data_type(t), peer, c, stream_); });
   }
 
+  void send_recv(const WorkPtr& w, const void* send, void* recv, int64_t n, ElemType t, int to, int from,
+                 int tag) override {
+    if (on_host("send_recv", {send, recv})) return host_->send_recv(w, send, recv, n, t, to, from, tag);
+    if (n == 0) return w->finish({});
+    enqueue(w, "send_recv", [&](ncclComm_t c) {
+      return nccl_send_recv(send, recv, count_of(n), nccl_data_type(t), to, from, c, stream_);
+    });
+  }
+
   void barrier(const WorkPtr& w) override { host_->barrier(w); }
 
   [[noreturn]] void abort(int code) const override {

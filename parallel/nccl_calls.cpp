@@ -79,4 +79,12 @@ ncclResult_t nccl_all_to_all(float* out, std::span<const int64_t> recv_counts, c
   });
 }
 
+ncclResult_t nccl_send_recv(const void* send, void* recv, size_t n, ncclDataType_t type, int to, int from,
+                            ncclComm_t comm, cudaStream_t stream) {
+  return grouped([&] {
+    if (ncclResult_t rc = ncclSend(send, n, type, to, comm, stream); rc != ncclSuccess) return rc;
+    return ncclRecv(recv, n, type, from, comm, stream);
+  });
+}
+
 }  // namespace megatrain

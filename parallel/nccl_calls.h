@@ -24,5 +24,9 @@ ncclResult_t nccl_all_gather(void* out, const void* in, std::span<const int64_t>
 // in rank order; this rank's own part too (NCCL sends to itself inside a group).
 ncclResult_t nccl_all_to_all(float* out, std::span<const int64_t> recv_counts, const float* in,
                              std::span<const int64_t> send_counts, ncclComm_t comm, cudaStream_t stream);
+// n elements of `send` to rank `to` and n from rank `from` into `recv`, as one group (so a ring of
+// them, every rank sending on and receiving from behind, cannot wait on itself).
+ncclResult_t nccl_send_recv(const void* send, void* recv, size_t n, ncclDataType_t type, int to, int from,
+                            ncclComm_t comm, cudaStream_t stream);
 
 }  // namespace megatrain

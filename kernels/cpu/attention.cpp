@@ -41,7 +41,7 @@ struct View {
   }
 };
 template <typename F>
-View<F> view(AttnRows<F> r) {
+View<F> view(AttnView<F> r) {
   return {r.data, r.ld, r.seq};
 }
 
@@ -260,18 +260,18 @@ void attention_backward(bf16* dqkv, const float* dout, const bf16* qkv, const bf
   packed_backward(dqkv, dout, qkv, out, lse, d);
 }
 
-void attention_block_forward(AttnRows<float> out, float* lse, AttnRows<const float> q, AttnRows<const float> k,
-                             AttnRows<const float> v, const AttnBlock& d) {
+void attention_block_forward(AttnView<float> out, float* lse, AttnView<const float> q, AttnView<const float> k,
+                             AttnView<const float> v, const AttnBlock& d) {
   forward(view(out), lse, view(q), view(k), view(v), d);
 }
 
-void attention_block_backward(AttnRows<float> dq, AttnRows<float> dk, AttnRows<float> dv, AttnRows<const float> dout,
-                              AttnRows<const float> q, AttnRows<const float> k, AttnRows<const float> v,
-                              AttnRows<const float> out, const float* lse, const AttnBlock& d) {
+void attention_block_backward(AttnView<float> dq, AttnView<float> dk, AttnView<float> dv, AttnView<const float> dout,
+                              AttnView<const float> q, AttnView<const float> k, AttnView<const float> v,
+                              AttnView<const float> out, const float* lse, const AttnBlock& d) {
   backward(view(dq), view(dk), view(dv), view(dout), view(q), view(k), view(v), view(out), lse, d);
 }
 
-void attention_merge(AttnRows<float> out, float* lse, AttnRows<const float> part, const float* part_lse,
+void attention_merge(AttnView<float> out, float* lse, AttnView<const float> part, const float* part_lse,
                      const AttnBlock& d) {
 #pragma omp parallel for collapse(2)
   for (int b = 0; b < d.B; ++b)

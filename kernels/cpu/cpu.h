@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/attention_block.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/ops.h"
 
@@ -60,27 +61,14 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                         const AttnDims& d);
 void attention_backward(bf16* dqkv, const float* dout, const bf16* qkv, const bf16* out, const float* lse,
                         const AttnDims& d);
-// One operand of a block of attention: token t of sequence b, head h at data + b·seq + t·ld + h·D.
-template <typename F>
-struct AttnRows {
-  F* data;
-  int64_t ld, seq;
-};
-// Tq query rows against Tk key rows of each of B sequences; causal (Tq == Tk): key j is hidden from
-// query i when j > i, else every key is seen. lse element (b, h, t) at lse[(b·H + h)·lse_ld + t].
-struct AttnBlock {
-  int B, Tq, Tk, H, Hkv, D;
-  bool causal;
-  int64_t lse_ld;
-};
-void attention_block_forward(AttnRows<float> out, float* lse, AttnRows<const float> q, AttnRows<const float> k,
-                             AttnRows<const float> v, const AttnBlock& d);
+void attention_block_forward(AttnView<float> out, float* lse, AttnView<const float> q, AttnView<const float> k,
+                             AttnView<const float> v, const AttnBlock& d);
 // `+=` into dq, dk and dv; out and lse are the final ones (every block merged).
-void attention_block_backward(AttnRows<float> dq, AttnRows<float> dk, AttnRows<float> dv, AttnRows<const float> dout,
-                              AttnRows<const float> q, AttnRows<const float> k, AttnRows<const float> v,
-                              AttnRows<const float> out, const float* lse, const AttnBlock& d);
+void attention_block_backward(AttnView<float> dq, AttnView<float> dk, AttnView<float> dv, AttnView<const float> dout,
+                              AttnView<const float> q, AttnView<const float> k, AttnView<const float> v,
+                              AttnView<const float> out, const float* lse, const AttnBlock& d);
 // (out, lse) ← the softmax merge of (out, lse) and (part, part_lse), rows d.Tq (d.Tk, d.causal unused).
-void attention_merge(AttnRows<float> out, float* lse, AttnRows<const float> part, const float* part_lse,
+void attention_merge(AttnView<float> out, float* lse, AttnView<const float> part, const float* part_lse,
                      const AttnBlock& d);
 // d.B and d.T unused: n query rows, cache rows [0, pos0 + n) filled.
 void attention_decode_forward(float* out, const float* q, const float* k_cache, const float* v_cache, int n,

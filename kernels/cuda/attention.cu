@@ -11,6 +11,10 @@
 // reads fall in 8 different bank groups. Tile rows at or past T are loaded as zeros: masked
 // probabilities are exactly 0 and 0 · (unwritten shared memory) could be NaN.
 //
+// Written for a block: query rows of one operand against key/value rows of others (strided views,
+// kernels/attention_block.h), causal or unmasked, the backward writing the packed op's dqkv or
+// adding into a block's dq, dk, dv (context parallelism's ring, model/context_attention.h).
+//
 // Determinism: no atomics. The forward and dQ blocks each own their output rows; a dK/dV block
 // owns a (batch, kv head, key tile) and walks its group's query heads, then the query tiles, in a
 // fixed order. Reruns are bitwise identical.
@@ -18,6 +22,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/attention_block.h"
 #include "kernels/cuda/common.cuh"
 
 #ifdef __CUDACC__
@@ -35,9 +40,16 @@ constexpr int kMaxHeadDim = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// A block's sizes (kernels/attention_block.h) and whether the backward adds into dq, dk and dv
+// (the block op) or writes them (the packed op).
 struct Dims {
-  int B, T, H, Hkv, D;
+  int B, Tq, Tk, H, Hkv, D;
+  bool causal;
+  int64_t lse_ld;
+  bool accumulate;
 };
+using CRows = AttnView<const float>;
+using Rows = AttnView<float>;
 
 __device__ inline int imin(int a, int b) { return a < b ? a : b; }
 
@@ -67,12 +79,15 @@ __device__ inline void load_tile(float* dst, int n, int ld, const float* src, in
     for (int c = lane; c < width; c += warpSize) dst[r * ld + c] = r < valid && c < D ? src[r * stride + c] : 0.0f;
 }
 
-// Where a tile of one head starts: row t of batch b, head slot `head` (q heads, then k, then v).
+// Where a tile of one head starts: row t of sequence b, head `head` of the operand.
 template <class F>
-__device__ inline F* head_rows(F* qkv, const Dims& d, int b, int t, int head) {
-  const int64_t row = static_cast<int64_t>(d.H + 2 * d.Hkv) * d.D;
-  return qkv + (static_cast<int64_t>(b) * d.T + t) * row + static_cast<int64_t>(head) * d.D;
+__device__ inline F* head_rows(AttnView<F> r, int D, int b, int t, int head) {
+  return r.data + b * r.seq + static_cast<int64_t>(t) * r.ld + static_cast<int64_t>(head) * D;
 }
+// Whether query row qi sees key kj: inside the block and, causal, not after it.
+__device__ inline bool visible(const Dims& d, int qi, int kj) { return kj < d.Tk && (!d.causal || kj <= qi); }
+// out = v, or out += v for a block's gradients.
+__device__ inline void put(float& out, float v, bool accumulate) { out = accumulate ? out + v : v; }
 
 // acc[i][j] += Σ A[ty + 16i][k + e] · B[tx + 16j][k + e] over e < 4, a float4 load per row.
 template <int kRows, int kCols>
@@ -104,7 +119,7 @@ __device__ inline void tile_dot(float (&acc)[kRows][kCols], float (&acc2)[kRows]
 // once the scores are computed (at D = 128 two blocks then fit in an H100 SM).
 template <int kBr, int kBc, int kMaxD>
 __global__ void __launch_bounds__(kThreads)
-    attention_forward_kernel(float* out, float* lse, const float* qkv, Dims d, float scale_log2) {
+    attention_forward_kernel(Rows out, float* lse, CRows q, CRows k, CRows v, Dims d, float scale_log2) {
   constexpr int kRows = kBr / kSide, kCols = kBc / kSide, kDs = kMaxD / kSide, ldp = kBc + 1;
   MT_DYNAMIC_SHARED(float, smem);
   const int ld = tile_stride(d.D);
@@ -115,18 +130,17 @@ __global__ void __launch_bounds__(kThreads)
   const int tx = static_cast<int>(threadIdx.x) % kSide, ty = static_cast<int>(threadIdx.x) / kSide;
   const int i0 = (static_cast<int>(gridDim.x - blockIdx.x) - 1) * kBr;  // the longest rows start first
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z), kvh = h / (d.H / d.Hkv);
-  const int64_t row = static_cast<int64_t>(d.H + 2 * d.Hkv) * d.D;
-  load_tile(Qs, kBr, ld, head_rows(qkv, d, b, i0, h), row, d.T - i0, d.D);
+  load_tile(Qs, kBr, ld, head_rows(q, d.D, b, i0, h), q.ld, d.Tq - i0, d.D);
 
   // Running max m (log2 units, scaled), this thread's part of the normaliser l, output accumulator.
   // Key tile 0 holds key 0, which every row sees, so m is finite from the first tile on.
   float o[kRows][kDs] = {}, m[kRows], l[kRows];
   MT_UNROLL for (int i = 0; i < kRows; ++i) m[i] = -INFINITY, l[i] = 0.0f;
-  const int keys_end = imin(i0 + kBr, d.T);  // no row of this tile sees a key at or past this
+  const int keys_end = d.causal ? imin(i0 + kBr, d.Tk) : d.Tk;  // no row of this tile sees a key past this
   for (int j0 = 0; j0 < keys_end; j0 += kBc) {
     __syncthreads();  // the previous tile's K, V and P are read
-    load_tile(Ks, kBc, ld, head_rows(qkv, d, b, j0, d.H + kvh), row, d.T - j0, d.D);
-    load_tile(Vs, kBc, ld, head_rows(qkv, d, b, j0, d.H + d.Hkv + kvh), row, d.T - j0, d.D);
+    load_tile(Ks, kBc, ld, head_rows(k, d.D, b, j0, kvh), k.ld, d.Tk - j0, d.D);
+    load_tile(Vs, kBc, ld, head_rows(v, d.D, b, j0, kvh), v.ld, d.Tk - j0, d.D);
     __syncthreads();
     float s[kRows][kCols] = {};
     tile_dot<kRows, kCols, false>(s, s, Qs, Ks, nullptr, nullptr, ld, d.D);
@@ -134,7 +148,7 @@ __global__ void __launch_bounds__(kThreads)
       const int qi = i0 + ty + kSide * i;
       float mx = m[i];
       MT_UNROLL for (int j = 0; j < kCols; ++j) {
-        s[i][j] = j0 + tx + kSide * j <= qi ? s[i][j] * scale_log2 : -INFINITY;
+        s[i][j] = visible(d, qi, j0 + tx + kSide * j) ? s[i][j] * scale_log2 : -INFINITY;
         mx = fmaxf(mx, s[i][j]);
       }
       mx = row_max(mx);
@@ -163,42 +177,44 @@ __global__ void __launch_bounds__(kThreads)
   MT_UNROLL for (int i = 0; i < kRows; ++i) {
     const int qi = i0 + ty + kSide * i;
     const float total = row_sum(l[i]);
-    if (qi >= d.T) continue;
-    float* dst = out + (static_cast<int64_t>(b) * d.T + qi) * d.H * d.D + static_cast<int64_t>(h) * d.D;
+    if (qi >= d.Tq) continue;
+    float* dst = head_rows(out, d.D, b, qi, h);
     const float inv = 1.0f / total;
     MT_UNROLL for (int c = 0; c < kDs; ++c) if (tx + kSide * c < d.D) dst[tx + kSide * c] = o[i][c] * inv;
-    if (tx == 0) lse[(static_cast<int64_t>(b) * d.H + h) * d.T + qi] = (m[i] + log2f(total)) * kLn2;
+    if (tx == 0) lse[(static_cast<int64_t>(b) * d.H + h) * d.lse_ld + qi] = (m[i] + log2f(total)) * kLn2;
   }
 }
 
-// delta[b, h, t] = Σ_d dO · O over row t of head h (FlashAttention-2's D_i): a warp per (b, t, h),
-// which is a contiguous row of D floats in out and dout.
+// delta[b, h, t] = Σ_d dO · O over query row t of head h (FlashAttention-2's D_i): a warp per
+// (b, t, h), which is a contiguous row of D floats in out and dout.
 constexpr int kDeltaWarps = 8;
-__global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, Dims d) {
+__global__ void attention_delta_kernel(float* delta, CRows dout, CRows out, Dims d) {
   const int lane = static_cast<int>(threadIdx.x) % warpSize;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kDeltaWarps + threadIdx.x / warpSize;
-  if (n >= static_cast<int64_t>(d.B) * d.T * d.H) return;
+  if (n >= static_cast<int64_t>(d.B) * d.Tq * d.H) return;
+  const int64_t bt = n / d.H, b = bt / d.Tq, t = bt % d.Tq, h = n % d.H;
+  const float* g = head_rows(dout, d.D, static_cast<int>(b), static_cast<int>(t), static_cast<int>(h));
+  const float* o = head_rows(out, d.D, static_cast<int>(b), static_cast<int>(t), static_cast<int>(h));
   float acc = 0.0f;
-  for (int c = lane; c < d.D; c += warpSize) acc += dout[n * d.D + c] * out[n * d.D + c];
+  for (int c = lane; c < d.D; c += warpSize) acc += g[c] * o[c];
   acc = warp_sum(acc);
-  const int64_t bt = n / d.H, b = bt / d.T, t = bt % d.T, h = n % d.H;
-  if (lane == 0) delta[(b * d.H + h) * d.T + t] = acc;
+  if (lane == 0) delta[(b * d.H + h) * d.Tq + t] = acc;
 }
 
 // The score and probability tile the backward passes share: for this thread's (row, key) pairs,
-// P = exp(S − lse) (0 where masked or past T) and dS = P ∘ (dP − delta), into Ps and dSs (rows of
-// ldp) where given. s and dp hold the raw Q Kᵀ and dO Vᵀ products on entry.
+// P = exp(S − lse) (0 where masked or outside the block) and dS = P ∘ (dP − delta), into Ps and dSs
+// (rows of ldp) where given. s and dp hold the raw Q Kᵀ and dO Vᵀ products on entry.
 template <int kRows, int kCols>
 __device__ inline void probabilities(float* Ps, float* dSs, int ldp, const float (&s)[kRows][kCols],
                                      const float (&dp)[kRows][kCols], const float* lse, const float* delta, int i0,
-                                     int j0, int T, float scale_log2) {
+                                     int j0, const Dims& d, float scale_log2) {
   const int tx = static_cast<int>(threadIdx.x) % kSide, ty = static_cast<int>(threadIdx.x) / kSide;
   MT_UNROLL for (int i = 0; i < kRows; ++i) {
     const int r = ty + kSide * i, qi = i0 + r;
-    const float lse2 = qi < T ? lse[qi] * kLog2e : 0.0f, di = qi < T ? delta[qi] : 0.0f;
+    const float lse2 = qi < d.Tq ? lse[qi] * kLog2e : 0.0f, di = qi < d.Tq ? delta[qi] : 0.0f;
     MT_UNROLL for (int j = 0; j < kCols; ++j) {
       const int c = tx + kSide * j;
-      const float p = qi < T && j0 + c <= qi ? exp2f(s[i][j] * scale_log2 - lse2) : 0.0f;
+      const float p = qi < d.Tq && visible(d, qi, j0 + c) ? exp2f(s[i][j] * scale_log2 - lse2) : 0.0f;
       if (Ps) Ps[r * ldp + c] = p;
       dSs[r * ldp + c] = p * (dp[i][j] - di);
     }
@@ -211,7 +227,7 @@ __device__ inline void probabilities(float* Ps, float* dSs, int ldp, const float
 // P, dS (kBr, kBc + 1).
 template <int kBr, int kBc, int kMaxD>
 __global__ void __launch_bounds__(kThreads)
-    attention_backward_dkdv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+    attention_backward_dkdv_kernel(Rows dkv_k, Rows dkv_v, CRows dout, CRows q, CRows k, CRows v, const float* lse,
                                    const float* delta, Dims d, float scale) {
   constexpr int kRows = kBr / kSide, kCols = kBc / kSide, kDs = kMaxD / kSide, ldp = kBc + 1;
   MT_DYNAMIC_SHARED(float, smem);
@@ -225,26 +241,24 @@ __global__ void __launch_bounds__(kThreads)
   const int tx = static_cast<int>(threadIdx.x) % kSide, ty = static_cast<int>(threadIdx.x) / kSide;
   const int j0 = static_cast<int>(blockIdx.x) * kBc, kvh = static_cast<int>(blockIdx.y);
   const int b = static_cast<int>(blockIdx.z), group = d.H / d.Hkv;
-  const int64_t row = static_cast<int64_t>(d.H + 2 * d.Hkv) * d.D, out_row = static_cast<int64_t>(d.H) * d.D;
-  load_tile(Ks, kBc, ld, head_rows(qkv, d, b, j0, d.H + kvh), row, d.T - j0, d.D);
-  load_tile(Vs, kBc, ld, head_rows(qkv, d, b, j0, d.H + d.Hkv + kvh), row, d.T - j0, d.D);
+  load_tile(Ks, kBc, ld, head_rows(k, d.D, b, j0, kvh), k.ld, d.Tk - j0, d.D);
+  load_tile(Vs, kBc, ld, head_rows(v, d.D, b, j0, kvh), v.ld, d.Tk - j0, d.D);
   const float scale_log2 = scale * kLog2e;
   float dk[kCols][kDs] = {}, dv[kCols][kDs] = {};
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-    const float* lse_h = lse + (static_cast<int64_t>(b) * d.H + h) * d.T;
-    const float* delta_h = delta + (static_cast<int64_t>(b) * d.H + h) * d.T;
-    for (int i0 = j0 / kBr * kBr; i0 < d.T; i0 += kBr) {
+    const float* lse_h = lse + (static_cast<int64_t>(b) * d.H + h) * d.lse_ld;
+    const float* delta_h = delta + (static_cast<int64_t>(b) * d.H + h) * d.Tq;
+    for (int i0 = d.causal ? j0 / kBr * kBr : 0; i0 < d.Tq; i0 += kBr) {
       __syncthreads();  // the previous tile's Q, dO, P and dS are read (and K, V written)
-      load_tile(Qs, kBr, ld, head_rows(qkv, d, b, i0, h), row, d.T - i0, d.D);
-      load_tile(dOs, kBr, ld, dout + (static_cast<int64_t>(b) * d.T + i0) * out_row + static_cast<int64_t>(h) * d.D,
-                out_row, d.T - i0, d.D);
+      load_tile(Qs, kBr, ld, head_rows(q, d.D, b, i0, h), q.ld, d.Tq - i0, d.D);
+      load_tile(dOs, kBr, ld, head_rows(dout, d.D, b, i0, h), dout.ld, d.Tq - i0, d.D);
       __syncthreads();
       float s[kRows][kCols] = {}, dp[kRows][kCols] = {};
       tile_dot<kRows, kCols, true>(s, dp, Qs, Ks, dOs, Vs, ld, d.D);
-      probabilities<kRows, kCols>(Ps, dSs, ldp, s, dp, lse_h, delta_h, i0, j0, d.T, scale_log2);
+      probabilities<kRows, kCols>(Ps, dSs, ldp, s, dp, lse_h, delta_h, i0, j0, d, scale_log2);
       __syncthreads();
-      // dV += Pᵀ dO, dK += dSᵀ Q over the tile's rows before T (P = dS = 0 in the others).
-      const int n = imin(kBr, d.T - i0);
+      // dV += Pᵀ dO, dK += dSᵀ Q over the tile's rows before Tq (P = dS = 0 in the others).
+      const int n = imin(kBr, d.Tq - i0);
       for (int r = 0; r < n; ++r) {
         float p[kCols], ds[kCols], g[kDs], q[kDs];
         MT_UNROLL for (int j = 0; j < kCols; ++j) {
@@ -265,12 +279,12 @@ __global__ void __launch_bounds__(kThreads)
   }
   MT_UNROLL for (int j = 0; j < kCols; ++j) {
     const int kj = j0 + ty + kSide * j;
-    if (kj >= d.T) continue;
-    float* dkr = head_rows(dqkv, d, b, kj, d.H + kvh);
-    float* dvr = head_rows(dqkv, d, b, kj, d.H + d.Hkv + kvh);
+    if (kj >= d.Tk) continue;
+    float* dkr = head_rows(dkv_k, d.D, b, kj, kvh);
+    float* dvr = head_rows(dkv_v, d.D, b, kj, kvh);
     MT_UNROLL for (int c = 0; c < kDs; ++c) if (tx + kSide * c < d.D) {
-      dkr[tx + kSide * c] = dk[j][c] * scale;
-      dvr[tx + kSide * c] = dv[j][c];
+      put(dkr[tx + kSide * c], dk[j][c] * scale, d.accumulate);
+      put(dvr[tx + kSide * c], dv[j][c], d.accumulate);
     }
   }
 }
@@ -279,7 +293,7 @@ __global__ void __launch_bounds__(kThreads)
 // key tiles up to the diagonal. Shared memory: Q, dO (kBr, ld), K, V (kBc, ld), dS (kBr, kBc + 1).
 template <int kBr, int kBc, int kMaxD>
 __global__ void __launch_bounds__(kThreads)
-    attention_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+    attention_backward_dq_kernel(Rows dq_rows, CRows dout, CRows q, CRows k, CRows v, const float* lse,
                                  const float* delta, Dims d, float scale) {
   constexpr int kRows = kBr / kSide, kCols = kBc / kSide, kDs = kMaxD / kSide, ldp = kBc + 1;
   MT_DYNAMIC_SHARED(float, smem);
@@ -292,23 +306,21 @@ __global__ void __launch_bounds__(kThreads)
   const int tx = static_cast<int>(threadIdx.x) % kSide, ty = static_cast<int>(threadIdx.x) / kSide;
   const int i0 = (static_cast<int>(gridDim.x - blockIdx.x) - 1) * kBr;  // the longest rows start first
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z), kvh = h / (d.H / d.Hkv);
-  const int64_t row = static_cast<int64_t>(d.H + 2 * d.Hkv) * d.D, out_row = static_cast<int64_t>(d.H) * d.D;
-  load_tile(Qs, kBr, ld, head_rows(qkv, d, b, i0, h), row, d.T - i0, d.D);
-  load_tile(dOs, kBr, ld, dout + (static_cast<int64_t>(b) * d.T + i0) * out_row + static_cast<int64_t>(h) * d.D,
-            out_row, d.T - i0, d.D);
-  const float* lse_h = lse + (static_cast<int64_t>(b) * d.H + h) * d.T;
-  const float* delta_h = delta + (static_cast<int64_t>(b) * d.H + h) * d.T;
+  load_tile(Qs, kBr, ld, head_rows(q, d.D, b, i0, h), q.ld, d.Tq - i0, d.D);
+  load_tile(dOs, kBr, ld, head_rows(dout, d.D, b, i0, h), dout.ld, d.Tq - i0, d.D);
+  const float* lse_h = lse + (static_cast<int64_t>(b) * d.H + h) * d.lse_ld;
+  const float* delta_h = delta + (static_cast<int64_t>(b) * d.H + h) * d.Tq;
   const float scale_log2 = scale * kLog2e;
   float dq[kRows][kDs] = {};
-  const int keys_end = imin(i0 + kBr, d.T);
+  const int keys_end = d.causal ? imin(i0 + kBr, d.Tk) : d.Tk;
   for (int j0 = 0; j0 < keys_end; j0 += kBc) {
     __syncthreads();  // the previous tile's K and dS are read
-    load_tile(Ks, kBc, ld, head_rows(qkv, d, b, j0, d.H + kvh), row, d.T - j0, d.D);
-    load_tile(Vs, kBc, ld, head_rows(qkv, d, b, j0, d.H + d.Hkv + kvh), row, d.T - j0, d.D);
+    load_tile(Ks, kBc, ld, head_rows(k, d.D, b, j0, kvh), k.ld, d.Tk - j0, d.D);
+    load_tile(Vs, kBc, ld, head_rows(v, d.D, b, j0, kvh), v.ld, d.Tk - j0, d.D);
     __syncthreads();
     float s[kRows][kCols] = {}, dp[kRows][kCols] = {};
     tile_dot<kRows, kCols, true>(s, dp, Qs, Ks, dOs, Vs, ld, d.D);
-    probabilities<kRows, kCols>(nullptr, dSs, ldp, s, dp, lse_h, delta_h, i0, j0, d.T, scale_log2);
+    probabilities<kRows, kCols>(nullptr, dSs, ldp, s, dp, lse_h, delta_h, i0, j0, d, scale_log2);
     __syncthreads();
     // dQ += dS K over the keys before keys_end (dS = 0 past it in every row that is written).
     const int n = imin(kBc, keys_end - j0);
@@ -321,9 +333,9 @@ __global__ void __launch_bounds__(kThreads)
   }
   MT_UNROLL for (int i = 0; i < kRows; ++i) {
     const int qi = i0 + ty + kSide * i;
-    if (qi >= d.T) continue;
-    float* dqr = head_rows(dqkv, d, b, qi, h);
-    MT_UNROLL for (int c = 0; c < kDs; ++c) if (tx + kSide * c < d.D) dqr[tx + kSide * c] = dq[i][c] * scale;
+    if (qi >= d.Tq) continue;
+    float* dqr = head_rows(dq_rows, d.D, b, qi, h);
+    MT_UNROLL for (int c = 0; c < kDs; ++c) if (tx + kSide * c < d.D) put(dqr[tx + kSide * c], dq[i][c] * scale, d.accumulate);
   }
 }
 
@@ -350,35 +362,43 @@ void with_max_dim(int D, F f) {
 
 // The launches with given tiles: the production ones below, or (in a test) small ones.
 template <int kBr, int kBc>
-void forward_with(cudaStream_t stream, float* out, float* lse, const float* qkv, const Dims& d) {
+void forward_with(cudaStream_t stream, Rows out, float* lse, CRows q, CRows k, CRows v, const Dims& d) {
   const int ld = tile_stride(d.D);
   const size_t smem = sizeof(float) * (tile_floats(kBr, ld) + tile_floats(kBc, ld) +
                                        std::max(tile_floats(kBc, ld), tile_floats(kBr, kBc + 1)));
   const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(d.D));
   with_max_dim(d.D, [&](auto max_d) {
-    launch_tiled(attention_forward_kernel<kBr, kBc, decltype(max_d)::value>, dim3(ceil_div(d.T, kBr), d.H, d.B),
-                 smem, stream, out, lse, qkv, d, scale_log2);
+    launch_tiled(attention_forward_kernel<kBr, kBc, decltype(max_d)::value>, dim3(ceil_div(d.Tq, kBr), d.H, d.B),
+                 smem, stream, out, lse, q, k, v, d, scale_log2);
   });
 }
 
+// The gradients of one block: dq at q's rows, dk and dv at k's.
+struct Grads {
+  Rows dq, dk, dv;
+};
+struct Inputs {
+  CRows dout, q, k, v, out;
+};
+
 template <int kKvBr, int kKvBc, int kQBr, int kQBc>
-void backward_with(cudaStream_t stream, float* dqkv, const float* dout, const float* qkv, const float* out,
-                   const float* lse, const Dims& d, float* delta) {
+void backward_with(cudaStream_t stream, const Grads& g, const Inputs& in, const float* lse, const Dims& d,
+                   float* delta) {
   const int ld = tile_stride(d.D);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  const int64_t rows = static_cast<int64_t>(d.B) * d.T * d.H;
-  launch(attention_delta_kernel, dim3(ceil_div(rows, kDeltaWarps)), dim3(kDeltaWarps * 32), 0, stream, delta, dout,
-         out, d);
+  const int64_t rows = static_cast<int64_t>(d.B) * d.Tq * d.H;
+  launch(attention_delta_kernel, dim3(ceil_div(rows, kDeltaWarps)), dim3(kDeltaWarps * 32), 0, stream, delta, in.dout,
+         in.out, d);
   const size_t kv_smem =
       sizeof(float) * (2 * tile_floats(kKvBc, ld) + 2 * tile_floats(kKvBr, ld) + 2 * tile_floats(kKvBr, kKvBc + 1));
   const size_t q_smem =
       sizeof(float) * (2 * tile_floats(kQBr, ld) + 2 * tile_floats(kQBc, ld) + tile_floats(kQBr, kQBc + 1));
   with_max_dim(d.D, [&](auto max_d) {
     constexpr int kMaxD = decltype(max_d)::value;
-    launch_tiled(attention_backward_dkdv_kernel<kKvBr, kKvBc, kMaxD>, dim3(ceil_div(d.T, kKvBc), d.Hkv, d.B),
-                 kv_smem, stream, dqkv, dout, qkv, lse, delta, d, scale);
-    launch_tiled(attention_backward_dq_kernel<kQBr, kQBc, kMaxD>, dim3(ceil_div(d.T, kQBr), d.H, d.B), q_smem,
-                 stream, dqkv, dout, qkv, lse, delta, d, scale);
+    launch_tiled(attention_backward_dkdv_kernel<kKvBr, kKvBc, kMaxD>, dim3(ceil_div(d.Tk, kKvBc), d.Hkv, d.B),
+                 kv_smem, stream, g.dk, g.dv, in.dout, in.q, in.k, in.v, lse, delta, d, scale);
+    launch_tiled(attention_backward_dq_kernel<kQBr, kQBc, kMaxD>, dim3(ceil_div(d.Tq, kQBr), d.H, d.B), q_smem,
+                 stream, g.dq, in.dout, in.q, in.k, in.v, lse, delta, d, scale);
   });
 }
 
@@ -403,18 +423,59 @@ size_t attention_backward_scratch_floats(int B, int T, int H) {
   return static_cast<size_t>(B) * static_cast<size_t>(T) * static_cast<size_t>(H);
 }
 
+namespace {
+
+// The packed (B, T, (H + 2·Hkv)·D) operand's q, k or v heads, and the (B, T, H·D) output's.
+template <class F>
+AttnView<F> packed(F* qkv, int T, int H, int Hkv, int D, int first_head) {
+  const int64_t row = static_cast<int64_t>(H + 2 * Hkv) * D;
+  return {qkv + static_cast<int64_t>(first_head) * D, row, row * T};
+}
+template <class F>
+AttnView<F> output(F* out, int T, int H, int D) {
+  return {out, static_cast<int64_t>(H) * D, static_cast<int64_t>(H) * D * T};
+}
+
+}  // namespace
+
 void attention_forward(cudaStream_t stream, float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv,
                        int D) {
   check_dims(H, Hkv, D);
   if (static_cast<int64_t>(B) * T == 0) return;
-  forward_with<kFwdBr, kFwdBc>(stream, out, lse, qkv, Dims{B, T, H, Hkv, D});
+  forward_with<kFwdBr, kFwdBc>(stream, output(out, T, H, D), lse, packed(qkv, T, H, Hkv, D, 0),
+                               packed(qkv, T, H, Hkv, D, H), packed(qkv, T, H, Hkv, D, H + Hkv),
+                               Dims{B, T, T, H, Hkv, D, true, T, false});
 }
 
 void attention_backward(cudaStream_t stream, float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int H, int Hkv, int D, float* scratch) {
   check_dims(H, Hkv, D);
   if (static_cast<int64_t>(B) * T == 0) return;
-  backward_with<kKvBr, kKvBc, kQBr, kQBc>(stream, dqkv, dout, qkv, out, lse, Dims{B, T, H, Hkv, D}, scratch);
+  const Grads g{packed(dqkv, T, H, Hkv, D, 0), packed(dqkv, T, H, Hkv, D, H), packed(dqkv, T, H, Hkv, D, H + Hkv)};
+  const Inputs in{output(dout, T, H, D), packed(qkv, T, H, Hkv, D, 0), packed(qkv, T, H, Hkv, D, H),
+                  packed(qkv, T, H, Hkv, D, H + Hkv), output(out, T, H, D)};
+  backward_with<kKvBr, kKvBc, kQBr, kQBc>(stream, g, in, lse, Dims{B, T, T, H, Hkv, D, true, T, false}, scratch);
+}
+
+size_t attention_block_scratch_floats(const AttnBlock& d) {
+  return static_cast<size_t>(d.B) * static_cast<size_t>(d.Tq) * static_cast<size_t>(d.H);
+}
+
+void attention_block_forward(cudaStream_t stream, AttnView<float> out, float* lse, AttnView<const float> q,
+                             AttnView<const float> k, AttnView<const float> v, const AttnBlock& b) {
+  check_dims(b.H, b.Hkv, b.D);
+  if (static_cast<int64_t>(b.B) * b.Tq * b.Tk == 0) return;
+  forward_with<kFwdBr, kFwdBc>(stream, out, lse, q, k, v, Dims{b.B, b.Tq, b.Tk, b.H, b.Hkv, b.D, b.causal, b.lse_ld, false});
+}
+
+void attention_block_backward(cudaStream_t stream, AttnView<float> dq, AttnView<float> dk, AttnView<float> dv,
+                              AttnView<const float> dout, AttnView<const float> q, AttnView<const float> k,
+                              AttnView<const float> v, AttnView<const float> out, const float* lse, const AttnBlock& b,
+                              float* scratch) {
+  check_dims(b.H, b.Hkv, b.D);
+  if (static_cast<int64_t>(b.B) * b.Tq * b.Tk == 0) return;
+  backward_with<kKvBr, kKvBc, kQBr, kQBc>(stream, Grads{dq, dk, dv}, Inputs{dout, q, k, v, out}, lse,
+                                          Dims{b.B, b.Tq, b.Tk, b.H, b.Hkv, b.D, b.causal, b.lse_ld, true}, scratch);
 }
 
 }  // namespace megatrain::MT_CUDA_NS

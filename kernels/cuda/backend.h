@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/attention_block.h"
 #include "kernels/cuda/caching_allocator.h"
 #include "kernels/ops.h"
 
@@ -97,6 +98,18 @@ class DeviceBackend {
   // What attention of this shape runs as on stream s, and why (the start-up log); with automatic
   // this may build cuDNN's plans for the shape.
   virtual AttentionPath attention_path(const Stream& s, int B, int T, int H, int Hkv, int D) = 0;
+  // Context parallelism's block attention (kernels/ops.h attention_block_forward, …), on views of
+  // device memory; the backward adds into dq, dk and dv.
+  virtual void attention_block_forward(const Stream& s, AttnView<float> out, float* lse, AttnView<const float> q,
+                                       AttnView<const float> k, AttnView<const float> v, const AttnBlock& b) = 0;
+  virtual void attention_block_backward(const Stream& s, AttnView<float> dq, AttnView<float> dk, AttnView<float> dv,
+                                        AttnView<const float> dout, AttnView<const float> q, AttnView<const float> k,
+                                        AttnView<const float> v, AttnView<const float> out, const float* lse,
+                                        const AttnBlock& b) = 0;
+  virtual void attention_merge(const Stream& s, AttnView<float> out, float* lse, AttnView<const float> part,
+                               const float* part_lse, const AttnBlock& b) = 0;
+  virtual void attention_rows_copy(const Stream& s, AttnView<float> dst, AttnView<const float> src, int B, int n,
+                                   int64_t width, bool accumulate) = 0;
   virtual void embedding_forward(const Stream& s, float* out, const int32_t* tokens, const float* wte, int64_t N,
                                  int V, int C, int vocab_begin) = 0;
   virtual void embedding_backward(const Stream& s, float* dwte, const float* dout, const int32_t* tokens, int64_t N,

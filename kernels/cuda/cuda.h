@@ -10,6 +10,7 @@
 
 #include "kernels/device.h"
 
+#include "kernels/attention_block.h"
 #include "kernels/rng.h"
 
 struct CUstream_st;
@@ -120,6 +121,23 @@ void attention_forward(cudaStream_t stream, float* out, float* lse, const float*
 size_t attention_backward_scratch_floats(int B, int T, int H);
 void attention_backward(cudaStream_t stream, float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int H, int Hkv, int D, float* scratch);
+
+// The block form (semantics of cpu::attention_block_forward / backward, kernels/attention_block.h):
+// views in device memory; the backward adds (+=) into dq, dk and dv and needs
+// attention_block_scratch_floats of scratch.
+void attention_block_forward(cudaStream_t stream, AttnView<float> out, float* lse, AttnView<const float> q,
+                             AttnView<const float> k, AttnView<const float> v, const AttnBlock& b);
+size_t attention_block_scratch_floats(const AttnBlock& b);
+void attention_block_backward(cudaStream_t stream, AttnView<float> dq, AttnView<float> dk, AttnView<float> dv,
+                              AttnView<const float> dout, AttnView<const float> q, AttnView<const float> k,
+                              AttnView<const float> v, AttnView<const float> out, const float* lse, const AttnBlock& b,
+                              float* scratch);
+// (kernels/cuda/attention_block.cu) cpu::attention_merge's semantics (b.Tq rows), and the rows copy
+// of ops.h attention_rows_copy: n rows of `width` floats per sequence, added with `accumulate`.
+void attention_merge(cudaStream_t stream, AttnView<float> out, float* lse, AttnView<const float> part,
+                     const float* part_lse, const AttnBlock& b);
+void attention_rows_copy(cudaStream_t stream, AttnView<float> dst, AttnView<const float> src, int B, int n,
+                         int64_t width, bool accumulate);
 
 // ---- cross-entropy (kernels/cuda/cross_entropy.cu) ----
 // The three vocabulary-parallel steps of ops.h with the CPU ops' arguments (store_exp:

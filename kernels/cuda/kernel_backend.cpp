@@ -87,6 +87,29 @@ void KernelBackend::attention_backward(const Stream& s, float* dqkv, const float
   k::attention_backward(stream_of(s), dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, scratch.get());
 }
 
+void KernelBackend::attention_block_forward(const Stream& s, AttnView<float> out, float* lse, AttnView<const float> q,
+                                            AttnView<const float> k, AttnView<const float> v, const AttnBlock& b) {
+  k::attention_block_forward(stream_of(s), out, lse, q, k, v, b);
+}
+
+void KernelBackend::attention_block_backward(const Stream& s, AttnView<float> dq, AttnView<float> dk,
+                                             AttnView<float> dv, AttnView<const float> dout, AttnView<const float> q,
+                                             AttnView<const float> k, AttnView<const float> v,
+                                             AttnView<const float> out, const float* lse, const AttnBlock& b) {
+  Scratch<float> scratch(*this, s, k::attention_block_scratch_floats(b));
+  k::attention_block_backward(stream_of(s), dq, dk, dv, dout, q, k, v, out, lse, b, scratch.get());
+}
+
+void KernelBackend::attention_merge(const Stream& s, AttnView<float> out, float* lse, AttnView<const float> part,
+                                    const float* part_lse, const AttnBlock& b) {
+  k::attention_merge(stream_of(s), out, lse, part, part_lse, b);
+}
+
+void KernelBackend::attention_rows_copy(const Stream& s, AttnView<float> dst, AttnView<const float> src, int B, int n,
+                                        int64_t width, bool accumulate) {
+  k::attention_rows_copy(stream_of(s), dst, src, B, n, width, accumulate);
+}
+
 void KernelBackend::set_attention(AttentionImpl impl) {
   if (impl == AttentionImpl::cudnn)
     throw Error(

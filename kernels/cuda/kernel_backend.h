@@ -51,6 +51,16 @@ class KernelBackend : public DeviceBackend {
   void attention_backward(const Stream& s, float* dqkv, const float* dout, const float* qkv, const float* out,
                           const float* lse, int B, int T, int H, int Hkv, int D) override;
   // The flash kernels only: automatic and flash run them, cudnn is an Error.
+  void attention_block_forward(const Stream& s, AttnView<float> out, float* lse, AttnView<const float> q,
+                               AttnView<const float> k, AttnView<const float> v, const AttnBlock& b) override;
+  void attention_block_backward(const Stream& s, AttnView<float> dq, AttnView<float> dk, AttnView<float> dv,
+                                AttnView<const float> dout, AttnView<const float> q, AttnView<const float> k,
+                                AttnView<const float> v, AttnView<const float> out, const float* lse,
+                                const AttnBlock& b) override;
+  void attention_merge(const Stream& s, AttnView<float> out, float* lse, AttnView<const float> part,
+                       const float* part_lse, const AttnBlock& b) override;
+  void attention_rows_copy(const Stream& s, AttnView<float> dst, AttnView<const float> src, int B, int n,
+                           int64_t width, bool accumulate) override;
   void set_attention(AttentionImpl impl) override;
   // The flash kernels, why, and under automatic on a 16-bit precision a warning that this build
   // has no cuDNN attention.

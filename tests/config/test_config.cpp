@@ -351,7 +351,6 @@ TEST_F(ConfigTest, ContextParallelRules) {
   EXPECT_CONTAINS(load_error(model + "[parallel]\ncp = 4\ncp_comm = \"all_to_all\"\n", "parallel.cp_comm", {}, 4),
                   "use cp_comm = \"ring\"");
   load_error(model + "[parallel]\ncp = 2\n[moe]\nn_experts = 4\n", "moe.n_experts", {}, 2);
-  load_error(model + "[parallel]\ncp = 2\n[train]\ndevice = \"cuda\"\n", "train.device", {}, 2);
   load_error(model + "[parallel]\ncp = 2\n[checkpoint]\nmemory_interval = 1\ndir = \"x\"\n",
              "checkpoint.memory_interval", {}, 2);
   load_error(model + "[parallel]\ncp_comm = \"p2p\"\n", "parallel.cp_comm");

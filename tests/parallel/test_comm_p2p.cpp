@@ -34,6 +34,23 @@ TEST(CommP2p, RingSendRecv) {
   }
 }
 
+// send_recv around a ring, several times in a row with one tag (context parallelism's pattern:
+// each rank passes on what it just received): after p − 1 passes every rank has held every rank's
+// block, in ring order; one call counts its send's bytes.
+TEST(CommP2p, SendRecvPassesBlocksRoundTheRing) {
+  for (const Comm& c : test_comms()) {
+    const int p = c.size(), r = c.rank(), next = (r + 1) % p, prev = (r + p - 1) % p;
+    std::vector<float> held(5, static_cast<float>(r)), incoming(5, -1.0f);
+    for (int i = 1; i < p; ++i) {
+      const CommStats before = c.stats();
+      c.send_recv(held.data(), incoming.data(), 5, next, prev, 3).wait();
+      expect_recorded(c, before, 5 * 4, 1);
+      held.swap(incoming);
+      for (float x : held) ASSERT_EQ(x, static_cast<float>((r - i + p) % p)) << c.name() << " pass " << i;
+    }
+  }
+}
+
 // A ring (to the next rank, from the previous; to itself at one rank), so every rank takes part
 // at any size.
 TEST(CommP2p, RingExchangeMatchesByTag) {

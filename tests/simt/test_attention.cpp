@@ -3,7 +3,8 @@
 // small unequal tiles (so short sequences still cross several tiles, rows of a tile see no key of
 // the next one, and a key tile starts inside a query tile), for T = 1, T not a multiple of any
 // tile, H = Hkv, grouped-query 4/2 and 4/1, two batches and head dims 8, 24, 64 and odd ones; and
-// a rerun that must be bitwise identical.
+// a rerun that must be bitwise identical. The block form of context parallelism (causal and
+// unmasked blocks of unequal lengths on strided views, gradients added) against the CPU block ops.
 #include "tests/simt/simt.h"
 // The kernels' own source, compiled here for the host.
 #include "kernels/cuda/attention.cu"
@@ -12,6 +13,9 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/cpu/cpu.h"
 #include "tests/simt/against_cpu.h"
@@ -44,7 +48,11 @@ void forward(Tiles tiles, std::vector<float>& out, std::vector<float>& lse, cons
   if (tiles == Tiles::production) {
     gpu::attention_forward(nullptr, out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
   } else {
-    gpu::forward_with<32, 16>(nullptr, out.data(), lse.data(), qkv.data(), gpu::Dims{s.B, s.T, s.H, s.Hkv, s.D});
+    const float* p = qkv.data();
+    gpu::forward_with<32, 16>(nullptr, gpu::output(out.data(), s.T, s.H, s.D), lse.data(),
+                              gpu::packed(p, s.T, s.H, s.Hkv, s.D, 0), gpu::packed(p, s.T, s.H, s.Hkv, s.D, s.H),
+                              gpu::packed(p, s.T, s.H, s.Hkv, s.D, s.H + s.Hkv),
+                              gpu::Dims{s.B, s.T, s.T, s.H, s.Hkv, s.D, true, s.T, false});
   }
 }
 
@@ -55,8 +63,15 @@ void backward(Tiles tiles, std::vector<float>& dqkv, const std::vector<float>& d
     gpu::attention_backward(nullptr, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H,
                             s.Hkv, s.D, scratch.data());
   } else {
-    gpu::backward_with<16, 32, 32, 16>(nullptr, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(),
-                                       gpu::Dims{s.B, s.T, s.H, s.Hkv, s.D}, scratch.data());
+    const float* p = qkv.data();
+    float* g = dqkv.data();
+    const gpu::Grads grads{gpu::packed(g, s.T, s.H, s.Hkv, s.D, 0), gpu::packed(g, s.T, s.H, s.Hkv, s.D, s.H),
+                           gpu::packed(g, s.T, s.H, s.Hkv, s.D, s.H + s.Hkv)};
+    const gpu::Inputs in{gpu::output(dout.data(), s.T, s.H, s.D), gpu::packed(p, s.T, s.H, s.Hkv, s.D, 0),
+                         gpu::packed(p, s.T, s.H, s.Hkv, s.D, s.H), gpu::packed(p, s.T, s.H, s.Hkv, s.D, s.H + s.Hkv),
+                         gpu::output(out.data(), s.T, s.H, s.D)};
+    gpu::backward_with<16, 32, 32, 16>(nullptr, grads, in, lse.data(),
+                                       gpu::Dims{s.B, s.T, s.T, s.H, s.Hkv, s.D, true, s.T, false}, scratch.data());
   }
 }
 
@@ -116,6 +131,63 @@ TEST(SimtAttentionRerun, BitwiseIdentical) {
   EXPECT_EQ(0, std::memcmp(lse.data(), lse2.data(), lse.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(dqkv.data(), dqkv2.data(), dqkv.size() * sizeof(float)));
 }
+
+// The block form (context parallelism's ring): a block of query rows of one tensor against key and
+// value rows of another, causal (the diagonal pair) or unmasked, Tq ≠ Tk, forward and the `+=`
+// backward, against the CPU block ops on the same views — with rows starting inside the tensors,
+// strides other than the packed ones, and gradients that already hold values.
+struct BlockCase {
+  int B, Tq, Tk, H, Hkv, D;
+  bool causal;
+};
+class SimtAttentionBlock : public ::testing::TestWithParam<BlockCase> {};
+
+TEST_P(SimtAttentionBlock, ForwardAndAddedGradientsMatchCpu) {
+  const BlockCase c = GetParam();
+  // Query rows [3, 3 + Tq) of a (B, Tq + 5, (H + 2·Hkv)·D) tensor; keys and values rows [2, 2 + Tk)
+  // of a (B, Tk + 4, 2·Hkv·D) one; out and lse rows [3, 3 + Tq) of (B, Tq + 5, H·D) and (B, H, Tq + 5).
+  const int Tqa = c.Tq + 5, Tka = c.Tk + 4, qrow = (c.H + 2 * c.Hkv) * c.D, kvrow = 2 * c.Hkv * c.D, orow = c.H * c.D;
+  const auto q = randn(static_cast<size_t>(c.B) * Tqa * qrow, 6, 2.0f), kv = randn(static_cast<size_t>(c.B) * Tka * kvrow, 7, 2.0f);
+  const auto view = [](auto* p, int64_t ld, int T, int t0) {
+    return AttnView<std::remove_pointer_t<decltype(p)>>{p + t0 * ld, ld, ld * T};
+  };
+  const AttnBlock b{c.B, c.Tq, c.Tk, c.H, c.Hkv, c.D, c.causal, Tqa};
+  const auto qv = view(q.data(), qrow, Tqa, 3), kvv = view(kv.data(), kvrow, Tka, 2);
+  const AttnView<const float> kview{kvv.data, kvv.ld, kvv.seq}, vview{kvv.data + c.Hkv * c.D, kvv.ld, kvv.seq};
+  std::vector<float> out(static_cast<size_t>(c.B) * Tqa * orow, 0.0f), lse(static_cast<size_t>(c.B) * c.H * Tqa, 0.0f);
+  std::vector<float> want = out, want_lse = lse;
+  cpu::attention_block_forward(view(want.data(), orow, Tqa, 3), want_lse.data() + 3, qv, kview, vview, b);
+  gpu::attention_block_forward(nullptr, view(out.data(), orow, Tqa, 3), lse.data() + 3, qv, kview, vview, b);
+  expect_matches_cpu(out, want, "out");
+  expect_matches_cpu(lse, want_lse, "lse");
+
+  const auto dout = randn(out.size(), 8);
+  const auto dq0 = randn(q.size(), 9), dkv0 = randn(kv.size(), 10);  // what the gradients already hold
+  std::vector<float> dq = dq0, dkv = dkv0, want_dq = dq0, want_dkv = dkv0;
+  const AttnView<const float> doutv = view(dout.data(), orow, Tqa, 3), outv = view(std::as_const(want).data(), orow, Tqa, 3);
+  const auto grads = [&](std::vector<float>& gq, std::vector<float>& gkv) {
+    const auto k = view(gkv.data(), kvrow, Tka, 2);
+    return std::tuple{view(gq.data(), qrow, Tqa, 3), k, AttnView<float>{k.data + c.Hkv * c.D, k.ld, k.seq}};
+  };
+  const auto [cq, ck, cv] = grads(want_dq, want_dkv);
+  cpu::attention_block_backward(cq, ck, cv, doutv, qv, kview, vview, outv, want_lse.data() + 3, b);
+  const auto [gq, gk, gv] = grads(dq, dkv);
+  std::vector<float> scratch(gpu::attention_block_scratch_floats(b));
+  gpu::attention_block_backward(nullptr, gq, gk, gv, doutv, qv, kview, vview, outv, want_lse.data() + 3, b,
+                                scratch.data());
+  expect_matches_cpu(dq, want_dq, "dq");
+  expect_matches_cpu(dkv, want_dkv, "dk, dv");
+}
+
+INSTANTIATE_TEST_SUITE_P(Blocks, SimtAttentionBlock,
+                         ::testing::Values(BlockCase{1, 21, 21, 2, 2, 8, true}, BlockCase{2, 37, 37, 4, 2, 24, true},
+                                           BlockCase{1, 21, 42, 4, 1, 8, false},
+                                           BlockCase{2, 70, 35, 2, 2, 16, false}),
+                         [](const auto& info) {
+                           const BlockCase& c = info.param;
+                           return fmt::format("B{}_Tq{}_Tk{}_H{}_Hkv{}_D{}_{}", c.B, c.Tq, c.Tk, c.H, c.Hkv, c.D,
+                                              c.causal ? "causal" : "full");
+                         });
 
 TEST(SimtAttentionLimits, HeadDimAndGroupsAndEmptyBatch) {
   EXPECT_TRUE(gpu::attention_can_run(4, 2, 128));

@@ -4,7 +4,7 @@
 // label cuda, through tests/cuda/with_gpus.sh) the same tests run that binary — the megatrain
 // binary — on GPUs, one per rank, skipping the cases that need more ranks than there are GPUs.
 // Each layout trains on device memory — stages, ZeRO buffers, optimizer moments, pipeline
-// messages — and is held to the CPU binary's single process: loss, gradient norm and validation
+// messages, context-parallel attention — and is held to the CPU binary's single process: loss, gradient norm and validation
 // loss of every step within 1e-5 relative (the kernels sum in other orders than the CPU ops;
 // dropout is on, so the masks are the CPU's too); mixed precision is held to the CPU binary with
 // the same layout within 1e-3 (kMixedRel). A device checkpoint resumes bitwise, and settings the
@@ -132,6 +132,26 @@ TEST_F(DeviceE2E, TwoRankLayoutsMatchOneCpuProcess) {
         std::pair{"tp2_sp", "--set parallel.tp=2 --set parallel.sequence_parallel=true"},
         std::pair{"pp2", "--set parallel.pp=2"}}) {
     EXPECT_EQ(test::compare_runs(cpu, on_device(2, set, name), kRel, name), kCompared);
+  }
+}
+
+// Context parallelism on the device (model/context_attention.h): each sequence split over 2 ranks,
+// the ring (key/value blocks and their gradients sent round with send_recv, the block attention
+// kernels with and without the causal mask, the LSE merge) and all-to-all, a Llama-style model
+// with grouped key/value heads, against one CPU process. Dropout off: a cp rank keys its own masks.
+TEST_F(DeviceE2E, ContextParallelTrainsLikeTheCpu) {
+  if (const std::string why = too_few_gpus(2); !why.empty()) GTEST_SKIP() << why;
+  const std::string llama =
+      "--set model.dropout=0 --set model.norm='\"rmsnorm\"' --set model.position='\"rope\"' "
+      "--set model.activation='\"swiglu\"' --set model.bias=false --set model.tie_embeddings=false "
+      "--set model.n_kv_heads=2";
+  const auto cpu = on_cpu(llama, "cpu");
+  for (const char* comm : {"ring", "all_to_all"}) {
+    const std::string set = fmt::format("{} --set parallel.cp=2 --set parallel.cp_comm='\"{}\"'", llama, comm);
+    const auto device = on_device(2, set, std::string("cp2_") + comm);
+    EXPECT_EQ(test::compare_runs(cpu, device, kRel, comm), kCompared);
+    ASSERT_FALSE(device.empty());
+    EXPECT_GT(device[0].value("cp_comm_ms", 0.0), 0.0) << comm;
   }
 }
 
