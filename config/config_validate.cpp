@@ -65,10 +65,6 @@ void check_context_parallel(const Config& c) {
                    "(any head count), or a cp that divides them",
                    f, L.heads, L.kv_heads, cp);
   }
-  MT_INPUT_CHECK(!m.moe.enabled(),
-                 "{}: parallel.cp = {} with an MoE model (moe.n_experts = {}) is not supported yet; set "
-                 "parallel.cp = 1 or moe.n_experts = 0",
-                 f, cp, m.moe.n_experts);
   MT_INPUT_CHECK(c.checkpoint.memory_interval == 0,
                  "{}: parallel.cp = {} with checkpoint.memory_interval = {}: memory snapshots do not restore "
                  "context-parallel layouts yet; set memory_interval = 0 (storage checkpoints resume at any cp)",

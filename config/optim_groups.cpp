@@ -108,7 +108,7 @@ std::vector<OptimGroupSpec> optim_group_specs(const Config& c, const ParamLayout
   OptimGroupSpec& experts =
       out.emplace_back(group(c, std::move(expert_units), unit_bounds(ranges, experts_of), dense_end(layout)));
   experts.experts = true;
-  experts.dp = c.parallel.dp / c.parallel.ep;
+  experts.dp = c.parallel.dp / c.parallel.ep * c.parallel.cp;
   const ZeroOptions all = experts.zero;  // the exact path: compression, staleness and ZeRO++ act on the dense ones
   experts.zero = ZeroOptions{all.stage, all.bucket_floats, all.overlap, all.params, all.grad_reduce};
   experts.zero.stream = all.stream;

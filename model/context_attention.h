@@ -41,6 +41,7 @@ class ContextAttention {
   // The buffers of one stage's blocks (shared by them: one block's core runs at a time).
   void plan(Arena& arena);
   const CpSplit& split() const { return split_; }
+  const Comm* comm() const { return comm_ ? &*comm_ : nullptr; }
   CpComm algorithm() const { return algo_; }
 
   // att (B·Tl, H·D) and lse of the local rows — lse (B, H, Tl) for ring, (B, H/cp, T) for

@@ -180,6 +180,19 @@ void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorP
   a.stats.router = router_forward(moe.spec, N, down(s, a.logits, h.logits),
                                   w.router_bias.data ? down(s, w.router_bias, h.bias) : nullptr,
                                   target(a.scores, h.scores), expert, gates, kept, a.stats.tokens.data());
+  if (moe.cp) {
+    RouterAuxSums& t = a.aux_totals;
+    t = router_aux_sums(moe.spec, N, target(a.scores, h.scores), expert);
+    std::vector<double> all(t.counts);
+    all.insert(all.end(), t.p_sums.begin(), t.p_sums.end());
+    all.push_back(t.n_tokens);
+    moe.cp->all_reduce(all.data(), static_cast<int64_t>(all.size())).wait();
+    const auto E = static_cast<ptrdiff_t>(t.counts.size());
+    t.counts.assign(all.begin(), all.begin() + E);
+    t.p_sums.assign(all.begin() + E, all.begin() + 2 * E);
+    t.n_tokens = all.back();
+    a.stats.router.aux = router_aux_loss(moe.spec, t);
+  }
   std::optional<DispatchTimer> timer(moe.dispatch_ms);
   // Permute: a kept assignment's row in expert order (= destination-major), tokens in order.
   std::vector<int64_t>& next = ms.send_counts;
@@ -237,9 +250,12 @@ void moe_sublayer_backward(const Stream& s, const ModelConfig& cfg, const Tensor
   // Router: dlogits, its weight gradient (the same on every tp rank), and its input gradient —
   // counted once, by tp rank 0, before the sum over tp.
   MoeHostRouting& h = ms.host;  // [Note: host routing]
+  // With cp, loss_grad weighs this rank's share of a micro-batch (1/cp of its tokens); the aux loss
+  // is the whole micro-batch's, so its weight is cp times that.
+  const float cp = moe.cp ? static_cast<float>(moe.cp->size()) : 1.0f;
   router_backward(moe.spec, N, down(s, a.logits, h.logits), down(s, a.scores, h.scores), down(s, a.expert, h.expert),
-                  down(s, a.kept, h.kept), down(s, ms.dgates, h.dgates), moe.aux_coef * moe.loss_grad,
-                  moe.z_coef * moe.loss_grad, target(ms.dlogits, h.dlogits));
+                  down(s, a.kept, h.kept), down(s, ms.dgates, h.dgates), moe.aux_coef * moe.loss_grad * cp,
+                  moe.z_coef * moe.loss_grad, target(ms.dlogits, h.dlogits), moe.cp ? &a.aux_totals : nullptr);
   up(s, ms.dlogits, h.dlogits);
   matmul_backward(s, tp.rank() == 0 ? ms.dx : Tensor{}, grad.router, Tensor{}, ms.dlogits, x, w.router);
   if (tp.rank() == 0) add_forward(s, dfull, dfull, ms.dx);

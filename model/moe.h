@@ -54,6 +54,7 @@ struct MoeActivations {
   DispatchCounts counts;
   MoeForwardStats stats;
   DenseBranchActivations dense;
+  RouterAuxSums aux_totals;  // context parallelism: the aux loss's sums over the cp group's tokens
 };
 
 // The router runs on the host (model/moe_router.h) on a device stage too: its inputs come down
@@ -88,6 +89,10 @@ struct MoeRuntime {
   float aux_coef = 0.0f, z_coef = 0.0f, loss_grad = 0.0f;
   MoeScratch* scratch = nullptr;
   double* dispatch_ms = nullptr;  // when set, the time spent moving tokens is added to it
+  // Context parallelism: the cp group, whose ranks hold the rest of each sequence. The aux loss is
+  // the whole sequences' (its sums added over the group; every cp rank then has the same value and
+  // adds its own tokens' share of the gradient); capacity stays per rank (Megatron's too).
+  const Comm* cp = nullptr;
 };
 
 // DeepSeek-V3's auxiliary-loss-free balancing, after an update: every expert's selection bias moves

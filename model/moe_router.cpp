@@ -109,24 +109,32 @@ void drop_over_capacity(const RouterSpec& spec, int64_t n_tokens, const float* s
   }
 }
 
-// E / (N·k) · Σ_e c_e · P_e with P_e = (1/N) Σ_t p_t,e, summed in token order.
-double aux_loss(const RouterSpec& spec, int64_t n_tokens, const float* scores, const int32_t* expert) {
-  if (n_tokens == 0) return 0.0;
+}  // namespace
+
+RouterAuxSums router_aux_sums(const RouterSpec& spec, int64_t n_tokens, const float* scores, const int32_t* expert) {
   const int E = spec.n_experts;
+  RouterAuxSums out;
+  out.n_tokens = static_cast<double>(n_tokens);
+  out.counts.assign(static_cast<size_t>(E), 0.0);
+  out.p_sums.assign(static_cast<size_t>(E), 0.0);
   const std::vector<int64_t> c = choice_counts(expert, n_tokens * spec.top_k, E);
-  std::vector<double> p_sum(static_cast<size_t>(E), 0.0);
+  for (int e = 0; e < E; ++e) out.counts[static_cast<size_t>(e)] = static_cast<double>(c[static_cast<size_t>(e)]);
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* s = scores + t * E;
     const double scale = aux_p_scale(spec.kind, s, E);
-    for (int e = 0; e < E; ++e) p_sum[e] += s[e] * scale;
+    for (int e = 0; e < E; ++e) out.p_sums[static_cast<size_t>(e)] += s[e] * scale;
   }
-  double sum = 0.0;
-  for (int e = 0; e < E; ++e) sum += static_cast<double>(c[e]) * p_sum[e];
-  const double N = static_cast<double>(n_tokens);
-  return E / (N * spec.top_k) * sum / N;
+  return out;
 }
 
-}  // namespace
+double router_aux_loss(const RouterSpec& spec, const RouterAuxSums& sums) {
+  if (sums.n_tokens == 0.0) return 0.0;
+  const int E = spec.n_experts;
+  double sum = 0.0;
+  for (int e = 0; e < E; ++e) sum += sums.counts[static_cast<size_t>(e)] * sums.p_sums[static_cast<size_t>(e)];
+  const double N = sums.n_tokens;
+  return E / (N * spec.top_k) * sum / N;
+}
 
 RouterSpec router_spec(const MoeConfig& moe) {
   return RouterSpec{moe.n_experts, moe.top_k, moe.router, moe.capacity_factor, moe.drop_policy};
@@ -175,7 +183,7 @@ RouterStats router_forward(const RouterSpec& spec, int64_t n_tokens, const float
     else
       ++stats.dropped;
   }
-  stats.aux = aux_loss(spec, n_tokens, scores, expert);
+  stats.aux = router_aux_loss(spec, router_aux_sums(spec, n_tokens, scores, expert));
   double z_sum = 0.0;
   for (int64_t t = 0; t < n_tokens; ++t) z_sum += lse[t] * lse[t];
   stats.z = n_tokens > 0 ? z_sum / static_cast<double>(n_tokens) : 0.0;
@@ -184,16 +192,19 @@ RouterStats router_forward(const RouterSpec& spec, int64_t n_tokens, const float
 
 void router_backward(const RouterSpec& spec, int64_t n_tokens, const float* logits, const float* scores,
                      const int32_t* expert, const int32_t* kept, const float* dgates, float aux_grad, float z_grad,
-                     float* dlogits) {
+                     float* dlogits, const RouterAuxSums* aux_totals) {
   check_spec(spec, n_tokens);
   if (n_tokens == 0) return;
   const int E = spec.n_experts, k = spec.top_k;
   const double N = static_cast<double>(n_tokens);
-  // ∂(aux_grad · aux)/∂p_t,e = aux_grad · E · c_e / (N²·k), the same for every token.
+  // ∂(aux_grad · aux)/∂p_t,e = aux_grad · E · c_e / (N²·k), the same for every token (c_e and N of
+  // the aux loss's tokens: these, or aux_totals').
   std::vector<double> w(static_cast<size_t>(E), 0.0);
   if (aux_grad != 0.0f) {
-    const std::vector<int64_t> c = choice_counts(expert, n_tokens * k, E);
-    for (int e = 0; e < E; ++e) w[e] = aux_grad * static_cast<double>(E) * static_cast<double>(c[e]) / (N * N * k);
+    const RouterAuxSums local = aux_totals ? RouterAuxSums{} : router_aux_sums(spec, n_tokens, scores, expert);
+    const RouterAuxSums& a = aux_totals ? *aux_totals : local;
+    for (int e = 0; e < E; ++e)
+      w[e] = aux_grad * static_cast<double>(E) * a.counts[static_cast<size_t>(e)] / (a.n_tokens * a.n_tokens * k);
   }
 #pragma omp parallel
   {

@@ -23,6 +23,7 @@
 //   z       (1/N) Σ_t (logsumexp z_t)²   (ST-MoE router z-loss).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "model/config.h"
 
@@ -52,11 +53,23 @@ RouterStats router_forward(const RouterSpec& spec, int64_t n_tokens, const float
                            float* scores, int32_t* expert, float* gates, int32_t* kept,
                            int64_t* tokens_per_expert);
 
+// The aux loss's sums over a set of tokens: c_e, Σ_t p_t,e (double each, per expert) and N. Sums
+// of several sets (context-parallel ranks' shares of the same sequences, model/moe.cpp) give the
+// aux loss of their union.
+struct RouterAuxSums {
+  std::vector<double> counts, p_sums;
+  double n_tokens = 0.0;
+};
+RouterAuxSums router_aux_sums(const RouterSpec& spec, int64_t n_tokens, const float* scores, const int32_t* expert);
+double router_aux_loss(const RouterSpec& spec, const RouterAuxSums& sums);
+
 // dlogits (N, E) = ∂L/∂logits (overwritten), where L = Σ_t,j dgates_t,j · g_t,j + aux_grad · aux +
 // z_grad · z: dgates (N, k) is the gradient of the combine weights (ignored where dropped),
-// aux_grad and z_grad the loss coefficients times the loss scale (0 = the loss is off).
+// aux_grad and z_grad the loss coefficients times the loss scale (0 = the loss is off). With
+// aux_totals the aux loss is that of a larger set of tokens these N are part of (its sums), and
+// dlogits the gradient of these N tokens' share of it.
 void router_backward(const RouterSpec& spec, int64_t n_tokens, const float* logits, const float* scores,
                      const int32_t* expert, const int32_t* kept, const float* dgates, float aux_grad, float z_grad,
-                     float* dlogits);
+                     float* dlogits, const RouterAuxSums* aux_totals = nullptr);
 
 }  // namespace megatrain

@@ -127,6 +127,7 @@ MoeRuntime Stage::moe_runtime(const ForwardOptions& o) {
   r.z_coef = cfg_.moe.z_loss_coef;
   r.loss_grad = o.dloss_scale * static_cast<float>(B_ * T_);  // ∂L/∂(mean token loss of the micro-batch)
   r.scratch = &moe_scratch_;
+  r.cp = cp_ ? cp_->comm() : nullptr;
   r.dispatch_ms = &dispatch_ms_;
   return r;
 }

@@ -19,9 +19,10 @@ int axis_size(const ParallelDims& d, GroupKind kind) {
     case GroupKind::dp: return d.dp;
     case GroupKind::pp: return d.pp;
     case GroupKind::model:
-    case GroupKind::dp_cp: break;
+    case GroupKind::dp_cp:
+    case GroupKind::edp_cp: break;
   }
-  throw Error("axis_size: GroupKind::model and dp_cp are not single axes");
+  throw Error("axis_size: GroupKind::model, dp_cp and edp_cp are not single axes");
 }
 
 // Moves `c` to coordinate i on the axis of a per-axis GroupKind, keeping dp = ep + EP·edp.
@@ -34,9 +35,10 @@ void set_axis(RankCoords& c, const ParallelDims& d, GroupKind kind, int i) {
     case GroupKind::dp: c.dp = i, c.ep = i % d.ep, c.edp = i / d.ep; return;
     case GroupKind::pp: c.pp = i; return;
     case GroupKind::model:
-    case GroupKind::dp_cp: break;
+    case GroupKind::dp_cp:
+    case GroupKind::edp_cp: break;
   }
-  throw Error("set_axis: GroupKind::model and dp_cp are not single axes");
+  throw Error("set_axis: GroupKind::model, dp_cp and edp_cp are not single axes");
 }
 
 void check_dims(const ParallelDims& d) {
@@ -57,6 +59,7 @@ std::string_view group_kind_name(GroupKind kind) {
     case GroupKind::pp: return "pp";
     case GroupKind::model: return "model";
     case GroupKind::dp_cp: return "dp_cp";
+    case GroupKind::edp_cp: return "edp_cp";
   }
   return "?";
 }
@@ -88,6 +91,7 @@ int group_index(const ParallelDims& d, int rank, GroupKind kind) {
   RankCoords c = rank_coords(d, rank);
   if (kind == GroupKind::model) return c.dp;
   if (kind == GroupKind::dp_cp) return rank_of(d, {.tp = c.tp, .pp = c.pp});
+  if (kind == GroupKind::edp_cp) return rank_of(d, {.tp = c.tp, .ep = c.ep, .dp = c.ep, .pp = c.pp});
   set_axis(c, d, kind, 0);  // the group's first rank names it
   return rank_of(d, c);
 }
@@ -105,11 +109,11 @@ std::vector<int> group_ranks(const ParallelDims& d, int rank, GroupKind kind) {
       if (rank_coords(d, r).dp == dp) ranks.push_back(r);
     return ranks;
   }
-  if (kind == GroupKind::dp_cp) {
+  if (kind == GroupKind::dp_cp || kind == GroupKind::edp_cp) {
     const RankCoords me = rank_coords(d, rank);
     for (int r = 0; r < d.world(); ++r) {
       const RankCoords c = rank_coords(d, r);
-      if (c.tp == me.tp && c.pp == me.pp) ranks.push_back(r);
+      if (c.tp == me.tp && c.pp == me.pp && (kind == GroupKind::dp_cp || c.ep == me.ep)) ranks.push_back(r);
     }
     return ranks;
   }

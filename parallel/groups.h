@@ -52,13 +52,15 @@ struct RankCoords {
 //   dp_cp              — the ranks with r's tp and pp coordinates (size cp·dp): the ranks holding the
 //                        same dense parameters, over which their gradients are reduced and ZeRO
 //                        shards them (context-parallel ranks are data-parallel for the weights:
-//                        Megatron-Core's data-parallel group with context parallelism). dp when cp = 1.
+//                        Megatron-Core's data-parallel group with context parallelism). dp when cp = 1;
+//   edp_cp             — the same for experts: the ranks with r's tp, ep and pp coordinates (size
+//                        cp·dp/ep), which hold the same experts. edp when cp = 1.
 // Every group lists its ranks in increasing order, which is also their rank inside the group's
 // communicator.
-enum class GroupKind { tp, cp, ep, edp, dp, pp, model, dp_cp };
-inline constexpr std::array<GroupKind, 8> kGroupKinds = {GroupKind::tp, GroupKind::cp,    GroupKind::ep,
-                                                         GroupKind::edp, GroupKind::dp,   GroupKind::pp,
-                                                         GroupKind::model, GroupKind::dp_cp};
+enum class GroupKind { tp, cp, ep, edp, dp, pp, model, dp_cp, edp_cp };
+inline constexpr std::array<GroupKind, 9> kGroupKinds = {GroupKind::tp,    GroupKind::cp,    GroupKind::ep,
+                                                         GroupKind::edp,   GroupKind::dp,    GroupKind::pp,
+                                                         GroupKind::model, GroupKind::dp_cp, GroupKind::edp_cp};
 std::string_view group_kind_name(GroupKind kind);
 
 // Coordinates of `rank` (requires 0 <= rank < dims.world()).
@@ -103,6 +105,7 @@ class ProcessGroups {
   const Comm& pp() const { return get(GroupKind::pp); }
   const Comm& model() const { return get(GroupKind::model); }
   const Comm& dp_cp() const { return get(GroupKind::dp_cp); }
+  const Comm& edp_cp() const { return get(GroupKind::edp_cp); }
   const Comm& get(GroupKind kind) const { return groups_[static_cast<size_t>(kind)]; }
 
  private:

@@ -157,13 +157,13 @@ StepCost predict_step(const Config& c, const DeviceProfile& dev) {
     hideable += micro * traffic.param_gathers_per_micro_batch * links.half(g, stride, params);
   };
   zero_comm(p.dp * p.cp, p.tp, dense);  // cp ranks hold the same dense parameters
-  if (experts > 0) zero_comm(p.dp / p.ep, p.tp * p.ep, experts);
+  if (experts > 0) zero_comm(p.dp / p.ep * p.cp, p.tp, experts);
   const bool overlaps = p.overlap_grad_reduce || traffic.param_gathers_per_micro_batch > 0;
   const double hidden = overlaps ? std::min(dev.overlap * hideable, dev.overlap * n * bwd) : 0.0;
   out.dp = exposed + hideable - hidden;
 
   const double updated =
-      traffic.sharded_update ? dense / (p.dp * p.cp) + experts / (p.dp / p.ep) : dense + experts;
+      traffic.sharded_update ? dense / (p.dp * p.cp) + experts / (p.dp / p.ep * p.cp) : dense + experts;
   out.optimizer = updated * 32.0 / (dev.memory_gbps * 1e9);  // params, grads, m, v read; params, m, v written
 
   out.step = sim.makespan + out.cores + out.dp + out.optimizer;

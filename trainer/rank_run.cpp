@@ -59,15 +59,15 @@ std::vector<StageRange> chunk_ranges(const Config& c, int stage) {
   return out;
 }
 
-// The optimizer groups of config/optim_groups.h: the dense parameters over dp (with the cp ranks,
-// which hold the same parameters: dp_cp), the experts over the expert-data-parallel group (and
-// summed over ep in the global norm: each ep rank holds others).
+// The optimizer groups of config/optim_groups.h: the dense parameters over dp, the experts over the
+// expert-data-parallel group (and summed over ep in the global norm: each ep rank holds others) —
+// each with the cp ranks, which hold the same parameters (dp_cp, edp_cp).
 std::deque<OptimGroup> make_optim_groups(const Config& c, const ProcessGroups& groups, const ParamLayout& layout,
                                     const std::vector<StageRange>& ranges, const Stream& stream) {
   std::deque<OptimGroup> out;
   const Comm* ep = groups.ep().size() > 1 ? &groups.ep() : nullptr;
   for (const OptimGroupSpec& g : optim_group_specs(c, layout, ranges))
-    out.emplace_back(g, layout, g.experts ? groups.edp() : groups.dp_cp(), g.experts ? ep : nullptr, adamw_options(c),
+    out.emplace_back(g, layout, g.experts ? groups.edp_cp() : groups.dp_cp(), g.experts ? ep : nullptr, adamw_options(c),
                      stream);
   return out;
 }
@@ -299,7 +299,7 @@ std::vector<StateStep> RankRun::router_bias_steps() {
   for (Chunk& ch : chunks_)
     for (const MoeLayerStats& m : ch.stage->moe_stats()) {
       std::vector<int64_t> load = m.step_tokens;
-      if (groups.dp().size() > 1) groups.dp().all_reduce(load.data(), moe.n_experts).wait();
+      if (groups.dp_cp().size() > 1) groups.dp_cp().all_reduce(load.data(), moe.n_experts).wait();
       const size_t i = layout.index_of("layers." + std::to_string(m.layer) + ".moe.router.bias");
       StateStep& s = out.emplace_back(StateStep{{layout.offset(i), layout.offset(i) + moe.n_experts},
                                                 std::vector<float>(static_cast<size_t>(moe.n_experts))});
@@ -406,7 +406,7 @@ double RankRun::evaluate() {
 }
 
 void RankRun::reset_comm_stats() const {
-  for (const Comm* c : {&groups.dp_cp(), &groups.tp(), &groups.pp(), &groups.ep(), &groups.edp(), &groups.cp(), &world})
+  for (const Comm* c : {&groups.dp_cp(), &groups.tp(), &groups.pp(), &groups.ep(), &groups.edp_cp(), &groups.cp(), &world})
     c->reset_stats();
   if (cfg.parallel.zero_hpz_partition_size > 1) optim_.front().zero().hpz_comm().reset_stats();
 }
@@ -414,7 +414,7 @@ void RankRun::reset_comm_stats() const {
 StepComm RankRun::comm_stats() const {
   StepComm c{groups.dp_cp().stats(), groups.tp().stats(), groups.pp().stats(), groups.ep().stats(), world.stats(),
              groups.cp().stats()};
-  c.dp += groups.edp().stats();
+  c.dp += groups.edp_cp().stats();
   if (cfg.parallel.zero_hpz_partition_size > 1) {
     const CommStats h = optim_.front().zero().hpz_comm().stats();
     c.dp += h;

@@ -2,11 +2,13 @@
 // Llama-like model (RoPE, GQA with 2 key/value heads for 4 query heads) trained with each sequence
 // split over cp ranks — ring and all-to-all attention, cp 2 and 4, and cp 2 with tensor (and
 // sequence) parallelism, with pipeline stages, with data parallelism under ZeRO 3, with recompute —
-// match one process: loss, gradient norm and validation loss of each of 10 steps within 1e-5
-// relative (dropout off: a cp rank keys its own masks, not the single process's). A layout run twice
+// and a Mixture-of-Experts model with cp 2 × ep 2, match one process: loss, gradient norm and
+// validation loss of each of 10 steps within 1e-5 relative (dropout off: a cp rank keys its own masks, not the single process's). A layout run twice
 // is bitwise identical, and a checkpoint saved at cp 2 resumes at cp 1 and cp 4.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <tuple>
 
 #include "tests/e2e/e2e_fixture.h"
 
@@ -72,6 +74,25 @@ TEST_F(CpE2E, FourRanksAllToAllTrainLikeOneProcessAndRerunBitwise) {
                                "cp2 ring rerun"),
             22);
   EXPECT_EQ(test::compare_runs(a, run(4, set, "cp4_a2a_again"), 0.0, "cp4 all_to_all rerun"), 22);
+}
+
+// Mixture of Experts with cp: the aux loss is the whole sequences' (its sums added over the cp
+// group), the experts' gradients are reduced over the cp ranks too (edp_cp), and the aux-free router
+// bias moves by the loads of every token; dropless, since capacity is per rank. cp 2 alone, and
+// cp 2 × ep 2 (4 ranks: the tokens of each cp rank exchanged among its ep peers), against one process.
+TEST_F(CpE2E, MoeTrainsLikeOneProcess) {
+  const std::string moe = std::string(kLlama) +
+                          " --set moe.n_experts=4 --set moe.top_k=2 --set moe.d_ff_expert=64 "
+                          "--set moe.aux_loss_coef=1 --set moe.z_loss_coef=0.1 --set moe.aux_free_bias=0.001";
+  const auto single = run(1, moe, "moe_single");
+  for (const auto& [np, set, name] : {std::tuple{2, "--set parallel.cp=2", "moe_cp2"},
+                                      std::tuple{4, "--set parallel.cp=2 --set parallel.ep=2", "moe_cp2_ep2"},
+                                      std::tuple{4, "--set parallel.cp=2 --set parallel.ep=2 --set parallel.zero_stage=1 "
+                                                    "--set parallel.cp_comm='\"all_to_all\"'",
+                                                 "moe_cp2_ep2_zero1_a2a"}}) {
+    const auto a = run(np, moe + " " + set, name);
+    EXPECT_EQ(test::compare_runs(single, a, 1e-5, name), 22);
+  }
 }
 
 // Checkpoints hold no trace of cp: saved at cp 2 (ZeRO 1 over the 2 ranks) after step 3 of 6,

@@ -46,6 +46,7 @@ int expected_size(const ParallelDims& d, GroupKind kind) {
     case GroupKind::pp: return d.pp;
     case GroupKind::model: return d.world() / d.dp;
     case GroupKind::dp_cp: return d.cp * d.dp;
+    case GroupKind::edp_cp: return d.cp * d.dp / d.ep;
   }
   return -1;
 }
@@ -62,6 +63,7 @@ bool same_group(const RankCoords& a, const RankCoords& b, GroupKind kind) {
     case GroupKind::pp: x.pp = y.pp = 0; break;
     case GroupKind::model: return a.dp == b.dp;
     case GroupKind::dp_cp: return a.tp == b.tp && a.pp == b.pp;
+    case GroupKind::edp_cp: return a.tp == b.tp && a.pp == b.pp && a.ep == b.ep;
   }
   return x == y;
 }
@@ -184,6 +186,7 @@ TEST(Groups, World16AllAxes) {
   EXPECT_EQ(group_ranks(d, 5, GroupKind::dp), (std::vector<int>{1, 5}));
   EXPECT_EQ(group_ranks(d, 5, GroupKind::model).size(), 8u);
   EXPECT_EQ(group_ranks(d, 5, GroupKind::dp_cp), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(group_ranks(d, 5, GroupKind::edp_cp), (std::vector<int>{5, 7}));  // ep 1: cp 0 and 1
   EXPECT_EQ(rank_coords(d, 13), (RankCoords{.tp = 1, .cp = 0, .ep = 1, .edp = 0, .dp = 1, .pp = 1}));
 }
 
