@@ -65,10 +65,6 @@ void check_context_parallel(const Config& c) {
                    "(any head count), or a cp that divides them",
                    f, L.heads, L.kv_heads, cp);
   }
-  MT_INPUT_CHECK(c.checkpoint.memory_interval == 0,
-                 "{}: parallel.cp = {} with checkpoint.memory_interval = {}: memory snapshots do not restore "
-                 "context-parallel layouts yet; set memory_interval = 0 (storage checkpoints resume at any cp)",
-                 f, cp, c.checkpoint.memory_interval);
 }
 
 // train.device = "cuda" (trainer/rank_run.h [Note: a run on a device]): what runs on a device so far.

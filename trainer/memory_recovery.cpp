@@ -66,15 +66,16 @@ std::optional<ParallelDims> dims_of(const std::string& layout_json) {
   return d;
 }
 
-// What a rank's slice of the model is: its tensor-, context- and expert-parallel coordinates and its
-// stage. Layouts that differ only in dp hold the same views.
+// What a rank's slice of the model is: its tensor- and expert-parallel coordinates and its stage.
+// Context-parallel ranks hold the same parameters (ZeRO shards over cp·dp: parallel/groups.h
+// dp_cp), so layouts that differ only in dp and cp hold the same views.
 auto view(const ParallelDims& d, int rank) {
   const RankCoords c = rank_coords(d, rank);
-  return std::tuple{c.tp, c.cp, c.ep, c.pp};
+  return std::tuple{c.tp, c.ep, c.pp};
 }
 
 // The newest set at step ≥ at_least whose every rank some host holds, at this layout or at one that
-// differs only in dp (a tie goes to this layout); nullptr when there is none.
+// differs only in dp and cp (a tie goes to this layout); nullptr when there is none.
 const HeldSet* newest_usable(const std::vector<HeldSet>& sets, const std::string& here, const ParallelDims& now,
                              int64_t at_least) {
   const HeldSet* best = nullptr;
@@ -82,7 +83,7 @@ const HeldSet* newest_usable(const std::vector<HeldSet>& sets, const std::string
     const auto was = dims_of(s.layout);
     const bool same = s.layout == here;
     if (s.step < at_least || !was) continue;
-    if (!same && std::tuple{was->tp, was->cp, was->ep, was->pp} != std::tuple{now.tp, now.cp, now.ep, now.pp}) continue;
+    if (!same && std::tuple{was->tp, was->ep, was->pp} != std::tuple{now.tp, now.ep, now.pp}) continue;
     if (static_cast<int>(s.holders.size()) != was->world() || s.holders.rbegin()->first >= was->world()) continue;
     if (!best || s.step > best->step || (s.step == best->step && same)) best = &s;
   }

@@ -1,10 +1,11 @@
 // Recovery from memory snapshots (docs/robustness.md R26; trainer/memory_snapshots.h): after a
 // failure the relaunched job looks for the newest step for which its hosts together hold a committed
 // snapshot of every rank. A snapshot holds the rank's ZeRO partition, so each rank restores from the
-// snapshots of its dp group (the ranks that held its view of the model): those its host holds, and
+// snapshots of its dp group — its dp_cp group with context parallelism — (the ranks that held its
+// view of the model): those its host holds, and
 // the others received over the network from a rank whose host holds them (a buddy's copy when a host
-// was replaced). Elastic continuation: a job relaunched on fewer hosts, or more, at another dp (the
-// same tp, cp, ep and pp) restores the old layout's set the same way — each rank takes the snapshots
+// was replaced). Elastic continuation: a job relaunched on fewer hosts, or more, at another dp or
+// cp (the same tp, ep and pp) restores the old layout's set the same way — each rank takes the snapshots
 // of the old ranks that held its view and fills its new partition from them
 // (checkpoint/memory_snapshot.h restore_snapshots). A set that cannot be restored (a damaged
 // snapshot) is reported and the storage checkpoint loaded instead.

@@ -350,8 +350,6 @@ TEST_F(ConfigTest, ContextParallelRules) {
                   "multiple of 2·cp·tp = 8");
   EXPECT_CONTAINS(load_error(model + "[parallel]\ncp = 4\ncp_comm = \"all_to_all\"\n", "parallel.cp_comm", {}, 4),
                   "use cp_comm = \"ring\"");
-  load_error(model + "[parallel]\ncp = 2\n[checkpoint]\nmemory_interval = 1\ndir = \"x\"\n",
-             "checkpoint.memory_interval", {}, 2);
   load_error(model + "[parallel]\ncp_comm = \"p2p\"\n", "parallel.cp_comm");
   Config c = load_config(write(model + "[parallel]\ncp = 2\ncp_comm = \"all_to_all\"\n"), {});
   resolve_config(c, 4);

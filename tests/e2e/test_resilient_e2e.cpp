@@ -2,7 +2,8 @@
 // (tp, dp) = (2, 2), saving every 10 steps, with faults injected through MEGATRAIN_FAULT:
 //  - rank 3 killed at step 25: one restart, from step 20, and the run ends with the losses and
 //    weights of a fault-free run, bit for bit; with memory snapshots every step, from step 24 in
-//    memory, also when the second host's memory is gone (its ranks fetch their buddies' copies);
+//    memory, also when the second host's memory is gone (its ranks fetch their buddies' copies), and
+//    with context parallelism;
 //  - a host (virtual: MEGATRAIN_RANKS_PER_NODE = 2) whose two ranks stop, with the trainer's own
 //    watchdog off: the driver sees the heartbeats stop, names the node and its ranks, restarts;
 //  - a launch that starts no rank yet ends 0 (srun after a requeue): restarted, not "finished";
@@ -133,6 +134,25 @@ TEST_F(ResilientE2E, AKilledRankResumesFromMemoryLosingOneOrTwoSteps) {
               step.c_str(), t["total_s"].get<double>(), t["detection_s"].get<double>(), t["teardown_s"].get<double>(),
               t["relaunch_s"].get<double>(), t["startup_s"].get<double>(), t["state_load_s"].get<double>(),
               t["first_step_s"].get<double>());
+}
+
+// The same with context parallelism, (cp, dp) = (2, 2): the snapshots hold each rank's share of the
+// partition over all four ranks (dp_cp), so each rank restores from all four ranks' snapshots, and
+// the run ends with the fault-free weights.
+TEST_F(ResilientE2E, AKilledContextParallelRankResumesFromMemory) {
+  const std::string cp = "--set parallel.tp=1 --set parallel.cp=2 --set parallel.zero_stage=1";
+  const auto r = drive("kill:rank=3:step=25:sig=9", 40, "",
+                       cp + " --set checkpoint.memory_interval=1 --set checkpoint.memory_dir=" + (dir_ / "shm").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto restores = of(events(), "MEMORY_RESTORE");
+  ASSERT_EQ(restores.size(), 1u) << r.output;
+  EXPECT_EQ(restores[0]["source"], "memory");
+  const std::string step = restores[0]["step"];
+  EXPECT_TRUE(step == "24" || step == "23") << step;
+  EXPECT_EQ(std::stoi(restores[0]["read_local"].get<std::string>()) +
+                std::stoi(restores[0]["fetched"].get<std::string>()),
+            16);  // each of the 4 ranks the snapshots of all 4
+  expect_equals_clean_run(40, clean_run(40, cp));
 }
 
 // A host lost with its memory: before the relaunch the launcher wipes the second virtual host's store
