@@ -92,43 +92,50 @@ void ContextAttention::ring_backward(const Stream& s, Tensor dqkv, Tensor datt, 
   const int P = split_.cp, r = split_.rank, Tl = split_.local_len(), c = split_.chunk();
   const int64_t qw = int64_t{heads_.n_heads} * heads_.head_dim, kvw = int64_t{heads_.n_kv_heads} * heads_.head_dim;
   const Tensor out = att.reshaped(Shape{B_, Tl, qw}), dout = datt.reshaped(Shape{B_, Tl, qw});
+  // One pair of chunks of the own block: queries of local chunk a, keys of local chunk b, gradients
+  // into dqkv (the own keys' and values' too).
+  const auto own = [&](int a, int b, bool causal) {
+    attention_block_backward(s, {dqkv, 0, a * c, c}, {dqkv, qw, b * c, c}, {dqkv, qw + kvw, b * c, c},
+                             {dout, 0, a * c, c}, {qkv, 0, a * c, c}, {qkv, qw, b * c, c}, {qkv, qw + kvw, b * c, c},
+                             {out, 0, a * c, c}, lse, heads_, causal);
+  };
   zero_fill(s, dqkv);
   attention_rows_copy(s, {kv_[0], 0, 0, Tl}, {qkv, qw, 0, Tl}, 2 * kvw, false);
   Work moving, grads[2];  // the key/value blocks, and the gradients (the sum sent on, the next one in)
+  if (P > 1) moving = comm_->send_recv(kv_[0].f32(), kv_[1].f32(), kv_[0].numel(), next(), prev(), kKvTag);
+  own(1, 0, false);  // the own block's off-diagonal part while the first block comes in
   int cur = 0;
-  for (int i = 0; i < P; ++i) {
-    if (i > 0) {
-      moving.wait();
-      cur ^= 1;
-    }
+  for (int i = 1; i < P; ++i) {
+    moving.wait();
+    cur ^= 1;
     if (i + 1 < P)
       moving = comm_->send_recv(kv_[cur].f32(), kv_[cur ^ 1].f32(), kv_[cur].numel(), next(), prev(), kKvTag);
     const int j = (r - i + P) % P;
     const Tensor kv = kv_[cur], dkv = dkv_[i % 2];
     grads[i % 2].wait();  // this buffer's sum of two steps ago has left
     zero_fill(s, dkv);
-    if (i == 0) {
-      attention_block_backward(s, {dqkv, 0, 0, Tl}, {dkv, 0, 0, Tl}, {dkv, kvw, 0, Tl}, {dout, 0, 0, Tl},
-                               {qkv, 0, 0, Tl}, {qkv, qw, 0, Tl}, {qkv, qw + kvw, 0, Tl}, {out, 0, 0, Tl}, lse, heads_,
-                               true);
-    } else if (j < r) {
+    if (j < r) {
       attention_block_backward(s, {dqkv, 0, 0, Tl}, {dkv, 0, 0, c}, {dkv, kvw, 0, c}, {dout, 0, 0, Tl},
                                {qkv, 0, 0, Tl}, {kv, 0, 0, c}, {kv, kvw, 0, c}, {out, 0, 0, Tl}, lse, heads_, false);
     } else {
       attention_block_backward(s, {dqkv, 0, c, c}, {dkv, 0, 0, Tl}, {dkv, kvw, 0, Tl}, {dout, 0, c, c},
                                {qkv, 0, c, c}, {kv, 0, 0, Tl}, {kv, kvw, 0, Tl}, {out, 0, c, c}, lse, heads_, false);
     }
-    if (i > 0) {  // the block's gradient so far, from the ranks it visited before this one
+    if (i > 1) {  // the block's gradient so far, from the ranks it visited before this one
       grads[(i + 1) % 2].wait();
       attention_rows_copy(s, {dkv, 0, 0, Tl}, {dkv_in_, 0, 0, Tl}, 2 * kvw, true);
     }
-    // The sum on to the next rank; in, the next block's sum so far (after the last step: this rank's
-    // own block, back from its trip round the ring).
+    // The sum on to the next rank (after the last step: to the block's owner); in, the next block's
+    // sum so far (after the last step: this rank's own block's, from every other rank).
     grads[i % 2] = comm_->send_recv(dkv.f32(), dkv_in_.f32(), dkv.numel(), next(), prev(), kGradTag);
   }
-  grads[(P - 1) % 2].wait();
-  attention_rows_copy(s, {dqkv, qw, 0, Tl}, {dkv_in_, 0, 0, Tl}, 2 * kvw, false);
-  grads[P % 2].wait();
+  own(0, 0, true);  // the own block's diagonal parts while the own block's gradient comes home
+  own(1, 1, true);
+  if (P > 1) {
+    grads[(P - 1) % 2].wait();
+    attention_rows_copy(s, {dqkv, qw, 0, Tl}, {dkv_in_, 0, 0, Tl}, 2 * kvw, true);
+    grads[P % 2].wait();
+  }
 }
 
 void ContextAttention::exchange(const Stream& s, Tensor local, std::span<const ColGroup> groups, Tensor full,

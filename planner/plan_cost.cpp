@@ -48,7 +48,7 @@ struct Links {
 
 // Context parallelism's attention messages per block and micro-batch (forward and backward), as
 // exposed time. ring: cp − 1 key/value blocks forward, and backward the blocks again with their
-// gradients (2·(cp − 1) + 1 messages), between neighbours tp ranks apart, overlapped with the
+// gradients (2·(cp − 1) messages), between neighbours tp ranks apart, overlapped with the
 // block's attention as far as the device overlaps; all_to_all: q/k/v and the output exchanged
 // forward, q/k/v, output, its gradient and dq/dk/dv backward, none of it hidden.
 double context_comm(const Config& c, const Links& links, double rows, double overlap) {
@@ -58,7 +58,7 @@ double context_comm(const Config& c, const Links& links, double rows, double ove
   const double D = c.model.head_dim(), f = sizeof(float);
   const double kv = rows * 2 * L.kv_heads * D * f, qkv = rows * (L.heads + 2 * L.kv_heads) * D * f,
                att = rows * L.heads * D * f;
-  if (p.cp_comm == CpComm::ring) return (3.0 * (p.cp - 1) + 1.0) * links.p2p(p.tp, kv) * (1.0 - overlap);
+  if (p.cp_comm == CpComm::ring) return 3.0 * (p.cp - 1) * links.p2p(p.tp, kv) * (1.0 - overlap);
   return 3.0 * links.all_to_all(p.cp, p.tp, qkv) + 3.0 * links.all_to_all(p.cp, p.tp, att);
 }
 

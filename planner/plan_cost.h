@@ -10,8 +10,8 @@
 //             the backward ones overlap the weight GEMMs when overlap_tp_comm;
 //   ep        per MoE block and micro-batch four all-to-alls of the routed rows (dispatch, combine,
 //             and their backward);
-//   cp        per block and micro-batch the context-parallel attention's messages (ring: key/value
-//             blocks between neighbours, hidden behind the attention as far as the device overlaps;
+//   cp        per block and micro-batch the context-parallel attention's messages (ring: 3·(cp − 1)
+//             key/value blocks between neighbours, hidden behind the attention as far as the device overlaps;
 //             all_to_all: the heads' exchanges); compute counts a rank's 1/cp of the rows;
 //   dp        the gradient all-reduce (ZeRO 0) or reduce-scatter (1–3; 2–3 every micro-batch), the
 //             parameter all-gather after the update (1–2) or before each use (3), overlapping

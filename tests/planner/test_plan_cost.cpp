@@ -123,7 +123,7 @@ TEST(PlanCost, PipelineBubbleAbsorbsCoreSharing) {
 }
 
 // Context parallelism: each cp rank computes 1/cp of the tokens and holds 1/cp of the activations;
-// the ring sends 3·(cp − 1) + 1 key/value blocks per block and micro-batch (forward, then the
+// the ring sends 3·(cp − 1) key/value blocks per block and micro-batch (forward, then the
 // blocks again with their gradients) and all_to_all exchanges q/k/v and the output, each taking
 // what the link takes for its bytes.
 TEST(PlanCost, ContextParallelSplitsComputeAndActivationsAndPaysItsMessages) {
@@ -135,10 +135,10 @@ TEST(PlanCost, ContextParallelSplitsComputeAndActivationsAndPaysItsMessages) {
   const StepCost t1 = predict_step(one, d), t2 = predict_step(ring, d), t3 = predict_step(a2a, d);
   EXPECT_NEAR(t2.compute, t1.compute / 2, 1e-3 * t1.compute);
   EXPECT_EQ(t1.cp, 0.0);
-  // Per block and micro-batch 4 messages of 64 rows × (k and v: 2 × 4 heads × 32) × 4 bytes; 4 blocks,
+  // Per block and micro-batch 3 messages of 64 rows × (k and v: 2 × 4 heads × 32) × 4 bytes; 4 blocks,
   // 8 micro-batches.
   const double kv = 64.0 * 2 * 128 * 4;
-  EXPECT_NEAR(t2.cp, 8 * 4 * 4 * kv / 1e9, 1e-9);
+  EXPECT_NEAR(t2.cp, 8 * 4 * 3 * kv / 1e9, 1e-9);
   // all_to_all: 3 exchanges of q/k/v (64 rows × 12 heads × 32) and 3 of the output (64 × 128), half
   // of each leaving a rank at cp = 2.
   EXPECT_NEAR(t3.cp, 8 * 4 * 3 * 0.5 * (64.0 * 12 * 32 * 4 + 64.0 * 128 * 4) / 1e9, 1e-9);
