@@ -76,7 +76,8 @@ TEST_F(CpE2E, FourRanksAllToAllTrainLikeOneProcessAndRerunBitwise) {
   EXPECT_EQ(test::compare_runs(a, run(4, set, "cp4_a2a_again"), 0.0, "cp4 all_to_all rerun"), 22);
 }
 
-// The other pipeline schedules (a split backward: the attention core's gradient in the input step),
+// The other pipeline schedules (interleaved chunks; a split backward: the attention core's gradient
+// in the input step),
 // and 16-bit precision against one process in the same precision (1e-3, the mixed-precision bound of
 // the device tests: a GEMM operand that lands next to a bf16/fp16 rounding boundary may round the
 // other way when its float32 sums ran in another order, one step of 2^-8 or 2^-11; measured here up
@@ -88,6 +89,12 @@ TEST_F(CpE2E, SchedulesAndSixteenBitPrecisionTrainLikeOneProcess) {
                                         kGpt, schedule);
     EXPECT_EQ(test::compare_runs(single, run(4, set, schedule), 1e-5, schedule), 22);
   }
+  const std::string four = std::string(kGpt) + " --set model.n_layers=4";  // two chunks of pp 2's stages
+  EXPECT_EQ(test::compare_runs(run(1, four, "single_4_layers"),
+                               run(4, four + " --set parallel.cp=2 --set parallel.pp=2 --set parallel.virtual_stages=2 "
+                                             "--set parallel.pipeline_schedule='\"interleaved\"'", "interleaved"),
+                               1e-5, "interleaved"),
+            22);
   for (const char* precision : {"bf16", "fp16"}) {
     const std::string p = fmt::format("{} --set train.precision='\"{}\"'", kLlama, precision);
     EXPECT_EQ(test::compare_runs(run(1, p, std::string(precision) + "_single"),
