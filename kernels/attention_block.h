@@ -1,7 +1,10 @@
 // What the CPU and CUDA kernels of block attention share (kernels/ops.h attention_block_forward):
-// an operand as rows of a (B, T, ·) tensor, and the block's sizes. Plain C++, no CUDA headers.
+// an operand as rows of a (B, T, ·) tensor, the views of the packed operands, and the block's
+// sizes. Plain C++, no CUDA headers (kernels/host_device.h).
 #pragma once
 #include <cstdint>
+
+#include "kernels/host_device.h"
 
 namespace megatrain {
 
@@ -10,7 +13,22 @@ template <typename F>
 struct AttnView {
   F* data;
   int64_t ld, seq;
+  MT_HOST_DEVICE F* at(int b, int t, int h, int D) const {
+    return data + b * seq + static_cast<int64_t>(t) * ld + static_cast<int64_t>(h) * D;
+  }
 };
+// The packed (B, T, (H + 2·Hkv)·D) qkv operand's heads from `first_head` on (0: q, H: k, H + Hkv: v),
+// and the (B, T, H·D) output's.
+template <typename F>
+AttnView<F> packed_heads(F* qkv, int T, int H, int Hkv, int D, int first_head) {
+  const int64_t row = static_cast<int64_t>(H + 2 * Hkv) * D;
+  return {qkv + static_cast<int64_t>(first_head) * D, row, row * T};
+}
+template <typename F>
+AttnView<F> output_rows(F* out, int T, int H, int D) {
+  const int64_t row = static_cast<int64_t>(H) * D;
+  return {out, row, row * T};
+}
 // Tq query rows against Tk key rows of each of B sequences; causal (Tq == Tk): key j is hidden from
 // query i when j > i, else every key is seen. lse element (b, h, t) at lse[(b·H + h)·lse_ld + t].
 struct AttnBlock {

@@ -1,7 +1,5 @@
 // Dispatch of the block attention ops (kernels/ops.h): views of rows of (B, T, width) tensors
 // checked against their shapes, then the CPU kernels or the device backend's.
-#include <algorithm>
-
 #include "kernels/cpu/cpu.h"
 #include "kernels/ops_dispatch.h"
 
@@ -95,19 +93,9 @@ void attention_rows_copy(const Stream& s, AttnRows dst, AttnRows src, int64_t wi
            dst.t.shape[0]);
   const AttnView<float> d = rows_of<float>(dst, width, src.n, "dst");
   const AttnView<const float> r = rows_of<const float>(src, width, src.n, "src");
-  const int64_t B = dst.t.shape[0];
-  if (dev) return dev->attention_rows_copy(s, d, r, static_cast<int>(B), src.n, width, accumulate);
-#pragma omp parallel for collapse(2)
-  for (int64_t b = 0; b < B; ++b)
-    for (int t = 0; t < src.n; ++t) {
-      float* o = d.data + b * d.seq + t * d.ld;
-      const float* i = r.data + b * r.seq + t * r.ld;
-      if (accumulate) {
-        for (int64_t c = 0; c < width; ++c) o[c] += i[c];
-      } else {
-        std::copy(i, i + width, o);
-      }
-    }
+  const int B = static_cast<int>(dst.t.shape[0]);
+  if (dev) return dev->attention_rows_copy(s, d, r, B, src.n, width, accumulate);
+  cpu::attention_rows_copy(d, r, B, src.n, width, accumulate);
 }
 
 }  // namespace megatrain

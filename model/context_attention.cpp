@@ -101,8 +101,8 @@ void ContextAttention::ring_backward(const Stream& s, Tensor dqkv, Tensor datt, 
   };
   zero_fill(s, dqkv);
   attention_rows_copy(s, {kv_[0], 0, 0, Tl}, {qkv, qw, 0, Tl}, 2 * kvw, false);
-  Work moving, grads[2];  // the key/value blocks, and the gradients (the sum sent on, the next one in)
-  if (P > 1) moving = comm_->send_recv(kv_[0].f32(), kv_[1].f32(), kv_[0].numel(), next(), prev(), kKvTag);
+  // The key/value blocks, and the gradients (the sum sent on, the next one in).
+  Work moving = comm_->send_recv(kv_[0].f32(), kv_[1].f32(), kv_[0].numel(), next(), prev(), kKvTag), grads[2];
   own(1, 0, false);  // the own block's off-diagonal part while the first block comes in
   int cur = 0;
   for (int i = 1; i < P; ++i) {
@@ -131,11 +131,9 @@ void ContextAttention::ring_backward(const Stream& s, Tensor dqkv, Tensor datt, 
   }
   own(0, 0, true);  // the own block's diagonal parts while the own block's gradient comes home
   own(1, 1, true);
-  if (P > 1) {
-    grads[(P - 1) % 2].wait();
-    attention_rows_copy(s, {dqkv, qw, 0, Tl}, {dkv_in_, 0, 0, Tl}, 2 * kvw, true);
-    grads[P % 2].wait();
-  }
+  grads[(P - 1) % 2].wait();
+  attention_rows_copy(s, {dqkv, qw, 0, Tl}, {dkv_in_, 0, 0, Tl}, 2 * kvw, true);
+  grads[P % 2].wait();
 }
 
 void ContextAttention::exchange(const Stream& s, Tensor local, std::span<const ColGroup> groups, Tensor full,
@@ -144,34 +142,33 @@ void ContextAttention::exchange(const Stream& s, Tensor local, std::span<const C
   int64_t w = 0;
   for (const ColGroup& g : groups) w += g.width;
   const int64_t seg = int64_t{B_} * Tl * w;
+  // Rank p's segment of `buf`, (B, Tl, w), and the copies between it and the local tensor (rank p's
+  // heads' columns of the local rows) or the full one (rank p's chunks of the sequence).
   const auto segment = [&](Tensor buf, int p) { return buf.part(p * seg, Shape{B_, Tl, w}); };
-  for (int p = 0; p < P; ++p) {  // pack: rank p's columns of the local rows, or its rows of the full sequence
-    const Tensor sp = segment(send_, p);
-    if (to_full) {
-      int64_t col = 0;
-      for (const ColGroup& g : groups) {
-        attention_rows_copy(s, {sp, col, 0, Tl}, {local, g.first + p * g.width, 0, Tl}, g.width, false);
-        col += g.width;
-      }
-    } else {
-      for (int k = 0; k < 2; ++k)
-        attention_rows_copy(s, {sp, 0, k * c, c}, {full, 0, split_.chunk_of(k, p) * c, c}, w, false);
+  const auto columns = [&](Tensor sp, int p, bool into_segment) {
+    int64_t col = 0;
+    for (const ColGroup& g : groups) {
+      const AttnRows seg_rows{sp, col, 0, Tl}, local_rows{local, g.first + p * g.width, 0, Tl};
+      attention_rows_copy(s, into_segment ? seg_rows : local_rows, into_segment ? local_rows : seg_rows, g.width,
+                          false);
+      col += g.width;
     }
+  };
+  const auto chunks = [&](Tensor sp, int p, bool into_segment) {
+    for (int k = 0; k < 2; ++k) {
+      const AttnRows seg_rows{sp, 0, k * c, c}, full_rows{full, 0, split_.chunk_of(k, p) * c, c};
+      attention_rows_copy(s, into_segment ? seg_rows : full_rows, into_segment ? full_rows : seg_rows, w, false);
+    }
+  };
+  for (int p = 0; p < P; ++p) {  // pack
+    if (to_full) columns(segment(send_, p), p, true);
+    else chunks(segment(send_, p), p, true);
   }
   const std::vector<int64_t> counts(static_cast<size_t>(P), seg);
   comm_->all_to_all(recv_.f32(), counts, send_.f32(), counts).wait();
   for (int p = 0; p < P; ++p) {  // unpack what rank p sent
-    const Tensor rp = segment(recv_, p);
-    if (to_full) {
-      for (int k = 0; k < 2; ++k)
-        attention_rows_copy(s, {full, 0, split_.chunk_of(k, p) * c, c}, {rp, 0, k * c, c}, w, false);
-    } else {
-      int64_t col = 0;
-      for (const ColGroup& g : groups) {
-        attention_rows_copy(s, {local, g.first + p * g.width, 0, Tl}, {rp, col, 0, Tl}, g.width, false);
-        col += g.width;
-      }
-    }
+    if (to_full) chunks(segment(recv_, p), p, false);
+    else columns(segment(recv_, p), p, false);
   }
 }
 

@@ -145,16 +145,16 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
     opt.first_sample = static_cast<uint64_t>(f.batch) * G + static_cast<uint64_t>(groups.dp().rank()) * (G / dp) +
                        static_cast<uint64_t>(micro) * B;
   }
-  if (groups.cp().size() == 1) {
-    f.loss_sum += stage.forward(slot, MicroBatch{f.inputs.data(), f.targets.data(), opt}, input);
-    return stage.output(slot);
+  const int32_t *tokens = f.inputs.data(), *targets = f.targets.data();
+  if (groups.cp().size() > 1) {  // this rank's rows of the sequences
+    if (stage.range().embedding || stage.range().head) {
+      const CpSplit split{groups.cp().size(), groups.cp().rank(), cfg.train.seq_len};
+      split.take_local(f.inputs.data(), f.local_inputs.data(), B);
+      split.take_local(f.targets.data(), f.local_targets.data(), B);
+    }
+    tokens = f.local_inputs.data(), targets = f.local_targets.data();
   }
-  if (stage.range().embedding || stage.range().head) {
-    const CpSplit split{groups.cp().size(), groups.cp().rank(), cfg.train.seq_len};
-    split.take_local(f.inputs.data(), f.local_inputs.data(), B);
-    split.take_local(f.targets.data(), f.local_targets.data(), B);
-  }
-  f.loss_sum += stage.forward(slot, MicroBatch{f.local_inputs.data(), f.local_targets.data(), opt}, input);
+  f.loss_sum += stage.forward(slot, MicroBatch{tokens, targets, opt}, input);
   return stage.output(slot);
 }
 

@@ -31,20 +31,6 @@ namespace {
 constexpr int kBlock = 64;
 constexpr int kMaxHeadDim = 256;
 
-// Rows of one operand (View's t counts from the block's first row).
-template <typename F>
-struct View {
-  F* p;
-  int64_t ld, seq;
-  F* at(int b, int t, int h, int D) const {
-    return p + b * seq + static_cast<int64_t>(t) * ld + static_cast<int64_t>(h) * D;
-  }
-};
-template <typename F>
-View<F> view(AttnView<F> r) {
-  return {r.data, r.ld, r.seq};
-}
-
 // n rows of D float32 values, ld apart.
 struct Rows {
   const float* p;
@@ -85,7 +71,8 @@ void scores(float* S, Rows q, Rows k, int m, int n, int D, float scale, int i0, 
 }
 
 template <typename T>
-void forward(View<T> out, float* lse, View<const T> qv, View<const T> kv, View<const T> vv, const AttnBlock& d) {
+void forward(AttnView<T> out, float* lse, AttnView<const T> qv, AttnView<const T> kv, AttnView<const T> vv,
+             const AttnBlock& d) {
   MT_CHECK(d.D <= kMaxHeadDim, "head_dim {} exceeds the CPU attention limit {}", d.D, kMaxHeadDim);
   MT_CHECK(!d.causal || d.Tq == d.Tk, "a causal block needs as many query rows as key rows, got {} and {}", d.Tq,
            d.Tk);
@@ -141,8 +128,9 @@ void forward(View<T> out, float* lse, View<const T> qv, View<const T> kv, View<c
 
 // `+=` into dq, dk and dv (see cpu.h).
 template <typename T>
-void backward(View<T> dqv, View<T> dkv, View<T> dvv, View<const float> dout, View<const T> qv, View<const T> kv,
-              View<const T> vv, View<const T> outv, const float* lse, const AttnBlock& d) {
+void backward(AttnView<T> dqv, AttnView<T> dkv, AttnView<T> dvv, AttnView<const float> dout, AttnView<const T> qv,
+              AttnView<const T> kv, AttnView<const T> vv, AttnView<const T> outv, const float* lse,
+              const AttnBlock& d) {
   MT_CHECK(!d.causal || d.Tq == d.Tk, "a causal block needs as many query rows as key rows, got {} and {}", d.Tq,
            d.Tk);
   const int group = d.H / d.Hkv;
@@ -163,7 +151,7 @@ void backward(View<T> dqv, View<T> dkv, View<T> dvv, View<const float> dout, Vie
       float* const gk = gq + (in_place ? 0 : group * q_rows);
       float* const gv = gk + (in_place ? 0 : k_rows);
       // Row t of head `head`'s gradient in `dst`, or in the task's buffer `g` (bf16).
-      const auto grad_rows = [&](View<T> dst, float* g, int t, int head) -> float* {
+      const auto grad_rows = [&](AttnView<T> dst, float* g, int t, int head) -> float* {
         if constexpr (in_place) return dst.at(b, t, head, d.D);
         return g + static_cast<int64_t>(t) * d.D;
       };
@@ -206,7 +194,7 @@ void backward(View<T> dqv, View<T> dkv, View<T> dvv, View<const float> dout, Vie
         }
       }
       if constexpr (!in_place) {
-        const auto add_rows = [&](View<T> dst, int head, const float* g, int rows) {
+        const auto add_rows = [&](AttnView<T> dst, int head, const float* g, int rows) {
           for (int t = 0; t < rows; ++t) {
             T* r = dst.at(b, t, head, d.D);
             const float* gr = g + static_cast<int64_t>(t) * d.D;
@@ -221,28 +209,22 @@ void backward(View<T> dqv, View<T> dkv, View<T> dvv, View<const float> dout, Vie
     }
 }
 
-// The packed (B, T, (H + 2·Hkv)·D) operand's q, k or v heads.
-template <typename F>
-View<F> packed(F* qkv, const AttnDims& d, int first_head) {
-  const int64_t row = static_cast<int64_t>(d.H + 2 * d.Hkv) * d.D;
-  return {qkv + static_cast<int64_t>(first_head) * d.D, row, row * d.T};
-}
 AttnBlock whole(const AttnDims& d) { return {d.B, d.T, d.T, d.H, d.Hkv, d.D, true, d.T}; }
 
 template <typename T>
 void packed_forward(T* out, float* lse, const T* qkv, const AttnDims& d) {
-  const int64_t orow = static_cast<int64_t>(d.H) * d.D;
-  forward<T>({out, orow, orow * d.T}, lse, packed(qkv, d, 0), packed(qkv, d, d.H), packed(qkv, d, d.H + d.Hkv),
+  forward<T>(output_rows(out, d.T, d.H, d.D), lse, packed_heads(qkv, d.T, d.H, d.Hkv, d.D, 0),
+             packed_heads(qkv, d.T, d.H, d.Hkv, d.D, d.H), packed_heads(qkv, d.T, d.H, d.Hkv, d.D, d.H + d.Hkv),
              whole(d));
 }
 
 template <typename T>
 void packed_backward(T* dqkv, const float* dout, const T* qkv, const T* out, const float* lse, const AttnDims& d) {
-  const int64_t orow = static_cast<int64_t>(d.H) * d.D;
   std::memset(static_cast<void*>(dqkv), 0,
               sizeof(T) * static_cast<size_t>(d.B) * d.T * static_cast<size_t>((d.H + 2 * d.Hkv) * d.D));
-  backward<T>(packed(dqkv, d, 0), packed(dqkv, d, d.H), packed(dqkv, d, d.H + d.Hkv), {dout, orow, orow * d.T},
-              packed(qkv, d, 0), packed(qkv, d, d.H), packed(qkv, d, d.H + d.Hkv), {out, orow, orow * d.T}, lse,
+  const auto heads = [&](auto* p, int first) { return packed_heads(p, d.T, d.H, d.Hkv, d.D, first); };
+  backward<T>(heads(dqkv, 0), heads(dqkv, d.H), heads(dqkv, d.H + d.Hkv), output_rows(dout, d.T, d.H, d.D),
+              heads(qkv, 0), heads(qkv, d.H), heads(qkv, d.H + d.Hkv), output_rows(out, d.T, d.H, d.D), lse,
               whole(d));
 }
 
@@ -262,13 +244,13 @@ void attention_backward(bf16* dqkv, const float* dout, const bf16* qkv, const bf
 
 void attention_block_forward(AttnView<float> out, float* lse, AttnView<const float> q, AttnView<const float> k,
                              AttnView<const float> v, const AttnBlock& d) {
-  forward(view(out), lse, view(q), view(k), view(v), d);
+  forward(out, lse, q, k, v, d);
 }
 
 void attention_block_backward(AttnView<float> dq, AttnView<float> dk, AttnView<float> dv, AttnView<const float> dout,
                               AttnView<const float> q, AttnView<const float> k, AttnView<const float> v,
                               AttnView<const float> out, const float* lse, const AttnBlock& d) {
-  backward(view(dq), view(dk), view(dv), view(dout), view(q), view(k), view(v), view(out), lse, d);
+  backward(dq, dk, dv, dout, q, k, v, out, lse, d);
 }
 
 void attention_merge(AttnView<float> out, float* lse, AttnView<const float> part, const float* part_lse,
@@ -280,10 +262,25 @@ void attention_merge(AttnView<float> out, float* lse, AttnView<const float> part
       for (int t = 0; t < d.Tq; ++t) {
         const float a = lse[l0 + t], c = part_lse[l0 + t], mx = std::max(a, c);
         const float wa = std::exp(a - mx), wc = std::exp(c - mx), inv = 1.0f / (wa + wc);
-        float* o = out.data + b * out.seq + static_cast<int64_t>(t) * out.ld + static_cast<int64_t>(h) * d.D;
-        const float* p = part.data + b * part.seq + static_cast<int64_t>(t) * part.ld + static_cast<int64_t>(h) * d.D;
+        float* o = out.at(b, t, h, d.D);
+        const float* p = part.at(b, t, h, d.D);
         for (int e = 0; e < d.D; ++e) o[e] = (wa * o[e] + wc * p[e]) * inv;
         lse[l0 + t] = mx + std::log(wa + wc);
+      }
+    }
+}
+
+void attention_rows_copy(AttnView<float> dst, AttnView<const float> src, int B, int n, int64_t width,
+                         bool accumulate) {
+#pragma omp parallel for collapse(2)
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < n; ++t) {
+      float* o = dst.at(b, t, 0, 0);
+      const float* i = src.at(b, t, 0, 0);
+      if (accumulate) {
+        for (int64_t c = 0; c < width; ++c) o[c] += i[c];
+      } else {
+        std::copy(i, i + width, o);
       }
     }
 }

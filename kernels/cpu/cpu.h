@@ -70,6 +70,9 @@ void attention_block_backward(AttnView<float> dq, AttnView<float> dk, AttnView<f
 // (out, lse) ← the softmax merge of (out, lse) and (part, part_lse), rows d.Tq (d.Tk, d.causal unused).
 void attention_merge(AttnView<float> out, float* lse, AttnView<const float> part, const float* part_lse,
                      const AttnBlock& d);
+// n rows of `width` floats of each of B sequences: dst ← src, or dst += src with `accumulate`.
+void attention_rows_copy(AttnView<float> dst, AttnView<const float> src, int B, int n, int64_t width,
+                         bool accumulate);
 // d.B and d.T unused: n query rows, cache rows [0, pos0 + n) filled.
 void attention_decode_forward(float* out, const float* q, const float* k_cache, const float* v_cache, int n,
                               int pos0, const AttnDims& d);

@@ -79,11 +79,6 @@ __device__ inline void load_tile(float* dst, int n, int ld, const float* src, in
     for (int c = lane; c < width; c += warpSize) dst[r * ld + c] = r < valid && c < D ? src[r * stride + c] : 0.0f;
 }
 
-// Where a tile of one head starts: row t of sequence b, head `head` of the operand.
-template <class F>
-__device__ inline F* head_rows(AttnView<F> r, int D, int b, int t, int head) {
-  return r.data + b * r.seq + static_cast<int64_t>(t) * r.ld + static_cast<int64_t>(head) * D;
-}
 // Whether query row qi sees key kj: inside the block and, causal, not after it.
 __device__ inline bool visible(const Dims& d, int qi, int kj) { return kj < d.Tk && (!d.causal || kj <= qi); }
 // out = v, or out += v for a block's gradients.
@@ -130,7 +125,7 @@ __global__ void __launch_bounds__(kThreads)
   const int tx = static_cast<int>(threadIdx.x) % kSide, ty = static_cast<int>(threadIdx.x) / kSide;
   const int i0 = (static_cast<int>(gridDim.x - blockIdx.x) - 1) * kBr;  // the longest rows start first
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z), kvh = h / (d.H / d.Hkv);
-  load_tile(Qs, kBr, ld, head_rows(q, d.D, b, i0, h), q.ld, d.Tq - i0, d.D);
+  load_tile(Qs, kBr, ld, q.at(b, i0, h, d.D), q.ld, d.Tq - i0, d.D);
 
   // Running max m (log2 units, scaled), this thread's part of the normaliser l, output accumulator.
   // Key tile 0 holds key 0, which every row sees, so m is finite from the first tile on.
@@ -139,8 +134,8 @@ __global__ void __launch_bounds__(kThreads)
   const int keys_end = d.causal ? imin(i0 + kBr, d.Tk) : d.Tk;  // no row of this tile sees a key past this
   for (int j0 = 0; j0 < keys_end; j0 += kBc) {
     __syncthreads();  // the previous tile's K, V and P are read
-    load_tile(Ks, kBc, ld, head_rows(k, d.D, b, j0, kvh), k.ld, d.Tk - j0, d.D);
-    load_tile(Vs, kBc, ld, head_rows(v, d.D, b, j0, kvh), v.ld, d.Tk - j0, d.D);
+    load_tile(Ks, kBc, ld, k.at(b, j0, kvh, d.D), k.ld, d.Tk - j0, d.D);
+    load_tile(Vs, kBc, ld, v.at(b, j0, kvh, d.D), v.ld, d.Tk - j0, d.D);
     __syncthreads();
     float s[kRows][kCols] = {};
     tile_dot<kRows, kCols, false>(s, s, Qs, Ks, nullptr, nullptr, ld, d.D);
@@ -178,7 +173,7 @@ __global__ void __launch_bounds__(kThreads)
     const int qi = i0 + ty + kSide * i;
     const float total = row_sum(l[i]);
     if (qi >= d.Tq) continue;
-    float* dst = head_rows(out, d.D, b, qi, h);
+    float* dst = out.at(b, qi, h, d.D);
     const float inv = 1.0f / total;
     MT_UNROLL for (int c = 0; c < kDs; ++c) if (tx + kSide * c < d.D) dst[tx + kSide * c] = o[i][c] * inv;
     if (tx == 0) lse[(static_cast<int64_t>(b) * d.H + h) * d.lse_ld + qi] = (m[i] + log2f(total)) * kLn2;
@@ -193,8 +188,8 @@ __global__ void attention_delta_kernel(float* delta, CRows dout, CRows out, Dims
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kDeltaWarps + threadIdx.x / warpSize;
   if (n >= static_cast<int64_t>(d.B) * d.Tq * d.H) return;
   const int64_t bt = n / d.H, b = bt / d.Tq, t = bt % d.Tq, h = n % d.H;
-  const float* g = head_rows(dout, d.D, static_cast<int>(b), static_cast<int>(t), static_cast<int>(h));
-  const float* o = head_rows(out, d.D, static_cast<int>(b), static_cast<int>(t), static_cast<int>(h));
+  const float* g = dout.at(static_cast<int>(b), static_cast<int>(t), static_cast<int>(h), d.D);
+  const float* o = out.at(static_cast<int>(b), static_cast<int>(t), static_cast<int>(h), d.D);
   float acc = 0.0f;
   for (int c = lane; c < d.D; c += warpSize) acc += g[c] * o[c];
   acc = warp_sum(acc);
@@ -241,8 +236,8 @@ __global__ void __launch_bounds__(kThreads)
   const int tx = static_cast<int>(threadIdx.x) % kSide, ty = static_cast<int>(threadIdx.x) / kSide;
   const int j0 = static_cast<int>(blockIdx.x) * kBc, kvh = static_cast<int>(blockIdx.y);
   const int b = static_cast<int>(blockIdx.z), group = d.H / d.Hkv;
-  load_tile(Ks, kBc, ld, head_rows(k, d.D, b, j0, kvh), k.ld, d.Tk - j0, d.D);
-  load_tile(Vs, kBc, ld, head_rows(v, d.D, b, j0, kvh), v.ld, d.Tk - j0, d.D);
+  load_tile(Ks, kBc, ld, k.at(b, j0, kvh, d.D), k.ld, d.Tk - j0, d.D);
+  load_tile(Vs, kBc, ld, v.at(b, j0, kvh, d.D), v.ld, d.Tk - j0, d.D);
   const float scale_log2 = scale * kLog2e;
   float dk[kCols][kDs] = {}, dv[kCols][kDs] = {};
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
@@ -250,8 +245,8 @@ __global__ void __launch_bounds__(kThreads)
     const float* delta_h = delta + (static_cast<int64_t>(b) * d.H + h) * d.Tq;
     for (int i0 = d.causal ? j0 / kBr * kBr : 0; i0 < d.Tq; i0 += kBr) {
       __syncthreads();  // the previous tile's Q, dO, P and dS are read (and K, V written)
-      load_tile(Qs, kBr, ld, head_rows(q, d.D, b, i0, h), q.ld, d.Tq - i0, d.D);
-      load_tile(dOs, kBr, ld, head_rows(dout, d.D, b, i0, h), dout.ld, d.Tq - i0, d.D);
+      load_tile(Qs, kBr, ld, q.at(b, i0, h, d.D), q.ld, d.Tq - i0, d.D);
+      load_tile(dOs, kBr, ld, dout.at(b, i0, h, d.D), dout.ld, d.Tq - i0, d.D);
       __syncthreads();
       float s[kRows][kCols] = {}, dp[kRows][kCols] = {};
       tile_dot<kRows, kCols, true>(s, dp, Qs, Ks, dOs, Vs, ld, d.D);
@@ -280,8 +275,8 @@ __global__ void __launch_bounds__(kThreads)
   MT_UNROLL for (int j = 0; j < kCols; ++j) {
     const int kj = j0 + ty + kSide * j;
     if (kj >= d.Tk) continue;
-    float* dkr = head_rows(dkv_k, d.D, b, kj, kvh);
-    float* dvr = head_rows(dkv_v, d.D, b, kj, kvh);
+    float* dkr = dkv_k.at(b, kj, kvh, d.D);
+    float* dvr = dkv_v.at(b, kj, kvh, d.D);
     MT_UNROLL for (int c = 0; c < kDs; ++c) if (tx + kSide * c < d.D) {
       put(dkr[tx + kSide * c], dk[j][c] * scale, d.accumulate);
       put(dvr[tx + kSide * c], dv[j][c], d.accumulate);
@@ -306,8 +301,8 @@ __global__ void __launch_bounds__(kThreads)
   const int tx = static_cast<int>(threadIdx.x) % kSide, ty = static_cast<int>(threadIdx.x) / kSide;
   const int i0 = (static_cast<int>(gridDim.x - blockIdx.x) - 1) * kBr;  // the longest rows start first
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z), kvh = h / (d.H / d.Hkv);
-  load_tile(Qs, kBr, ld, head_rows(q, d.D, b, i0, h), q.ld, d.Tq - i0, d.D);
-  load_tile(dOs, kBr, ld, head_rows(dout, d.D, b, i0, h), dout.ld, d.Tq - i0, d.D);
+  load_tile(Qs, kBr, ld, q.at(b, i0, h, d.D), q.ld, d.Tq - i0, d.D);
+  load_tile(dOs, kBr, ld, dout.at(b, i0, h, d.D), dout.ld, d.Tq - i0, d.D);
   const float* lse_h = lse + (static_cast<int64_t>(b) * d.H + h) * d.lse_ld;
   const float* delta_h = delta + (static_cast<int64_t>(b) * d.H + h) * d.Tq;
   const float scale_log2 = scale * kLog2e;
@@ -315,8 +310,8 @@ __global__ void __launch_bounds__(kThreads)
   const int keys_end = d.causal ? imin(i0 + kBr, d.Tk) : d.Tk;
   for (int j0 = 0; j0 < keys_end; j0 += kBc) {
     __syncthreads();  // the previous tile's K and dS are read
-    load_tile(Ks, kBc, ld, head_rows(k, d.D, b, j0, kvh), k.ld, d.Tk - j0, d.D);
-    load_tile(Vs, kBc, ld, head_rows(v, d.D, b, j0, kvh), v.ld, d.Tk - j0, d.D);
+    load_tile(Ks, kBc, ld, k.at(b, j0, kvh, d.D), k.ld, d.Tk - j0, d.D);
+    load_tile(Vs, kBc, ld, v.at(b, j0, kvh, d.D), v.ld, d.Tk - j0, d.D);
     __syncthreads();
     float s[kRows][kCols] = {}, dp[kRows][kCols] = {};
     tile_dot<kRows, kCols, true>(s, dp, Qs, Ks, dOs, Vs, ld, d.D);
@@ -334,7 +329,7 @@ __global__ void __launch_bounds__(kThreads)
   MT_UNROLL for (int i = 0; i < kRows; ++i) {
     const int qi = i0 + ty + kSide * i;
     if (qi >= d.Tq) continue;
-    float* dqr = head_rows(dq_rows, d.D, b, qi, h);
+    float* dqr = dq_rows.at(b, qi, h, d.D);
     MT_UNROLL for (int c = 0; c < kDs; ++c) if (tx + kSide * c < d.D) put(dqr[tx + kSide * c], dq[i][c] * scale, d.accumulate);
   }
 }
@@ -423,27 +418,12 @@ size_t attention_backward_scratch_floats(int B, int T, int H) {
   return static_cast<size_t>(B) * static_cast<size_t>(T) * static_cast<size_t>(H);
 }
 
-namespace {
-
-// The packed (B, T, (H + 2·Hkv)·D) operand's q, k or v heads, and the (B, T, H·D) output's.
-template <class F>
-AttnView<F> packed(F* qkv, int T, int H, int Hkv, int D, int first_head) {
-  const int64_t row = static_cast<int64_t>(H + 2 * Hkv) * D;
-  return {qkv + static_cast<int64_t>(first_head) * D, row, row * T};
-}
-template <class F>
-AttnView<F> output(F* out, int T, int H, int D) {
-  return {out, static_cast<int64_t>(H) * D, static_cast<int64_t>(H) * D * T};
-}
-
-}  // namespace
-
 void attention_forward(cudaStream_t stream, float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv,
                        int D) {
   check_dims(H, Hkv, D);
   if (static_cast<int64_t>(B) * T == 0) return;
-  forward_with<kFwdBr, kFwdBc>(stream, output(out, T, H, D), lse, packed(qkv, T, H, Hkv, D, 0),
-                               packed(qkv, T, H, Hkv, D, H), packed(qkv, T, H, Hkv, D, H + Hkv),
+  forward_with<kFwdBr, kFwdBc>(stream, output_rows(out, T, H, D), lse, packed_heads(qkv, T, H, Hkv, D, 0),
+                               packed_heads(qkv, T, H, Hkv, D, H), packed_heads(qkv, T, H, Hkv, D, H + Hkv),
                                Dims{B, T, T, H, Hkv, D, true, T, false});
 }
 
@@ -451,9 +431,9 @@ void attention_backward(cudaStream_t stream, float* dqkv, const float* dout, con
                         const float* lse, int B, int T, int H, int Hkv, int D, float* scratch) {
   check_dims(H, Hkv, D);
   if (static_cast<int64_t>(B) * T == 0) return;
-  const Grads g{packed(dqkv, T, H, Hkv, D, 0), packed(dqkv, T, H, Hkv, D, H), packed(dqkv, T, H, Hkv, D, H + Hkv)};
-  const Inputs in{output(dout, T, H, D), packed(qkv, T, H, Hkv, D, 0), packed(qkv, T, H, Hkv, D, H),
-                  packed(qkv, T, H, Hkv, D, H + Hkv), output(out, T, H, D)};
+  const auto heads = [&](auto* p, int first) { return packed_heads(p, T, H, Hkv, D, first); };
+  const Grads g{heads(dqkv, 0), heads(dqkv, H), heads(dqkv, H + Hkv)};
+  const Inputs in{output_rows(dout, T, H, D), heads(qkv, 0), heads(qkv, H), heads(qkv, H + Hkv), output_rows(out, T, H, D)};
   backward_with<kKvBr, kKvBc, kQBr, kQBc>(stream, g, in, lse, Dims{B, T, T, H, Hkv, D, true, T, false}, scratch);
 }
 

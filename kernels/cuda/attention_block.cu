@@ -20,8 +20,8 @@ __global__ void attention_merge_kernel(AttnView<float> out, float* lse, AttnView
     const int64_t l0 = (static_cast<int64_t>(b) * d.H + h) * d.lse_ld + t;
     const float a = lse[l0], c = part_lse[l0], mx = fmaxf(a, c);
     const float wa = expf(a - mx), wc = expf(c - mx), inv = 1.0f / (wa + wc);
-    float* o = out.data + b * out.seq + static_cast<int64_t>(t) * out.ld + static_cast<int64_t>(h) * d.D;
-    const float* p = part.data + b * part.seq + static_cast<int64_t>(t) * part.ld + static_cast<int64_t>(h) * d.D;
+    float* o = out.at(b, t, h, d.D);
+    const float* p = part.at(b, t, h, d.D);
     for (int e = static_cast<int>(threadIdx.x); e < d.D; e += kThreads) o[e] = (wa * o[e] + wc * p[e]) * inv;
     __syncthreads();  // every thread read lse[l0] before it is written
     if (threadIdx.x == 0) lse[l0] = mx + logf(wa + wc);
@@ -31,9 +31,9 @@ __global__ void attention_merge_kernel(AttnView<float> out, float* lse, AttnView
 __global__ void rows_copy_kernel(AttnView<float> dst, AttnView<const float> src, int n, int64_t width,
                                  bool accumulate) {
   const int64_t row = blockIdx.x;
-  const int64_t b = row / n, t = row % n;
-  float* o = dst.data + b * dst.seq + t * dst.ld;
-  const float* i = src.data + b * src.seq + t * src.ld;
+  const int b = static_cast<int>(row / n), t = static_cast<int>(row % n);
+  float* o = dst.at(b, t, 0, 0);
+  const float* i = src.at(b, t, 0, 0);
   for (int64_t c = threadIdx.x; c < width; c += kThreads) o[c] = accumulate ? o[c] + i[c] : i[c];
 }
 

@@ -48,10 +48,9 @@ void forward(Tiles tiles, std::vector<float>& out, std::vector<float>& lse, cons
   if (tiles == Tiles::production) {
     gpu::attention_forward(nullptr, out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.Hkv, s.D);
   } else {
-    const float* p = qkv.data();
-    gpu::forward_with<32, 16>(nullptr, gpu::output(out.data(), s.T, s.H, s.D), lse.data(),
-                              gpu::packed(p, s.T, s.H, s.Hkv, s.D, 0), gpu::packed(p, s.T, s.H, s.Hkv, s.D, s.H),
-                              gpu::packed(p, s.T, s.H, s.Hkv, s.D, s.H + s.Hkv),
+    const auto heads = [&](const float* p, int first) { return packed_heads(p, s.T, s.H, s.Hkv, s.D, first); };
+    gpu::forward_with<32, 16>(nullptr, output_rows(out.data(), s.T, s.H, s.D), lse.data(), heads(qkv.data(), 0),
+                              heads(qkv.data(), s.H), heads(qkv.data(), s.H + s.Hkv),
                               gpu::Dims{s.B, s.T, s.T, s.H, s.Hkv, s.D, true, s.T, false});
   }
 }
@@ -63,13 +62,12 @@ void backward(Tiles tiles, std::vector<float>& dqkv, const std::vector<float>& d
     gpu::attention_backward(nullptr, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H,
                             s.Hkv, s.D, scratch.data());
   } else {
+    const auto heads = [&](auto* p, int first) { return packed_heads(p, s.T, s.H, s.Hkv, s.D, first); };
     const float* p = qkv.data();
     float* g = dqkv.data();
-    const gpu::Grads grads{gpu::packed(g, s.T, s.H, s.Hkv, s.D, 0), gpu::packed(g, s.T, s.H, s.Hkv, s.D, s.H),
-                           gpu::packed(g, s.T, s.H, s.Hkv, s.D, s.H + s.Hkv)};
-    const gpu::Inputs in{gpu::output(dout.data(), s.T, s.H, s.D), gpu::packed(p, s.T, s.H, s.Hkv, s.D, 0),
-                         gpu::packed(p, s.T, s.H, s.Hkv, s.D, s.H), gpu::packed(p, s.T, s.H, s.Hkv, s.D, s.H + s.Hkv),
-                         gpu::output(out.data(), s.T, s.H, s.D)};
+    const gpu::Grads grads{heads(g, 0), heads(g, s.H), heads(g, s.H + s.Hkv)};
+    const gpu::Inputs in{output_rows(dout.data(), s.T, s.H, s.D), heads(p, 0), heads(p, s.H), heads(p, s.H + s.Hkv),
+                         output_rows(out.data(), s.T, s.H, s.D)};
     gpu::backward_with<16, 32, 32, 16>(nullptr, grads, in, lse.data(),
                                        gpu::Dims{s.B, s.T, s.T, s.H, s.Hkv, s.D, true, s.T, false}, scratch.data());
   }
