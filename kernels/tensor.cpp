@@ -132,4 +132,10 @@ float* Arena::alloc_f32(int64_t n) { return static_cast<float*>(alloc_bytes(stat
 int32_t* Arena::alloc_i32(int64_t n) { return static_cast<int32_t*>(alloc_bytes(static_cast<size_t>(n) * 4)); }
 uint16_t* Arena::alloc_u16(int64_t n) { return static_cast<uint16_t*>(alloc_bytes(static_cast<size_t>(n) * 2)); }
 
+Tensor Arena::tensor(Shape s, DType t) {
+  MT_CHECK(t != DType::i32, "Arena::tensor is for float tensors; i32 ones come from tensor_i32");
+  const Tensor x = t == DType::f32 ? Tensor(alloc_f32(s.numel()), s) : Tensor(alloc_u16(s.numel()), s, t);
+  return x.on(device());
+}
+
 }  // namespace megatrain

@@ -78,7 +78,8 @@ class Arena {
   float* alloc_f32(int64_t n);
   int32_t* alloc_i32(int64_t n);
   uint16_t* alloc_u16(int64_t n);
-  Tensor tensor(Shape s) { return Tensor(alloc_f32(s.numel()), s).on(device()); }
+  // A float tensor of dtype t (f32, or the 16-bit bf16 / f16).
+  Tensor tensor(Shape s, DType t = DType::f32);
   Tensor tensor_i32(Shape s) { return Tensor(alloc_i32(s.numel()), s).on(device()); }
   Device device() const { return block_.get_deleter().device; }
   size_t used() const { return used_; }

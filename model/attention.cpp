@@ -5,23 +5,23 @@
 namespace megatrain {
 
 AttentionActivations attention_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                                           int T, bool core) {
+                                           int T, bool core, DType act) {
   const LocalDims L = local_of(cfg, tp);
   const int64_t N = static_cast<int64_t>(B) * T, D = cfg.head_dim();
   AttentionActivations a;
-  a.norm = norm_activations(arena, cfg, tp.local_rows());
-  a.qkv = arena.tensor(Shape{B, T, (L.heads + 2 * L.kv_heads) * D});
+  a.norm = norm_activations(arena, cfg, tp.local_rows(), act);
+  a.qkv = arena.tensor(Shape{B, T, (L.heads + 2 * L.kv_heads) * D}, act);
   if (!core) return a;
-  a.att = arena.tensor(Shape{N, L.heads * D});
+  a.att = arena.tensor(Shape{N, L.heads * D}, act);
   a.lse = arena.tensor(Shape{B, L.heads, T});
   return a;
 }
 
 WeightGradInputs attention_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                                              int T) {
+                                              int T, DType act) {
   Arena shapes_only = Arena::measuring();
   const AttentionActivations like = attention_activations(shapes_only, cfg, tp, B, T);
-  return {arena.tensor(like.qkv.shape), arena.tensor(Shape{int64_t{B} * T, cfg.d_model})};
+  return {arena.tensor(like.qkv.shape, act), arena.tensor(Shape{int64_t{B} * T, cfg.d_model})};
 }
 
 void attention_in(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, AttentionActivations& a,

@@ -13,6 +13,7 @@ struct AttentionWeights {
   Tensor qkv_w, qkv_b, proj_w, proj_b;  // biases empty when bias = false
 };
 
+// norm.out, qkv and att in the activations' dtype `act` (f32 | bf16, model/stage.h), lse f32.
 struct AttentionActivations {
   NormActivations norm;  // (Nl, C); with SP entered into the tp region in BlockScratch::gathered
   Tensor qkv;            // (B, T, (Hl + 2·Hkvl)·D), after RoPE
@@ -22,9 +23,9 @@ struct AttentionActivations {
 // With core = false, att and lse are left empty for the caller to point at shared buffers (the
 // attention core recomputed in backward: Stage's selective recompute).
 AttentionActivations attention_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                                           int T, bool core = true);
+                                           int T, bool core = true, DType act = DType::f32);
 WeightGradInputs attention_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                                              int T);
+                                              int T, DType act = DType::f32);
 
 // Norm, QKV projection and RoPE at positions first_position + t: fills a.norm and a.qkv.
 void attention_in(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, AttentionActivations& a,

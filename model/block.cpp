@@ -51,20 +51,20 @@ void bind_expert_weights(BlockWeights& w, const ParamLayout& layout, const Block
 }
 
 BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
-                                   const AttentionActivations* shared_core, BlockKinds kinds) {
+                                   const AttentionActivations* shared_core, BlockKinds kinds, DType act) {
   BlockActivations a;
-  a.attn = attention_activations(arena, cfg, tp, B, T, shared_core == nullptr);
+  a.attn = attention_activations(arena, cfg, tp, B, T, shared_core == nullptr, act);
   if (shared_core != nullptr) {
     a.attn.att = shared_core->att;
     a.attn.lse = shared_core->lse;
   }
   a.x_mid = arena.tensor(Shape{tp.local_rows(), cfg.d_model});
-  if (kinds.mlp) a.mlp = mlp_activations(arena, cfg, tp, static_cast<int64_t>(B) * T);
+  if (kinds.mlp) a.mlp = mlp_activations(arena, cfg, tp, static_cast<int64_t>(B) * T, act);
   if (kinds.moe) a.moe = moe_activations(arena, cfg, tp, kinds.ep, static_cast<int64_t>(B) * T);
   return a;
 }
 
-BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T) {
+BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T, DType act) {
   Arena shapes_only = Arena::measuring();
   const BlockActivations like = block_activations(shapes_only, cfg, tp, B, T);
   const Shape full{static_cast<int64_t>(B) * T, cfg.d_model};
@@ -76,15 +76,16 @@ BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorPar
   sc.dnorm = arena.tensor(like.x_mid.shape);
   sc.dmid = arena.tensor(like.x_mid.shape);
   sc.datt = arena.tensor(like.attn.att.shape);
-  sc.dqkv = arena.tensor(like.attn.qkv.shape);
-  sc.dfc = arena.tensor(like.mlp.fc.shape);
+  sc.dqkv = arena.tensor(like.attn.qkv.shape, act);
+  sc.dfc = arena.tensor(like.mlp.fc.shape, act);
   sc.dact = arena.tensor(like.mlp.act.shape);
   return sc;
 }
 
 BlockWeightGradInputs block_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                                               int T) {
-  return {attention_weight_grad_inputs(arena, cfg, tp, B, T), mlp_weight_grad_inputs(arena, cfg, tp, int64_t{B} * T)};
+                                               int T, DType act) {
+  return {attention_weight_grad_inputs(arena, cfg, tp, B, T, act),
+          mlp_weight_grad_inputs(arena, cfg, tp, int64_t{B} * T, act)};
 }
 
 void block_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,

@@ -51,17 +51,22 @@ struct BlockKinds {
   int ep = 1;
 };
 // Sizes: micro-batch B × T = N rows, this rank's share of heads and MLP units (local_dims). With
-// `shared_core`, the attention core's output and log-sum-exp are that block's, not allocated.
+// `shared_core`, the attention core's output and log-sum-exp are that block's, not allocated. `act`:
+// the dtype of the attention and MLP sublayers' GEMM-facing activations (Stage::activation_dtype);
+// x_mid, the residual stream, and the MoE sublayer's activations are f32.
 BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
-                                   const AttentionActivations* shared_core = nullptr, BlockKinds kinds = {});
-BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T);
+                                   const AttentionActivations* shared_core = nullptr, BlockKinds kinds = {},
+                                   DType act = DType::f32);
+// dqkv and dfc in `act` (the gradients the GEMMs read), the others f32.
+BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
+                           DType act = DType::f32);
 
 // What a split backward keeps of one block for its deferred weight-gradient step (model/linear.h).
 struct BlockWeightGradInputs {
   WeightGradInputs attn, mlp;
 };
 BlockWeightGradInputs block_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
-                                               int T);
+                                               int T, DType act = DType::f32);
 
 // `moe`: how MoE blocks run (needed when w.moe).
 void block_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,

@@ -4,20 +4,22 @@
 
 namespace megatrain {
 
-MlpActivations mlp_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows) {
+MlpActivations mlp_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows,
+                               DType act) {
   const LocalDims L = local_of(cfg, tp);
   const int64_t fc = cfg.activation == ActivationKind::swiglu ? 2 * L.ffn : L.ffn;
   MlpActivations a;
-  a.norm = norm_activations(arena, cfg, tp.local_rows());
-  a.fc = arena.tensor(Shape{rows, fc});
-  a.act = arena.tensor(Shape{rows, L.ffn});
+  a.norm = norm_activations(arena, cfg, tp.local_rows(), act);
+  a.fc = arena.tensor(Shape{rows, fc}, act);
+  a.act = arena.tensor(Shape{rows, L.ffn}, act);
   return a;
 }
 
-WeightGradInputs mlp_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows) {
+WeightGradInputs mlp_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows,
+                                        DType act) {
   Arena shapes_only = Arena::measuring();
   const MlpActivations like = mlp_activations(shapes_only, cfg, tp, rows);
-  return {arena.tensor(like.fc.shape), arena.tensor(Shape{rows, cfg.d_model})};
+  return {arena.tensor(like.fc.shape, act), arena.tensor(Shape{rows, cfg.d_model})};
 }
 
 void mlp_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,

@@ -12,13 +12,16 @@ struct MlpWeights {
   Tensor fc_w, fc_b, proj_w, proj_b;  // biases empty when bias = false
 };
 
+// norm.out, fc and act in the activations' dtype `act` (f32 | bf16, model/stage.h).
 struct MlpActivations {
   NormActivations norm;  // (Nl, C); with SP entered into the tp region in BlockScratch::gathered
   Tensor fc;             // (N, Fl) or (N, 2·Fl) for SwiGLU
   Tensor act;            // (N, Fl)
 };
-MlpActivations mlp_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows);
-WeightGradInputs mlp_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows);
+MlpActivations mlp_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows,
+                               DType act = DType::f32);
+WeightGradInputs mlp_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows,
+                                        DType act = DType::f32);
 
 void mlp_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,
                           MlpActivations& a, BlockScratch& sc, Tensor x_mid, const MlpWeights& w,

@@ -2,9 +2,9 @@
 
 namespace megatrain {
 
-NormActivations norm_activations(Arena& arena, const ModelConfig& cfg, int64_t N) {
+NormActivations norm_activations(Arena& arena, const ModelConfig& cfg, int64_t N, DType out) {
   NormActivations a;
-  a.out = arena.tensor(Shape{N, cfg.d_model});
+  a.out = arena.tensor(Shape{N, cfg.d_model}, out);
   if (cfg.norm == NormKind::layernorm) a.mean = arena.tensor(Shape{N});
   a.rstd = arena.tensor(Shape{N});
   return a;

@@ -11,12 +11,12 @@ struct NormWeights {
 };
 
 struct NormActivations {
-  Tensor out;   // (N, C)
+  Tensor out;   // (N, C), f32 | bf16 (kernels/ops.h [Note: bf16 activations])
   Tensor mean;  // (N), LayerNorm only
   Tensor rstd;  // (N)
 };
 
-NormActivations norm_activations(Arena& arena, const ModelConfig& cfg, int64_t N);
+NormActivations norm_activations(Arena& arena, const ModelConfig& cfg, int64_t N, DType out = DType::f32);
 
 void norm_forward(const Stream& s, const ModelConfig& cfg, NormActivations& act, Tensor inp, const NormWeights& w);
 // dinp = dresidual + ∂/∂inp (dresidual may be empty).

@@ -8,12 +8,20 @@
 
 namespace megatrain {
 
+ActivationDtype activation_dtype(Precision matmul, Device device, int cp) {
+  if (matmul != Precision::bf16) return {DType::f32, "float32 (the precision is not bf16)"};
+  if (device != Device::cpu) return {DType::f32, "float32 (the device kernels read float32)"};
+  if (cp > 1) return {DType::f32, "float32 (context parallelism's block attention is float32)"};
+  return {DType::bf16, "bf16 (norm outputs, q/k/v, attention output, MLP hidden; residual stream float32)"};
+}
+
 Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const ParamLayout& layout, StageRange range,
              const StageOptions& options, UnitState& state, TensorParallel tp, StageExperts experts,
              StageContext context)
     : cfg_(cfg), B_(micro_batch_size), T_(seq_len), range_(range), options_(options), tp_(std::move(tp)),
       local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})), layout_(layout),
-      units_(gpt_param_units(layout_, range)), state_(state), stream_{options.device, nullptr, options.matmul} {
+      units_(gpt_param_units(layout_, range)), state_(state), stream_{options.device, nullptr, options.matmul},
+      act_(megatrain::activation_dtype(options.matmul, options.device, context.split.cp).dtype) {
   MT_CHECK(layout.tp().rank == tp_.rank() && layout.tp().size == tp_.size(),
            "the layout is for tp rank {} of {}, the stage runs as rank {} of {}", layout.tp().rank, layout.tp().size,
            tp_.rank(), tp_.size());
@@ -166,12 +174,12 @@ void Stage::plan(Arena& arena) {
   const auto kinds = [&](int l) { return BlockKinds{expert_unit(l) < 0, expert_unit(l) >= 0, ep}; };
   const BlockKinds both{expert_units_.size() < static_cast<size_t>(range_.layers), !expert_units_.empty(), ep};
   if (options_.recompute == Recompute::full) {
-    scratch_.recomputed = block_activations(arena, cfg_, tp_, B_, T_, nullptr, both);
+    scratch_.recomputed = block_activations(arena, cfg_, tp_, B_, T_, nullptr, both, act_);
     scratch_.recomputed_out = arena.tensor(Shape{Nl, C});
   } else if (options_.recompute == Recompute::selective) {
     Arena shapes_only = Arena::measuring();
     const AttentionActivations like = attention_activations(shapes_only, cfg_, tp_, B_, T_);
-    scratch_.recomputed.attn.att = arena.tensor(like.att.shape);
+    scratch_.recomputed.attn.att = arena.tensor(like.att.shape, act_);
     scratch_.recomputed.attn.lse = arena.tensor(like.lse.shape);
   }
   const AttentionActivations* shared_core =
@@ -184,19 +192,20 @@ void Stage::plan(Arena& arena) {
     for (int l = 0; l <= range_.layers; ++l) a.residual.push_back(arena.tensor(Shape{Nl, C}));
     for (int l = 0; l < range_.layers; ++l)
       a.blocks.push_back(fully_recomputed(l) ? scratch_.recomputed
-                                             : block_activations(arena, cfg_, tp_, B_, T_, shared_core, kinds(l)));
+                                             : block_activations(arena, cfg_, tp_, B_, T_, shared_core, kinds(l), act_));
     a.deferred.clear();
     if (options_.split_backward)
-      for (int l = 0; l < range_.layers; ++l) a.deferred.push_back(block_weight_grad_inputs(arena, cfg_, tp_, B_, T_));
+      for (int l = 0; l < range_.layers; ++l)
+        a.deferred.push_back(block_weight_grad_inputs(arena, cfg_, tp_, B_, T_, act_));
     if (!range_.head) continue;
-    a.final_norm = norm_activations(arena, cfg_, Nl);
-    a.head_in = sp ? arena.tensor(Shape{N, C}) : a.final_norm.out;
+    a.final_norm = norm_activations(arena, cfg_, Nl, act_);
+    a.head_in = sp ? arena.tensor(Shape{N, C}, act_) : a.final_norm.out;
     a.logits = arena.tensor(Shape{N, local_.vocab});
     a.losses = arena.tensor(Shape{N});
     a.row_max = arena.tensor(Shape{N});
     a.sums = arena.tensor(Shape{2, N});
   }
-  scratch_.block = block_scratch(arena, cfg_, tp_, B_, T_);
+  scratch_.block = block_scratch(arena, cfg_, tp_, B_, T_, act_);
   if (cp_) {
     cp_->plan(arena);
     scratch_.block.cp = &*cp_;

@@ -80,6 +80,20 @@ struct StageExperts {
   std::optional<Comm> ep;
 };
 
+// [Note: activation dtype] What a stage keeps the activations its GEMMs and attention read in
+// (kernels/ops.h [Note: bf16 activations]): the norm outputs (the blocks' and the final one), q/k/v,
+// the attention output and the MLP's hidden tensors, with the gradients the GEMMs read at q/k/v and
+// the MLP's first output. bf16 on a CPU stream of bf16 precision: they are saved for backward and
+// read by bf16 GEMMs, so half the bytes and no rounding pass; the ops compute in float32 and round
+// each result once. The residual stream, the gradients flowing into float32 sums (norms, tp
+// reductions), statistics and log-sum-exp stay f32. float32 elsewhere: fp32 and fp16 runs, CUDA
+// streams (the device kernels read float32) and context parallelism (its block ops are float32).
+struct ActivationDtype {
+  DType dtype = DType::f32;
+  const char* why = "";  // for the start-up log
+};
+ActivationDtype activation_dtype(Precision matmul, Device device, int cp);
+
 // Context parallelism (parallel.cp > 1, model/context_attention.h): the group, its algorithm and
 // this rank's split of each sequence. split.cp = 1: none.
 struct StageContext {
@@ -104,6 +118,7 @@ class Stage {
   const std::vector<FlatRange>& units() const { return units_; }
   int slots() const { return static_cast<int>(acts_.size()); }
   size_t activation_bytes() const { return options_.measure_only ? measured_bytes_ : arena_.capacity(); }
+  DType activation_dtype() const { return act_; }  // [Note: activation dtype]
 
   // Runs micro-batch `mb` into `slot`. The first stage embeds mb.tokens; a later one starts from
   // `input`, the (rows, C) output of the stage before. Returns, on the last stage, the mean loss over
@@ -205,6 +220,7 @@ class Stage {
   Tensor wte_, wpe_, head_, dwte_, dwpe_, dhead_;
   NormWeights final_w_, final_g_;
   Stream stream_;
+  DType act_ = DType::f32;  // [Note: activation dtype]
   std::vector<float> host_losses_;  // the last stage's token losses, read back from the stream's device
   // MoE blocks: their expert state and units, the token exchange, its scratch, the step's stats.
   UnitState* experts_ = nullptr;

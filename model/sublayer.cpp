@@ -3,7 +3,11 @@
 namespace megatrain {
 
 Tensor enter_region(const TensorParallel& tp, const NormActivations& norm, Tensor gathered) {
-  const Tensor full = tp.sequence_parallel() ? gathered : norm.out;
+  Tensor full = norm.out;
+  if (tp.sequence_parallel()) {
+    full = gathered;
+    full.dtype = norm.out.dtype;  // a bf16 norm output fills the first half of the f32 buffer's bytes
+  }
   tp.enter_forward(full, norm.out);
   return full;
 }

@@ -35,12 +35,13 @@ struct BlockScratch {
   Tensor proj;     // (Nl, C)  projection outputs / dropout-masked gradients
   Tensor partial;  // (N, C)   row-parallel partial sums, gathered gradients (= proj without SP)
   Tensor dfull;    // (N, C)   input gradient of a column-parallel layer before its reduction (SP only)
-  Tensor gathered; // (N, C)   a norm output gathered from the sequence shards (SP only)
+  Tensor gathered; // (N, C)   a norm output gathered from the sequence shards (SP only), f32 bytes
+                   //          seen in the norm output's dtype
   Tensor dnorm;    // (Nl, C)  gradient at a norm output
   Tensor dmid;     // (Nl, C)  gradient at x_mid
   Tensor datt;     // (N, Hl·D)
-  Tensor dqkv;     // like the attention's qkv
-  Tensor dfc;      // like the MLP's fc
+  Tensor dqkv;     // like the attention's qkv (shape and dtype)
+  Tensor dfc;      // like the MLP's fc (shape and dtype)
   Tensor dact;     // (N, Fl)
   // The attention core under context parallelism (its group and buffers), nullptr at cp = 1.
   ContextAttention* cp = nullptr;

@@ -34,7 +34,13 @@ void TensorParallel::check(const Tensor& full, const Tensor& local, const char* 
 
 void TensorParallel::enter_forward(Tensor full, Tensor local) const {
   check(full, local, "enter_forward");
-  if (sequence_parallel_) comm_->all_gather(full.f32(), local.f32(), counts_).wait();
+  if (!sequence_parallel_) return;
+  MT_CHECK(full.dtype == local.dtype, "enter_forward: full tensor {} and local {}", dtype_name(full.dtype),
+           dtype_name(local.dtype));
+  if (full.dtype == DType::f32)
+    comm_->all_gather(full.f32(), local.f32(), counts_).wait();
+  else
+    comm_->all_gather(full.half(), local.half(), counts_).wait();  // 16-bit activations (model/stage.h)
 }
 
 Work TensorParallel::enter_backward(Tensor dlocal, Tensor dfull) const {

@@ -49,7 +49,7 @@ class TensorParallel {
   // The communicator (only when size() > 1).
   const Comm& comm() const;
 
-  // full (N, C) ← local (local_rows, C).
+  // full (N, C) ← local (local_rows, C), one dtype: f32, or a 16-bit activation's (gathered as bits).
   void enter_forward(Tensor full, Tensor local) const;
   // dlocal ← Σ over tp of dfull, asynchronously: wait() before reading dlocal, and compute the
   // weight gradient meanwhile (the overlap of Megatron's async grad all-reduce).

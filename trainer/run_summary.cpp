@@ -14,9 +14,10 @@ void log_run_summary(const Config& cfg, RankRun& run, const RunState& at) {
                run.data.train_tokens(), run.data.train_samples_per_epoch());
   if (cfg.train.precision != Precision::fp32)
     spdlog::info("precision {0}: compute reads a {0} copy of the float32 master weights; the linear layers' GEMMs: "
-                 "{1}; gradients and optimizer state are float32{2}",
+                 "{1}; activations: {3}; gradients and optimizer state are float32{2}",
                  precision_name(cfg.train.precision), matmul_path(run.stream),
-                 at.scaler ? fmt::format("; dynamic loss scale from {:g}", at.scaler->scale()) : "");
+                 at.scaler ? fmt::format("; dynamic loss scale from {:g}", at.scaler->scale()) : "",
+                 activation_dtype(cfg.train.precision, cfg.train.device, cfg.parallel.cp).why);
   if (cfg.train.device != Device::cpu) {
     const LocalDims local = local_dims(cfg.model, run.layout.tp());  // this rank's heads
     const AttentionPath attention = cuda_backend().attention_path(

@@ -1,7 +1,8 @@
 // bf16 and fp16 training end to end (tiny config, 2 blocks): after 200 steps within 2 % of fp32
 // but not identical (the rounding is on); bf16 on (dp, ZeRO) = (2, 1), (2, 3) and on
-// (tp, pp) = (2, 2) against the single-process bf16 run (40 steps); 16-bit parameter gathers and bf16 gradient reductions move half the
-// bytes. Tolerance there: the parallel runs sum in another float32 order (1e-5 relative in fp32,
+// (tp, pp) = (2, 2) with sequence parallelism against the single-process bf16 run (40 steps); 16-bit
+// parameter gathers and bf16 gradient reductions move half the bytes. bf16 runs keep their
+// GEMM-facing activations in bf16 (model/stage.h [Note: activation dtype]). Tolerance there: the parallel runs sum in another float32 order (1e-5 relative in fp32,
 // see the fp32 parity tests), and bf16 rounding turns a float32 difference at a rounding boundary
 // into a whole bf16 step (2^-8 relative) of that value, so the runs drift apart by more than in
 // fp32: the first step within 1e-4 relative, every step's loss within 1 %, the mean loss of the
@@ -71,7 +72,10 @@ TEST_F(PrecisionE2E, Bf16OnEveryLayoutLikeOneProcess) {
   const std::string bf16_run = std::string(kRun) + " --set train.precision=bf16";
   expect_close(bf16, train_mpi(2, bf16_run + " --set parallel.zero_stage=1", "dp2_zero1"), "bf16 dp 2 ZeRO 1");
   expect_close(bf16, train_mpi(2, bf16_run + " --set parallel.zero_stage=3", "dp2_zero3"), "bf16 dp 2 ZeRO 3");
-  expect_close(bf16, train_mpi(4, bf16_run + " --set parallel.tp=2 --set parallel.pp=2", "tp2_pp2"), "bf16 tp 2 pp 2");
+  expect_close(bf16,
+               train_mpi(4, bf16_run + " --set parallel.tp=2 --set parallel.pp=2 --set parallel.sequence_parallel=true",
+                         "tp2_pp2"),
+               "bf16 tp 2 (sequence parallel: the bf16 norm outputs gathered) pp 2");
 }
 
 // 16-bit parameters and bf16 reductions at (dp, ZeRO) = (2, 1), from the metrics' byte counts
