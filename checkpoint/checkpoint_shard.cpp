@@ -3,11 +3,11 @@
 #include "checkpoint/checkpoint_shard.h"
 
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <tuple>
 
+#include "checkpoint/crc32.h"
 #include "kernels/check.h"
 
 namespace megatrain::ckpt {
@@ -105,17 +105,7 @@ std::vector<Box> run_boxes(const Shape& shape, const std::vector<Run>& runs) {
   return out;
 }
 
-uint32_t crc_floats(const float* data, int64_t n) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* bytes = reinterpret_cast<const Bytef*>(data);
-  for (int64_t left = n * 4; left > 0;) {
-    const uInt chunk = static_cast<uInt>(std::min<int64_t>(left, 1 << 30));
-    crc = crc32(crc, bytes, chunk);
-    bytes += chunk;
-    left -= chunk;
-  }
-  return static_cast<uint32_t>(crc);
-}
+uint32_t crc_floats(const float* data, int64_t n) { return crc32_update(0, data, static_cast<size_t>(n) * 4); }
 
 ShardGroup::ShardGroup(MPI_Comm comm) : comm_(comm) {
   if (comm_ == MPI_COMM_NULL) return;
@@ -163,7 +153,7 @@ std::vector<uint32_t> ShardGroup::combine(const std::vector<CrcPiece>& mine, con
     std::sort(pieces.begin(), pieces.end(),
               [](const CrcPiece& a, const CrcPiece& b) { return std::tie(a.dataset, a.offset) < std::tie(b.dataset, b.offset); });
     std::vector<int64_t> covered(dataset_bytes.size(), 0);
-    // crc32_combine(0, c, n) = c: the CRC of nothing followed by a piece is the piece's CRC.
+    // combine(0, c, n) = c: the CRC of nothing followed by a piece is the piece's CRC.
     for (const CrcPiece& p : pieces) {
       const auto d = static_cast<size_t>(p.dataset);
       if (p.offset != covered.at(d)) {
@@ -171,7 +161,7 @@ std::vector<uint32_t> ShardGroup::combine(const std::vector<CrcPiece>& mine, con
                             names.at(d));
         break;
       }
-      crcs[d] = static_cast<uint32_t>(crc32_combine(crcs[d], static_cast<uLong>(p.crc), static_cast<z_off_t>(p.bytes)));
+      crcs[d] = crc32_combine_pieces(crcs[d], p.crc, p.bytes);
       covered[d] += p.bytes;
     }
     for (size_t d = 0; d < covered.size() && error.empty(); ++d)

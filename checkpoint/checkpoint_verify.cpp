@@ -1,7 +1,6 @@
 #include "checkpoint/checkpoint_verify.h"
 
 #include <hdf5.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +12,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/checkpoint_shard.h"
+#include "checkpoint/crc32.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/h5_attrs.h"
 
@@ -65,7 +65,7 @@ uint32_t dataset_crc(hid_t dset, const std::string& where, const AttrReader& r) 
   for (int d = 1; d < ndim; ++d) row *= dims[static_cast<size_t>(d)];
   const hsize_t block = std::max<hsize_t>(1, (hsize_t{4} << 20) / std::max<hsize_t>(row, 1));
   std::vector<float> buf;
-  uLong crc = crc32(0L, Z_NULL, 0);
+  uint32_t crc = 0;
   for (hsize_t r0 = 0; r0 < rows; r0 += block) {
     const hsize_t n = std::min(block, rows - r0) * row;
     buf.resize(n);
@@ -77,9 +77,9 @@ uint32_t dataset_crc(hid_t dset, const std::string& where, const AttrReader& r) 
     }
     if (H5Dread(dset, H5T_IEEE_F32LE, mspace, fspace, H5P_DEFAULT, buf.data()) < 0)
       r.fail(fmt::format("{} cannot be read (file truncated or damaged)", where));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(n * 4));
+    crc = crc32_update(crc, buf.data(), static_cast<size_t>(n) * 4);
   }
-  return static_cast<uint32_t>(crc);
+  return crc;
 }
 
 // Every dataset of the file with its crc32 attribute, each checked against the data; the first

@@ -2,13 +2,14 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
 #include <vector>
+
+#include "checkpoint/crc32.h"
 
 namespace megatrain {
 namespace fs = std::filesystem;
@@ -80,7 +81,7 @@ void replace_file_durably(const fs::path& path, const std::string& text) {
 uint32_t file_crc32(const fs::path& path, int64_t offset, int64_t bytes) {
   Fd fd(path, O_RDONLY);
   std::vector<unsigned char> buf(static_cast<size_t>(std::min<int64_t>(bytes, int64_t{8} << 20)));
-  uLong crc = crc32(0L, Z_NULL, 0);
+  uint32_t crc = 0;
   for (int64_t at = offset, left = bytes; left > 0;) {
     const ssize_t n = ::pread(fd.get(), buf.data(), static_cast<size_t>(std::min<int64_t>(left, std::ssize(buf))), at);
     if (n < 0 && errno == EINTR) continue;
@@ -89,11 +90,11 @@ uint32_t file_crc32(const fs::path& path, int64_t offset, int64_t bytes) {
       throw CheckpointIoError(fmt::format("reading {}: it ends at byte {}, before byte {}", path.string(), at,
                                           offset + bytes),
                               0);
-    crc = crc32(crc, buf.data(), static_cast<uInt>(n));
+    crc = crc32_update(crc, buf.data(), static_cast<size_t>(n));
     at += n;
     left -= n;
   }
-  return static_cast<uint32_t>(crc);
+  return crc;
 }
 
 void agree_on_io_failure(MPI_Comm comm, const std::optional<IoFailure>& failure) {

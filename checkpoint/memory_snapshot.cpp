@@ -1,7 +1,6 @@
 #include "checkpoint/memory_snapshot.h"
 
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -9,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/crc32.h"
 #include "kernels/check.h"
 
 namespace megatrain {
@@ -16,15 +16,7 @@ namespace {
 
 constexpr std::string_view kMagic = "MTSNAP01";
 
-uint32_t crc_of(std::string_view bytes) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  for (size_t at = 0; at < bytes.size();) {
-    const size_t n = std::min<size_t>(bytes.size() - at, 1u << 30);
-    c = crc32(c, reinterpret_cast<const Bytef*>(bytes.data() + at), static_cast<uInt>(n));
-    at += n;
-  }
-  return static_cast<uint32_t>(c);
-}
+uint32_t crc_of(std::string_view bytes) { return crc32_update(0, bytes.data(), bytes.size()); }
 
 template <class T>
 void put(std::string& out, const T& v) {

@@ -15,6 +15,8 @@ packages=(
   ocl-icd-opencl-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libpcre2-dev
   libsimdjson-dev
+  # checkpoint/crc32.h: libdeflate's CRC-32 (zlib's values, several times its speed)
+  libdeflate-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min python3 python3-matplotlib python3-numpy python3-venv
   # PyTorch for the test references in build/pyref: transformers and megatron-core run on it.
