@@ -50,6 +50,8 @@ std::vector<MemoryStore> MemoryStore::host_layouts() const {
 
 fs::path MemoryStore::step_dir(int64_t step) const { return dir_ / checkpoint_step_name(step); }
 
+fs::path MemoryStore::spare(int rank) const { return dir_ / "spare" / fmt::format("rank_{}.snap", rank); }
+
 void MemoryStore::put(int64_t step, int rank, std::string_view bytes) const {
   const fs::path d = step_dir(step), path = d / fmt::format("rank_{}.snap", rank), tmp = path.string() + ".tmp";
   std::error_code ec;
@@ -59,13 +61,21 @@ void MemoryStore::put(int64_t step, int rank, std::string_view bytes) const {
     { std::ofstream(layout_tmp) << layout_json_ << "\n"; }
     fs::rename(layout_tmp, layout, ec);
   }
+  // The spare (if another rank of the host has not just taken it: rename is atomic) is overwritten
+  // in place, then cut to length.
+  fs::rename(spare(rank), tmp, ec);
+  const bool recycled = !ec;
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    std::ofstream out(tmp, std::ios::binary | (recycled ? std::ios::in | std::ios::out : std::ios::out | std::ios::trunc));
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out.good())
       throw CheckpointError(fmt::format("memory snapshot: cannot write {} ({} bytes; is its memory full?)",
                                         tmp.string(), bytes.size()));
   }
+  if (recycled) fs::resize_file(tmp, bytes.size(), ec);
+  if (recycled && ec)
+    throw CheckpointError(fmt::format("memory snapshot: cannot cut {} to {} bytes: {}", tmp.string(), bytes.size(),
+                                      ec.message()));
   fs::rename(tmp, path, ec);
   if (ec) throw CheckpointError(fmt::format("memory snapshot: cannot rename {}: {}", tmp.string(), ec.message()));
 }
@@ -82,7 +92,11 @@ void MemoryStore::commit(int64_t step) const {
 void MemoryStore::prune(int keep) const {
   std::error_code ec;
   const std::vector<StoredStep> done = committed();
-  for (size_t i = static_cast<size_t>(keep); i < done.size(); ++i) fs::remove_all(step_dir(done[i].step), ec);
+  for (size_t i = static_cast<size_t>(keep); i < done.size(); ++i) {
+    fs::create_directories(spare(0).parent_path(), ec);
+    for (const int r : done[i].ranks) fs::rename(step_dir(done[i].step) / spare(r).filename(), spare(r), ec);
+    fs::remove_all(step_dir(done[i].step), ec);
+  }
   if (done.empty()) return;
   for (const int64_t s : committed_steps(dir_))  // every step_N folder, committed or not
     if (s < done.front().step && !fs::exists(step_dir(s) / "COMMITTED")) fs::remove_all(step_dir(s), ec);

@@ -3,6 +3,8 @@
 //   ROOT/<node>/<layout>/step_NNNNNNN/COMMITTED     (every rank of the job wrote its snapshot and its
 //                                                    buddy's copy of it, trainer/memory_snapshots.h)
 //   ROOT/<node>/<layout>/LAYOUT                     (the layout's JSON, trainer/checkpoint.h layout_json)
+//   ROOT/<node>/<layout>/spare/rank_R.snap          (a pruned snapshot's file, rewritten in place by the
+//                                                    next put of rank R: no fresh memory to allocate)
 // ROOT is in memory (/dev/shm by default) and outlives the job — an MPI job dies whole when one rank
 // dies; the host's memory does not. <layout> keys the folder by the layout the snapshots were taken
 // at: a snapshot restores as it is into the same layout, and re-sharded into one that differs only
@@ -29,21 +31,26 @@ class MemoryStore {
   std::vector<MemoryStore> host_layouts() const;
   const std::string& layout_json() const { return layout_json_; }
 
-  void put(int64_t step, int rank, std::string_view bytes) const;  // throws CheckpointError when it cannot
+  // Writes rank's snapshot of `step` — into the rank's spare file when there is one (tmpfs then
+  // allocates and frees no pages: a 712 MiB file rewritten in 0.33 s here, written fresh and removed
+  // in 0.7–1.0 s). Throws CheckpointError when it cannot.
+  void put(int64_t step, int rank, std::string_view bytes) const;
   void commit(int64_t step) const;
-  // Removes all but the newest `keep` committed steps, every uncommitted step older than the newest
-  // committed one (a set a failure left half-written), and, once this layout has a committed step,
-  // the host's folders of other layouts (older sets a relaunch at this layout re-sharded).
+  // Removes all but the newest `keep` committed steps (their files become the ranks' spares), every
+  // uncommitted step older than the newest committed one (a set a failure left half-written), and,
+  // once this layout has a committed step, the host's folders of other layouts (older sets a
+  // relaunch at this layout re-sharded).
   void prune(int keep) const;
   void clear() const;  // every step of this host, of every layout
   std::vector<StoredStep> committed() const;  // newest first
   std::string get(int64_t step, int rank) const;  // throws CheckpointError when missing or unreadable
-  int64_t bytes() const;  // held under this host's folder for this layout
+  int64_t bytes() const;  // held under this host's folder for this layout, spares included
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
   MemoryStore(std::filesystem::path dir, std::string layout_json);
   std::filesystem::path step_dir(int64_t step) const;
+  std::filesystem::path spare(int rank) const;
   std::filesystem::path dir_;
   std::string layout_json_;
 };

@@ -3,10 +3,12 @@
 // snapshot, or a group missing a rank, is refused with a CheckpointError naming what is wrong;
 // snapshots of a larger dp re-shard into a smaller one; the
 // store lists only committed steps, with the ranks whose snapshots it holds, prunes old and
-// half-written sets and other layouts' once its own commits.
+// half-written sets and other layouts' once its own commits, and rewrites a pruned step's files in
+// place for the next snapshots.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <cstring>
@@ -160,8 +162,8 @@ TEST(MemoryStore, ListsOnlyCommittedStepsAndPrunes) {
   EXPECT_EQ(store.committed(), (std::vector<StoredStep>{{4, {0, 2}}, {2, {0, 2}}}));
   EXPECT_FALSE(std::filesystem::exists(store.dir() / "step_0000003"));  // older than 4, never committed
   EXPECT_TRUE(std::filesystem::exists(store.dir() / "step_0000005"));   // newer: may still be being written
-  // Snapshots, the half-written one, two markers "N\n", LAYOUT.
-  EXPECT_EQ(store.bytes(), 2 * (3 + 4) + 16 + 2 * 2 + 9);
+  // Snapshots, the half-written one, step 1's two kept as spares, two markers "N\n", LAYOUT.
+  EXPECT_EQ(store.bytes(), 2 * (3 + 4) + 16 + (3 + 4) + 2 * 2 + 9);
   store.clear();
   EXPECT_TRUE(store.committed().empty());
   EXPECT_EQ(store.bytes(), 0);
@@ -185,6 +187,35 @@ TEST(MemoryStore, OtherLayoutsAreListedThenPrunedOnceThisOneCommits) {
   EXPECT_EQ(now.host_layouts().size(), 1u);
   now.clear();
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "vnode0"));
+}
+
+// A pruned step's files are the ranks' spares, and the next snapshot of each rank is written into its
+// spare — the same file (inode), rewritten and cut to the new length — instead of a fresh one.
+TEST(MemoryStore, PrunedSnapshotsAreRewrittenInPlace) {
+  test::TempDir dir("memory_spares");
+  const MemoryStore store(dir.path(), "vnode0", R"({"dp":1})");
+  const auto inode = [&](int64_t step, int rank) {
+    struct stat st {};
+    const std::string path = (store.dir() / fmt::format("step_{:07d}", step) / fmt::format("rank_{}.snap", rank)).string();
+    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+    return st.st_ino;
+  };
+  const std::string first = "the first snapshot, the longest", second = "second", third = "3", fourth(100, 'x');
+  store.put(1, 0, first), store.commit(1), store.prune(1);
+  const ino_t first_file = inode(1, 0);
+  store.put(2, 0, second), store.commit(2), store.prune(1);  // step 1's file becomes rank 0's spare
+  const ino_t second_file = inode(2, 0);
+  EXPECT_EQ(store.bytes(), static_cast<int64_t>(first.size() + second.size()) + 2 + 9);  // + marker, LAYOUT
+  store.put(3, 0, third);
+  EXPECT_EQ(inode(3, 0), first_file);
+  EXPECT_EQ(store.get(3, 0), third);  // cut to its length
+  store.commit(3), store.prune(1);
+  store.put(4, 0, fourth);
+  EXPECT_EQ(inode(4, 0), second_file);
+  EXPECT_EQ(store.get(4, 0), fourth);
+  store.commit(4), store.prune(1);
+  EXPECT_EQ(store.committed(), (std::vector<StoredStep>{{4, {0}}}));
+  EXPECT_EQ(store.bytes(), static_cast<int64_t>(fourth.size() + third.size()) + 2 + 9);
 }
 
 TEST(MemoryStore, InventoriesRoundTripAsText) {
