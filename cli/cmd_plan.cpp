@@ -86,6 +86,7 @@ int run_plan(const PlanOptions& o) {
   MT_INPUT_CHECK(o.gpus >= 1, "--gpus N: the number of devices to plan for (at least 1)");
   const DeviceProfile device = device_of(o);
   if (o.given) {
+    cfg.train.device = device.compute();
     resolve_config(cfg, o.gpus);
     const Plan p{cfg, plan_memory(cfg), predict_step(cfg, device)};
     if (o.json) {

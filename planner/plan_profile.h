@@ -31,6 +31,9 @@ struct DeviceProfile {
   double overlap = 0;          // share of the communication the trainer overlaps that compute hides
   int cores = 0;               // CPU: cores per node the ranks share (0: each device computes alone)
   int threads = 1;             // CPU: compute threads per rank (OpenMP), each taking a core
+  // Where a planned run computes: a GPU profile's ranks on GPUs (train.device = "cuda": the config
+  // rules, and what a stage holds, e.g. its activations' dtype, are a device run's), a CPU's on CPUs.
+  Device compute() const { return cores == 0 ? Device::cuda : Device::cpu; }
 };
 
 // "h100" (SXM, bf16 dense 989 TFLOP/s, 80 GB, NVLink 450 GB/s, 8 per node), "a100" (SXM 80 GB,

@@ -72,6 +72,7 @@ PlanSearch search_layouts(const Config& base, int devices, const DeviceProfile& 
                 c.train.recompute = rc;
                 c.train.recompute_layers = 0;
                 c.train.micro_batch_size = mb;
+                c.train.device = device.compute();
                 try {
                   resolve_config(c, devices);
                 } catch (const InputError&) {
