@@ -17,7 +17,7 @@ std::vector<Fault> RandomFaults::due(double elapsed_s, int64_t step, int world) 
     f.first_step = f.last_step = step;
     f.attempt = -1;
     switch (f.kind) {
-      case FaultKind::hang: f.detail = "sigstop"; break;
+      case FaultKind::hang: f.detail = std::bernoulli_distribution(0.5)(rng_) ? "freeze" : "sigstop"; break;
       case FaultKind::nan: f.detail = "grad"; break;
       case FaultKind::slow:
         f.ms = 100;

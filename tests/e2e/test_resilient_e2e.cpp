@@ -9,7 +9,8 @@
 //  - a launch that starts no rank yet ends 0 (srun after a requeue): restarted, not "finished";
 //  - a rank dying before the first save in every launch: exit 93 after 3 attempts without progress;
 //    a bad config: exit 64 after one attempt;
-//  - a chaos soak of random kills, hangs, exceptions, slow ranks and checkpoint crashes (one per 30
+//  - a chaos soak of random kills, hangs (frozen ranks: stopped at a step's start or inside a
+//    collective), exceptions, slow ranks and checkpoint crashes (one per 30
 //    steps of this machine on average, at least 1 s apart): every fault
 //    detected that its launch ran long enough to detect (a slow rank is judged over whole straggler
 //    windows; the next fault or the end of training may come first), the run finishes, and its final weights equal the fault-free run's; no process is
@@ -279,9 +280,12 @@ TEST_F(ResilientE2E, AChaosSoakEndsWithTheFaultFreeWeights) {
   const auto survivors = test::run_shell("pgrep -fc '[m]egatrain train --config " + config_.string() + "'");
   EXPECT_EQ(survivors.output, "0\n") << "processes outlived the soak";
   expect_equals_clean_run(300, clean);
-  std::printf("chaos soak (mtti %.2f s): %d faults injected, %d detected (%zu cut short), detection mean %.2f s max %.2f s, "
-              "%d launches, ETTR %.1f%% over %.1f s\n",
-              mtti_s, faults[0]["injected"].get<int>(), faults[0]["detected"].get<int>(), faults[0]["cut_short"].size(),
+  int frozen_in_collective = 0;
+  for (const json& f : of(ev, "FAULT_INJECTED")) frozen_in_collective += f.value("how", "") == "freeze";
+  std::printf("chaos soak (mtti %.2f s): %d faults injected (%d ranks frozen inside a collective), %d detected (%zu cut "
+              "short), detection mean %.2f s max %.2f s, %d launches, ETTR %.1f%% over %.1f s\n",
+              mtti_s, faults[0]["injected"].get<int>(), frozen_in_collective, faults[0]["detected"].get<int>(),
+              faults[0]["cut_short"].size(),
               faults[0]["mean_detection_s"].get<double>(), faults[0]["max_detection_s"].get<double>(),
               end["attempts"].get<int>(), 100 * end["ettr"].get<double>(), end["wall_s"].get<double>());
 }

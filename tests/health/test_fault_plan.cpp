@@ -6,10 +6,13 @@
 #include <algorithm>
 
 #include <chrono>
+#include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "health/fault_plan.h"
+#include "health/fault_random.h"
 #include "tests/expect_contains.h"
 #include "tests/input_error.h"
 
@@ -83,6 +86,18 @@ TEST(FaultPlan, AFaultActsInItsAttemptOnly) {
   EXPECT_NE(second.find(FaultKind::hang, 2, 4), nullptr);
   EXPECT_CONTAINS(test::input_error_of([] { FaultPlan::parse("exc:rank=0:step=1:attempt=0"); }),
                   "attempt must be ≥ 1 or *");
+}
+
+// A random hang freezes its rank at the step's start (how=sigstop) or inside a collective (how=freeze),
+// each about half the time.
+TEST(FaultPlan, RandomHangsFreezeAtTheStepStartOrInsideACollective) {
+  RandomFaults faults({7, 1.0, {FaultKind::hang}}, 1);
+  std::map<std::string, int> how;
+  for (const Fault& f : faults.due(1000.0, 5, 4)) ++how[f.detail];
+  ASSERT_EQ(how.size(), 2u);
+  const int n = how["freeze"] + how["sigstop"];
+  EXPECT_GT(n, 800);
+  EXPECT_NEAR(how["freeze"], n / 2, n / 10);
 }
 
 // Random mode: every rank draws the same faults (kind and rank, in order), another launch draws
