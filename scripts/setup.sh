@@ -15,7 +15,7 @@ packages=(
   ocl-icd-opencl-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libpcre2-dev
   libsimdjson-dev
-  # checkpoint/crc32.h: libdeflate's CRC-32 (zlib's values, several times its speed)
+  # checkpoint/crc32.h: the CRC-32 of libdeflate, the values of zlib at several times its speed
   libdeflate-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min python3 python3-matplotlib python3-numpy python3-venv
