@@ -66,7 +66,8 @@ void MemoryStore::put(int64_t step, int rank, std::string_view bytes) const {
   fs::rename(spare(rank), tmp, ec);
   const bool recycled = !ec;
   {
-    std::ofstream out(tmp, std::ios::binary | (recycled ? std::ios::in | std::ios::out : std::ios::out | std::ios::trunc));
+    const auto mode = recycled ? std::ios::in | std::ios::out : std::ios::out | std::ios::trunc;
+    std::ofstream out(tmp, std::ios::binary | mode);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out.good())
       throw CheckpointError(fmt::format("memory snapshot: cannot write {} ({} bytes; is its memory full?)",

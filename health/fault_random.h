@@ -7,9 +7,9 @@
 // one that commits) at random. A fault due at a step start acts from that step: kill (SIGKILL),
 // hang (a frozen rank, half of them stopped at the step's start — how=sigstop — and half inside the
 // step's first collective — how=freeze), exc, nan (a NaN gradient), slow (100 ms for 20 steps),
-// ckpt_crash (at the next save, in a random phase). The draws depend on S and the launch number only, so every rank draws
-// the same faults, and a rerun of the soak draws them again. Random mode takes attempt=* by default:
-// a restarted launch draws new faults.
+// ckpt_crash (at the next save, in a random phase). The draws depend on S and the launch number
+// only, so every rank draws the same faults, and a rerun of the soak draws them again. Random mode
+// takes attempt=* by default: a restarted launch draws new faults.
 #pragma once
 #include <cstdint>
 #include <random>

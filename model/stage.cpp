@@ -191,8 +191,9 @@ void Stage::plan(Arena& arena) {
     a.blocks.clear();
     for (int l = 0; l <= range_.layers; ++l) a.residual.push_back(arena.tensor(Shape{Nl, C}));
     for (int l = 0; l < range_.layers; ++l)
-      a.blocks.push_back(fully_recomputed(l) ? scratch_.recomputed
-                                             : block_activations(arena, cfg_, tp_, B_, T_, shared_core, kinds(l), act_));
+      a.blocks.push_back(fully_recomputed(l)
+                             ? scratch_.recomputed
+                             : block_activations(arena, cfg_, tp_, B_, T_, shared_core, kinds(l), act_));
     a.deferred.clear();
     if (options_.split_backward)
       for (int l = 0; l < range_.layers; ++l)
