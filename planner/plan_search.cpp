@@ -25,10 +25,10 @@ std::vector<int> divisors(int n) {
 
 // Context parallelism over the ranks left by tp and pp: cp = 1, and each power of two above it with
 // both algorithms (the config rules refuse what the sequence or the heads do not allow). CPU
-// profiles only: the device backend has no context-parallel kernels yet (config/config_validate.cpp).
+// profiles only: context parallelism has not run on a GPU yet, so GPU plans keep their picks.
 std::vector<std::pair<int, CpComm>> context_options(int ranks, const DeviceProfile& device) {
   std::vector<std::pair<int, CpComm>> out{{1, CpComm::ring}};
-  if (device.cores == 0) return out;
+  if (device.compute() != Device::cpu) return out;
   for (int cp = 2; cp <= ranks; cp *= 2)
     if (ranks % cp == 0)
       for (CpComm a : {CpComm::ring, CpComm::all_to_all}) out.emplace_back(cp, a);
