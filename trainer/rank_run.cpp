@@ -74,7 +74,7 @@ std::deque<OptimGroup> make_optim_groups(const Config& c, const ProcessGroups& g
 
 }  // namespace
 
-RankRun::RankRun(const Config& c, const Comm& world_comm)
+RankRun::RankRun(const Config& c, const Comm& world_comm, ParamsAt params)
     : cfg(c), stream(run_stream(c)), groups(process_groups(c, world_comm)),
       world(world_comm), data(c, groups.dp().rank(), groups.dp().size()), ranges(chunk_ranges(c, groups.pp().rank())),
       steps(pipeline_schedule(c.parallel.pipeline_schedule, groups.pp().rank(),
@@ -87,7 +87,7 @@ RankRun::RankRun(const Config& c, const Comm& world_comm)
       split_backward_(splits_backward(steps)), tp_shared_(layout, groups.tp(), stream),
       feed_{std::vector<int32_t>(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len),
             std::vector<int32_t>(static_cast<size_t>(c.train.micro_batch_size) * c.train.seq_len)} {
-  for (OptimGroup& g : optim_) g.initialise(c.model, c.train.seed);
+  if (params == ParamsAt::seed) initialise();
   const TpOptions tp_options{c.parallel.sequence_parallel, c.parallel.overlap_tp_comm};
   const CpSplit split{groups.cp().size(), groups.cp().rank(), c.train.seq_len};
   const int T = split.local_len();
@@ -314,6 +314,10 @@ void RankRun::set_step_count(int64_t t) {
 
 void RankRun::params_written() {
   for (OptimGroup& g : optim_) g.params_written();
+}
+
+void RankRun::initialise() {
+  for (OptimGroup& g : optim_) g.initialise(cfg.model, cfg.train.seed);
 }
 
 void RankRun::state_written() {

@@ -51,7 +51,13 @@ namespace megatrain {
 
 class RankRun final : public PipelineWork {
  public:
-  RankRun(const Config& c, const Comm& world);
+  // The parameters are drawn from train.seed at construction, or with ParamsAt::load left for a
+  // checkpoint load to write (a resume, whose start-up then skips the draw): the caller then calls
+  // initialise() when nothing was loaded.
+  enum class ParamsAt { seed, load };
+  RankRun(const Config& c, const Comm& world, ParamsAt params = ParamsAt::seed);
+  // Every optimizer group's parameters drawn from train.seed (model/params.h), then params_written().
+  void initialise();
 
   // Forward + backward over this rank's micro-batches of `step` through the pipeline, gradients
   // reduced over the data-parallel ranks (optim/zero_state.h), the loss gradient multiplied by

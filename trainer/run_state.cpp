@@ -29,7 +29,7 @@ void adopt(const CheckpointMeta& meta, const Config& cfg, RankRun& run, RunState
   if (meta.state.seed != cfg.train.seed && rank0)
     spdlog::warn("checkpoint was trained with seed {}, continuing with train.seed = {}: data order and dropout change",
                  meta.state.seed, cfg.train.seed);
-  at.step = step, at.data_skip = data_skip, at.skipped = meta.state.skipped_steps;
+  at.step = step, at.data_skip = data_skip, at.skipped = meta.state.skipped_steps, at.loaded = true;
   run.set_step_count(step - at.skipped);
   if (at.scaler && meta.state.loss_scale > 0.0)
     at.scaler->restore({meta.state.loss_scale, meta.state.loss_scale_growth_tracker,
@@ -64,6 +64,8 @@ RunState resume(const Config& cfg, const CheckpointTensors& state, RankRun& run,
   if (auto meta = checkpoint_load(cfg, state, world, allow_fresh_start, rank0)) {
     adopt(*meta, cfg, run, at, rank0);
     at.from_latest = cfg.checkpoint.load == "latest";
+  } else {
+    run.initialise();  // also over what a load that failed part-way wrote
   }
   return at;
 }

@@ -16,6 +16,7 @@ struct RunState {
   int64_t data_skip = 0;  // global batches skipped by spike rollbacks: the data position is step + data_skip
   int64_t skipped = 0;    // updates skipped (Inf/NaN, spikes); they do not advance the LR schedule
   int rollbacks = 0;
+  bool loaded = false;       // from a checkpoint or memory snapshots (else the parameters were drawn)
   bool from_latest = false;  // loaded with checkpoint.load = "latest": a committed checkpoint to roll back to
   std::optional<DynamicLossScaler> scaler;  // fp16
 
@@ -25,7 +26,8 @@ struct RunState {
 };
 
 // The state to start from: checkpoint.load's checkpoint written into `state` (RankRun's
-// checkpoint_tensors()) and taken over by `run`, or a fresh start at step 0. With memory snapshots
+// checkpoint_tensors()) and taken over by `run`, or a fresh start at step 0 (run.initialise(): `run`
+// was built with RankRun::ParamsAt::load, so a resume draws no parameters it overwrites). With memory snapshots
 // and checkpoint.load = "latest", the newest complete set of them when it is at least as new as the
 // newest storage checkpoint (trainer/memory_recovery.h).
 RunState resume(const Config& cfg, const CheckpointTensors& state, RankRun& run, const Comm& world,

@@ -29,11 +29,11 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   using Clock = std::chrono::steady_clock;
   FaultPlan& faults = FaultPlan::from_environment();
   HealthWatch health(cfg, world, faults);
-  RankRun run(cfg, world);
+  RankRun run(cfg, world, RankRun::ParamsAt::load);
   StartupTimes::instance().mark("model and data");
   const CheckpointTensors state = run.checkpoint_tensors();  // where loads write (then state_written)
   RunState at = resume(cfg, state, run, world, options.allow_fresh_start);
-  StartupTimes::instance().mark("checkpoint load");
+  StartupTimes::instance().mark(at.loaded ? "checkpoint load" : "parameter initialisation");
   TrainResult result;
   StepSaves saves(cfg, run, at, health.progress(), result);
   MemorySnapshots snapshots(cfg, run, at);

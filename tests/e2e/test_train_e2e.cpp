@@ -95,7 +95,7 @@ TEST_F(TrainE2E, StartupTimeIsLoggedPhaseByPhase) {
     sum += std::stod((*it)[2]);
   }
   EXPECT_EQ(names, (std::vector<std::string>{"process start → MPI init", "config", "roll call", "model and data",
-                                             "checkpoint load", "other set-up (MFU peak)", "first step"}));
+                                             "parameter initialisation", "other set-up (MFU peak)", "first step"}));
   EXPECT_NEAR(sum, total, 0.005 * static_cast<double>(names.size()));  // each phase rounded to 0.01 s
   EXPECT_EQ(r.output.find("startup ", m.position(0) + 1), std::string::npos) << "logged twice";
 }
