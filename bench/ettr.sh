@@ -7,7 +7,7 @@
 # Workload: the demo model (configs/demo.toml: GPT, 4 layers, d_model 256, vocabulary 4096, seq 128)
 # on the demo's data, 8 ranks on 2 hosts simulated with network namespaces (scripts/simhosts: 4 ranks
 # each, dp 8, ZeRO 1, micro-batch 4, global batch 32), 5·M steps, storage checkpoints every SAVE
-# steps, memory snapshots every step (memory mode). One fault every M steps, in this order:
+# steps written in the background (checkpoint.async), memory snapshots every step (memory mode). One fault every M steps, in this order:
 #   1. kill       rank 5 (on simhost2) SIGKILLed at step M
 #   2. host loss  at step 2M every process of simhost2 killed, its memory store wiped and its cable
 #                 pulled: the job goes on at dp 4 on simhost1 (re-sharded snapshots, or storage)
@@ -64,7 +64,7 @@ run_mode() {  # MODE: memory | storage
     --probe-timeout-s 5 -- "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train \
     --config configs/demo.toml --set train.steps=$((5 * m)) --set train.micro_batch_size=4 \
     --set train.eval_interval=0 --set parallel.zero_stage=1 --set log.interval=1 --set log.peak_tflops=0 \
-    --set health.step_timeout_floor_s="$floor" --set checkpoint.save_interval="$save" \
+    --set health.step_timeout_floor_s="$floor" --set checkpoint.save_interval="$save" --set checkpoint.async=true \
     --set checkpoint.memory_interval="$memory" --set checkpoint.memory_dir="$shm" \
     --set log.samples_file="$out/samples.jsonl" >"$out/driver.log" 2>&1 &
   local drv=$!

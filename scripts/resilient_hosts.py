@@ -1,10 +1,12 @@
 """The compute hosts of scripts/megatrain-resilient --hosts: which are in use, which were left out (lost, or
-failing a self-check) and since when, how a launch command is placed on those in use, and the probe that
-readmits a lost host once it passes `megatrain selfcheck` again."""
+failing a self-check) and since when, how a launch command is placed on those in use, and the probes
+that readmit a lost host once it passes `megatrain selfcheck` again (while the job runs, and at a
+relaunch for a host not probed yet)."""
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 
 
@@ -35,6 +37,7 @@ class HostPool:
         self.hosts = parse_hosts(spec)  # HOST -> slots, in order; {} without --hosts
         self.bad = set()  # failed a self-check, or lost (with --hosts)
         self.excluded_at = {}  # HOST -> when it was found lost
+        self.probed = {}  # HOST -> (when, passed) of its last probe since it was lost
         self.event = event  # the driver's event(name, **fields)
 
     def left(self):
@@ -61,29 +64,75 @@ class HostPool:
             if host in self.hosts and host not in self.bad:
                 self.bad.add(host)
                 self.excluded_at[host] = time.time()
+                self.probed.pop(host, None)
                 self.event("HOST_EXCLUDED", node_host=host, reason=reason, hosts_left=host_list(self.left()))
 
-    def probe(self, launcher, run_dir, after_s, timeout_s):
-        """Before a relaunch: each host excluded at least after_s ago (one lost just now is not back yet:
-        probing it would only delay the recovery) runs `megatrain selfcheck` with the job's launcher (the
-        command up to the binary) beside the first host in use, so that the link between them is checked
-        too; one that passes within timeout_s is used again (HOST_READMITTED)."""
-        due = time.time() - after_s
-        for host in sorted(h for h in self.bad if h in self.hosts and self.excluded_at.get(h, 0) <= due):
-            pair = {**dict(list(self.left().items())[:1]), host: self.hosts[host]}
-            probe = subprocess.Popen(placed_on(launcher, pair) + ["selfcheck", "--run-dir", os.path.join(run_dir, "probe", host)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    def due(self, after_s):
+        """The excluded hosts lost at least after_s ago (one lost just now is not back yet)."""
+        t = time.time() - after_s
+        return sorted(h for h in self.bad if h in self.hosts and self.excluded_at.get(h, 0) <= t)
+
+    def run_probe(self, launcher, run_dir, host, timeout_s, stop=None):
+        """`megatrain selfcheck` with the job's launcher (the command up to the binary) on `host` beside
+        the first host in use, so that the link between them is checked too: its exit code; None when it
+        has not ended within timeout_s or `stop` was set."""
+        pair = {**dict(list(self.left().items())[:1]), host: self.hosts[host]}
+        probe = subprocess.Popen(placed_on(launcher, pair) + ["selfcheck", "--run-dir", os.path.join(run_dir, "probe", host)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline, code = time.time() + timeout_s, None
+        while code is None and time.time() < deadline and not (stop and stop.is_set()):
             try:
-                code = probe.wait(timeout=timeout_s)
+                code = probe.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
-                code = None
-            try:
-                os.killpg(probe.pid, signal.SIGKILL)
-            except ProcessLookupError:
                 pass
-            probe.wait()
-            if code == 0:
+        try:
+            os.killpg(probe.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        probe.wait()
+        return code
+
+    def record(self, host, code):
+        self.probed[host] = (time.time(), code == 0)
+        if code == 0:
+            self.event("HOST_PROBE_PASSED", node_host=host)
+        else:
+            self.event("HOST_PROBE_FAILED", node_host=host, code=code if code is not None else "timeout")
+
+    def start_probing(self, launcher, run_dir, after_s, every_s, timeout_s):
+        """While a job runs: each host due (after_s) is probed, again every_s after a probe that failed,
+        so that a host that came back is known before the next relaunch, which then readmits it at no
+        cost (probe()). Returns the function that stops the probing (an unfinished probe is killed and
+        counts for nothing); call it when the job has ended."""
+        stop = threading.Event()
+
+        def loop():
+            while not stop.wait(0.5):
+                for host in self.due(after_s):
+                    last = self.probed.get(host)
+                    if last and (last[1] or time.time() - last[0] < every_s):
+                        continue
+                    code = self.run_probe(launcher, run_dir, host, timeout_s, stop)
+                    if stop.is_set():
+                        return
+                    self.record(host, code)
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+
+        def finish():
+            stop.set()
+            thread.join()
+        return finish
+
+    def probe(self, launcher, run_dir, after_s, timeout_s):
+        """Before a relaunch: each host due (after_s) that passed a probe since it was lost is used again
+        (HOST_READMITTED); one not probed since is probed now, and used again if it passes within
+        timeout_s; one whose last probe failed waits for the next (start_probing)."""
+        for host in self.due(after_s):
+            if host not in self.probed:
+                self.record(host, self.run_probe(launcher, run_dir, host, timeout_s))
+            if self.probed[host][1]:
+                del self.probed[host]
                 self.bad.discard(host)
                 self.event("HOST_READMITTED", node_host=host, hosts=host_list(self.left()))
-            else:
-                self.event("HOST_PROBE_FAILED", node_host=host, code=code if code is not None else "timeout")

@@ -7,6 +7,7 @@
 //  - a host (virtual: MEGATRAIN_RANKS_PER_NODE = 2) whose two ranks stop, with the trainer's own
 //    watchdog off: the driver sees the heartbeats stop, names the node and its ranks, restarts;
 //  - a launch that starts no rank yet ends 0 (srun after a requeue): restarted, not "finished";
+//  - the launcher told to end a failed job's ranks without a grace period;
 //  - a rank dying before the first save in every launch: exit 93 after 3 attempts without progress;
 //    a bad config: exit 64 after one attempt;
 //  - a chaos soak of random kills, hangs (frozen ranks: stopped at a step's start or inside a
@@ -192,6 +193,24 @@ TEST_F(ResilientE2E, ALaunchThatStartsNoRankIsRestartedNotCalledFinished) {
   ASSERT_EQ(of(ev, "TRAIN_FINISHED").size(), 1u);
   EXPECT_EQ(of(ev, "TRAIN_FINISHED")[0]["steps"], "20");
   expect_equals_clean_run(20, clean_run(20, ""));
+}
+
+// scripts/megatrain-resilient [driver: no grace at teardown]: the launcher gets
+// OMPI_MCA_odls_base_sigkill_timeout=0, so that mpirun ends the ranks of a job that lost one at once
+// instead of a second per daemon later; a value the user set is passed on unchanged.
+TEST_F(ResilientE2E, TheLauncherEndsAFailedJobsRanksWithoutGraceUnlessTheUserSetOne) {
+  const fs::path launcher = dir_ / "env_launcher.sh";
+  std::ofstream(launcher) << "echo \"sigkill_timeout=[$OMPI_MCA_odls_base_sigkill_timeout]\"\n"
+                             "echo 'TRAIN_FINISHED steps=0'\n";
+  const std::string driver = "--checkpoint-dir " + (dir_ / "ckpt").string() + " --run-dir " + (dir_ / "run").string() +
+                             " -- sh " + launcher.string() + " megatrain train";
+  auto r = test::run_shell(MEGATRAIN_SOURCE_DIR "/scripts/megatrain-resilient " + driver);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "sigkill_timeout=[0]");
+  r = test::run_shell("env OMPI_MCA_odls_base_sigkill_timeout=3 " MEGATRAIN_SOURCE_DIR "/scripts/megatrain-resilient " +
+                      driver);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "sigkill_timeout=[3]");
 }
 
 // docs/robustness.md R18, at dp = 4: a bit flipped in rank 2's copy of a weight after step 22 is found

@@ -158,11 +158,13 @@ expect "$dir/hpz.log" "zero_hpz_partition_size = 2: a group of 2 consecutive dat
 grep -o -m1 "zero_hpz_partition_size = 2: .*" "$dir/hpz.log"
 echo "== 6. elastic: simhost2 lost (killed, then unplugged) goes on at dp = 2, and plugged back in, at dp = 3 again"
 # Memory snapshots every step, ZeRO 1. The relaunch after the loss probes simhost2 (unplugged: fails),
-# restores the dp = 3 set re-sharded to dp = 2; once simhost2 is plugged back in, simhost3's rank is
-# killed, and the relaunch after that readmits both and re-shards the dp = 2 set to dp = 3. The
-# sample log must equal a fault-free dp = 3 run's: no sample skipped or repeated across either change.
+# restores the dp = 3 set re-sharded to dp = 2; simhost2 is plugged back in, the driver's probes while
+# the job runs find it back, then simhost3's rank is killed, and the relaunch after that readmits
+# simhost2 (found back: not probed again) and simhost3 (not probed yet: probed then) and re-shards the
+# dp = 2 set to dp = 3. The sample log must equal a fault-free dp = 3 run's: no sample skipped or
+# repeated across either change.
 "$driver" --checkpoint-dir "$dir/ck6" --run-dir "$dir/drv6" --hosts simhost1:1,simhost2:1,simhost3:1 --backoff-s 2 \
-  --probe-lost-hosts --probe-timeout-s 5 --probe-after-s 0 -- "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train \
+  --probe-lost-hosts --probe-timeout-s 5 --probe-after-s 0 --probe-every-s 1 -- "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train \
   --config "$dir/tiny.toml" --set train.steps=150 --set checkpoint.save_interval=50 --set parallel.zero_stage=1 \
   --set checkpoint.memory_interval=1 --set checkpoint.memory_dir="$dir/shm6" \
   --set log.samples_file="$dir/samples6.jsonl" >"$dir/driver6.log" 2>&1 &
@@ -180,12 +182,17 @@ wait_for 30 grep -q '"event": "HOST_EXCLUDED"' "$dir/drv6/reports/events.jsonl"
 wait_for 90 grep -q "MEMORY_RESTORE" "$dir/drv6/attempt_2.log"
 wait_for 90 at_least 60
 "$sim" link simhost2 up
+wait_for 60 grep -q '"attempt": 2, "event": "HOST_PROBE_PASSED", .*"node_host": "simhost2"' "$dir/drv6/reports/events.jsonl"
 ip netns pids simhost3 | xargs -r kill -9
 wait "$drv" || { tail -40 "$dir/driver6.log"; fail "the driver did not finish the elastic job"; }
 ev6=$dir/drv6/reports/events.jsonl
 expect "$ev6" '"attempt": 2, "event": "HOST_PROBE_FAILED", .*"node_host": "simhost2"'
 expect "$dir/drv6/attempt_2.log" "MEMORY_RESTORE .*resharded_from_dp=3 dp=2"
 expect "$ev6" '"attempt": 3, "event": "HOST_READMITTED", .*"node_host": "simhost2"'
+expect "$ev6" '"attempt": 3, "event": "HOST_PROBE_PASSED", .*"node_host": "simhost3"'
+if grep -q '"attempt": 3, "event": "HOST_PROBE_[A-Z]*", .*"node_host": "simhost2"' "$ev6"; then
+  fail "the relaunch probed simhost2 again although a probe while the job ran had found it back"
+fi
 expect "$dir/drv6/attempt_3.log" "MEMORY_RESTORE .*resharded_from_dp=2 dp=3"
 grep -o "MEMORY_RESTORE.*" "$dir/drv6/attempt_2.log" "$dir/drv6/attempt_3.log"
 # shellcheck disable=SC2086
