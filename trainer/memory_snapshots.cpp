@@ -75,6 +75,9 @@ void MemorySnapshots::discard(const std::string& why) {
   if (worker_.joinable()) worker_.join();
   comm_->barrier();  // every rank of the host has committed and pruned before its folder goes
   store_->clear();
+  // Every host's folder is gone before any rank goes on: after a replica mismatch the first rank to
+  // reach MPI_Abort ends the others at once (the resilient driver gives mpirun no SIGKILL grace).
+  comm_->barrier();
   spdlog::info("memory snapshots: removed {} ({})", store_->dir().parent_path().string(), why);
 }
 
