@@ -16,8 +16,9 @@ DETECTIONS = {"WATCHDOG", "PEER_LOST", "NODE_STALE", "REPLICA_MISMATCH"}
 def fault_detections(seen):
     """Each injected fault (kind, seconds to the first detection of its kind that followed it in its
     attempt); None when undetected, "cut short" when the attempt ended before it could be: another
-    fault came after it or was detected (a kill injected beside it ends the launch), or training
-    finished (a slow rank is judged over whole straggler windows)."""
+    fault came after it or was detected (a kill injected beside it ends the launch), a rank died by a
+    signal (PEER_LOST: also a lost host, which injects nothing), or training finished (a slow rank is
+    judged over whole straggler windows)."""
     out = []
     for i, (attempt, kind, fields, t) in enumerate(seen):
         if kind != "FAULT_INJECTED":
@@ -26,7 +27,7 @@ def fault_detections(seen):
         hit = next((u - t for k, _, u in rest if k in DETECTED_BY[fields["kind"]]), None)
         others = set().union(*(DETECTED_BY[f["kind"]] for j, (a, k, f, _) in enumerate(seen)
                                if a == attempt and k == "FAULT_INJECTED" and j != i and f["kind"] != fields["kind"]))
-        if hit is None and any(k == "FAULT_INJECTED" or k in (0, 10) or k in others for k, _, _ in rest):
+        if hit is None and any(k in ("FAULT_INJECTED", "PEER_LOST", 0, 10) or k in others for k, _, _ in rest):
             hit = "cut short"
         out.append((fields["kind"], hit))
     return out

@@ -10,12 +10,14 @@
 //  - the launcher told to end a failed job's ranks without a grace period;
 //  - a rank dying before the first save in every launch: exit 93 after 3 attempts without progress;
 //    a bad config: exit 64 after one attempt;
-//  - a chaos soak of random kills, hangs (frozen ranks: stopped at a step's start or inside a
-//    collective), exceptions, slow ranks and checkpoint crashes (one per 30
-//    steps of this machine on average, at least 1 s apart): every fault
-//    detected that its launch ran long enough to detect (a slow rank is judged over whole straggler
-//    windows; the next fault or the end of training may come first), the run finishes, and its final weights equal the fault-free run's; no process is
-//    left. Prints the figures (detection latency, restarts, ETTR).
+//  - a chaos soak with memory snapshots of random kills, hangs (frozen ranks: stopped at a step's
+//    start or inside a collective), exceptions, slow ranks and checkpoint crashes (one per 30 steps
+//    of this machine on average, at least 1 s apart) and host losses (the second virtual host's ranks
+//    killed and its memory store removed, one per 4 such intervals on average): every fault detected that its
+//    launch ran long enough to detect (a slow rank is judged over whole straggler windows; the next
+//    fault, a lost rank or the end of training may come first), a lost host's state restored from
+//    its buddies' copies, the run finishes, and its final weights equal the fault-free run's; no
+//    process is left. Prints the figures (detection latency, restarts, ETTR).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -279,16 +281,32 @@ TEST_F(ResilientE2E, ACrashLoopStopsWith93AndABadConfigIsNeverRetried) {
 // (600 steps drew ~20 and took 4 minutes of CI's 40).
 TEST_F(ResilientE2E, AChaosSoakEndsWithTheFaultFreeWeights) {
   const std::string flags = "--set log.interval=10 --set health.straggler_window=10";
+  const std::string memory =
+      " --set checkpoint.memory_interval=1 --set checkpoint.memory_dir=" + (dir_ / "shm").string();
   const auto clean = clean_run(300, flags);
   ASSERT_EQ(clean.size(), 30u);  // a line every 10 steps
   std::vector<double> step_ms;
   for (const json& m : clean) step_ms.push_back(m["step_time_ms"].get<double>());
   std::nth_element(step_ms.begin(), step_ms.begin() + 15, step_ms.end());
   const double mtti_s = std::max(1.0, 0.030 * step_ms[15]);
+  // The second virtual host is lost (tests/e2e/lose_hosts.py) every 4 × mtti_s on average.
+  const fs::path losses = dir_ / "host_losses.jsonl", stop = dir_ / "stop_losing_hosts";
+  test::run_shell(fmt::format("sh -c 'timeout 900 /usr/bin/python3 {}/tests/e2e/lose_hosts.py 11 {:.2f} {} {} 1 {} {} "
+                              ">/dev/null 2>&1 &'",
+                              MEGATRAIN_SOURCE_DIR, 4 * mtti_s, (dir_ / "run").string(),
+                              (dir_ / "shm" / "vnode1").string(), losses.string(), stop.string()));
   const auto r = drive(fmt::format("random:seed=7:mtti_s={:.2f}:kinds=kill,hang,exc,slow,ckpt_crash", mtti_s), 300,
-                       "--max-restarts 60 --no-progress-cycles 6", flags, 480);
+                       "--max-restarts 60 --no-progress-cycles 6", flags + memory, 480);
+  std::ofstream{stop};
   ASSERT_EQ(r.code, 0) << r.output;
   const auto ev = events();
+  std::vector<json> lost;
+  std::ifstream in(losses);
+  for (std::string line; std::getline(in, line);) lost.push_back(json::parse(line));
+  EXPECT_GE(lost.size(), 1u) << "no host was lost";
+  int fetched = 0;  // restores in which the lost host's ranks took their state from their buddies' copies
+  for (const json& m : of(ev, "MEMORY_RESTORE")) fetched += m["fetched"] != "0";
+  EXPECT_GE(fetched, 1) << r.output;
   const auto faults = of(ev, "faults");
   ASSERT_EQ(faults.size(), 1u);
   EXPECT_GE(faults[0]["injected"].get<int>(), 5) << r.output;
@@ -301,10 +319,12 @@ TEST_F(ResilientE2E, AChaosSoakEndsWithTheFaultFreeWeights) {
   expect_equals_clean_run(300, clean);
   int frozen_in_collective = 0;
   for (const json& f : of(ev, "FAULT_INJECTED")) frozen_in_collective += f.value("how", "") == "freeze";
-  std::printf("chaos soak (mtti %.2f s): %d faults injected (%d ranks frozen inside a collective), %d detected (%zu cut "
-              "short), detection mean %.2f s max %.2f s, %d launches, ETTR %.1f%% over %.1f s\n",
-              mtti_s, faults[0]["injected"].get<int>(), frozen_in_collective, faults[0]["detected"].get<int>(),
-              faults[0]["cut_short"].size(),
+  std::printf("chaos soak (mtti %.2f s): %d faults injected (%d ranks frozen inside a collective) and %zu host losses, "
+              "%d detected (%zu cut short), %zu restores from memory (%d fetching a lost host's state from its "
+              "buddies), detection mean %.2f s max %.2f s, %d launches, ETTR %.1f%% over %.1f s\n",
+              mtti_s, faults[0]["injected"].get<int>(), frozen_in_collective, lost.size(),
+              faults[0]["detected"].get<int>(), faults[0]["cut_short"].size(), of(ev, "MEMORY_RESTORE").size(),
+              fetched,
               faults[0]["mean_detection_s"].get<double>(), faults[0]["max_detection_s"].get<double>(),
               end["attempts"].get<int>(), 100 * end["ettr"].get<double>(), end["wall_s"].get<double>());
 }
