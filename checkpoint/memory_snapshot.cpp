@@ -18,9 +18,44 @@ constexpr std::string_view kMagic = "MTSNAP01";
 
 uint32_t crc_of(std::string_view bytes) { return crc32_update(0, bytes.data(), bytes.size()); }
 
-template <class T>
-void put(std::string& out, const T& v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+// Where encode() puts a snapshot's bytes: counted (Count: the size), or copied to a cursor (Copy).
+struct Count {
+  size_t n = 0;
+  void bytes(const void*, size_t k) { n += k; }
+};
+struct Copy {
+  char* at;
+  void bytes(const void* p, size_t k) {
+    std::memcpy(at, p, k);
+    at += k;
+  }
+};
+
+template <class Sink, class T>
+void put(Sink& out, const T& v) {
+  out.bytes(&v, sizeof v);
+}
+
+// Everything of the snapshot but the CRC-32, in the format's order (checkpoint/memory_snapshot.h).
+template <class Sink>
+void encode(const CheckpointTensors& t, const SnapshotHeader& h, Sink& out) {
+  out.bytes(kMagic.data(), kMagic.size());
+  put(out, static_cast<int32_t>(h.rank)), put(out, static_cast<int32_t>(h.world));
+  put(out, static_cast<int64_t>(h.layout_json.size()));
+  out.bytes(h.layout_json.data(), h.layout_json.size());
+  const TrainState& s = h.state;
+  put(out, s.step), put(out, s.consumed_samples), put(out, s.seed), put(out, s.skipped_steps), put(out, s.loss_scale);
+  put(out, s.loss_scale_growth_tracker), put(out, s.loss_scale_hysteresis_tracker);
+  put(out, static_cast<int64_t>(t.pieces.size()));
+  for (const CheckpointPiece& p : t.pieces) {
+    put(out, p.begin), put(out, p.part_begin), put(out, p.part_end);
+    for (const FlatSlice* f : {&p.params, &p.exp_avg, &p.exp_avg_sq}) {
+      MT_CHECK(f->begin <= p.part_begin && p.part_end <= f->end, "slice [{}, {}) lacks its partition [{}, {})",
+               f->begin, f->end, p.part_begin, p.part_end);
+      put(out, p.part_begin), put(out, p.part_end);
+      out.bytes(f->data + (p.part_begin - f->begin), static_cast<size_t>(p.part_end - p.part_begin) * sizeof(float));
+    }
+  }
 }
 
 // Reads the fields of a snapshot in order; running past the end is a CheckpointError.
@@ -141,36 +176,27 @@ std::string describe(const Ranges& ranges) {
 }  // namespace
 
 std::string encode_snapshot(const CheckpointTensors& t, const SnapshotHeader& h) {
-  std::string out;
-  encode_snapshot_body(t, h, out);
-  seal_snapshot(out);
+  std::string out(snapshot_size(t, h), '\0');
+  encode_snapshot_body(t, h, out.data());
+  seal_snapshot(out.data(), out.size());
   return out;
 }
 
-void seal_snapshot(std::string& body) { put(body, crc_of(body)); }
+size_t snapshot_size(const CheckpointTensors& t, const SnapshotHeader& h) {
+  Count count;
+  encode(t, h, count);
+  return count.n + sizeof(uint32_t);
+}
 
-void encode_snapshot_body(const CheckpointTensors& t, const SnapshotHeader& h, std::string& out) {
-  size_t floats = 0;
-  for (const CheckpointPiece& p : t.pieces) floats += kKinds * static_cast<size_t>(p.part_end - p.part_begin);
-  out.reserve(kMagic.size() + 256 + h.layout_json.size() + t.pieces.size() * 72 + floats * sizeof(float));
-  out.assign(kMagic);
-  put(out, static_cast<int32_t>(h.rank)), put(out, static_cast<int32_t>(h.world));
-  put(out, static_cast<int64_t>(h.layout_json.size()));
-  out += h.layout_json;
-  const TrainState& s = h.state;
-  put(out, s.step), put(out, s.consumed_samples), put(out, s.seed), put(out, s.skipped_steps), put(out, s.loss_scale);
-  put(out, s.loss_scale_growth_tracker), put(out, s.loss_scale_hysteresis_tracker);
-  put(out, static_cast<int64_t>(t.pieces.size()));
-  for (const CheckpointPiece& p : t.pieces) {
-    put(out, p.begin), put(out, p.part_begin), put(out, p.part_end);
-    for (const FlatSlice* f : {&p.params, &p.exp_avg, &p.exp_avg_sq}) {
-      MT_CHECK(f->begin <= p.part_begin && p.part_end <= f->end, "slice [{}, {}) lacks its partition [{}, {})",
-               f->begin, f->end, p.part_begin, p.part_end);
-      put(out, p.part_begin), put(out, p.part_end);
-      out.append(reinterpret_cast<const char*>(f->data + (p.part_begin - f->begin)),
-                 static_cast<size_t>(p.part_end - p.part_begin) * sizeof(float));
-    }
-  }
+void encode_snapshot_body(const CheckpointTensors& t, const SnapshotHeader& h, char* out) {
+  Copy copy{out};
+  encode(t, h, copy);
+}
+
+void seal_snapshot(char* snapshot, size_t size) {
+  const size_t body = size - sizeof(uint32_t);
+  const uint32_t crc = crc_of({snapshot, body});
+  std::memcpy(snapshot + body, &crc, sizeof crc);
 }
 
 SnapshotHeader snapshot_header(std::string_view bytes, const std::string& source) {

@@ -28,11 +28,13 @@ struct SnapshotHeader {
 };
 
 std::string encode_snapshot(const CheckpointTensors& t, const SnapshotHeader& h);
-// The same in two parts: everything but the CRC-32 into `out`, whose capacity is reused (a snapshot is
-// a copy of the rank's whole state: the step's stall), then seal_snapshot appends the CRC (off the
-// step, on the thread that stores it).
-void encode_snapshot_body(const CheckpointTensors& t, const SnapshotHeader& h, std::string& out);
-void seal_snapshot(std::string& body);
+// The same in place, in two parts, into snapshot_size bytes at `out` (a file of the memory store mapped
+// for writing, checkpoint/memory_store.h): encode_snapshot_body writes everything but the CRC-32 (a
+// copy of the rank's whole state: the step's stall), then seal_snapshot its last 4 bytes, the CRC (off
+// the step, on the thread that stores it).
+size_t snapshot_size(const CheckpointTensors& t, const SnapshotHeader& h);
+void encode_snapshot_body(const CheckpointTensors& t, const SnapshotHeader& h, char* out);
+void seal_snapshot(char* snapshot, size_t size);
 
 // The header of `bytes`, checked whole (magic, length, CRC-32); a damaged snapshot is a
 // CheckpointError naming `source`.

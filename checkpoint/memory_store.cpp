@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -52,7 +53,7 @@ fs::path MemoryStore::step_dir(int64_t step) const { return dir_ / checkpoint_st
 
 fs::path MemoryStore::spare(int rank) const { return dir_ / "spare" / fmt::format("rank_{}.snap", rank); }
 
-void MemoryStore::put(int64_t step, int rank, std::string_view bytes) const {
+MemoryStore::Writing MemoryStore::write(int64_t step, int rank, size_t size) const {
   const fs::path d = step_dir(step), path = d / fmt::format("rank_{}.snap", rank), tmp = path.string() + ".tmp";
   std::error_code ec;
   fs::create_directories(d, ec);
@@ -62,23 +63,22 @@ void MemoryStore::put(int64_t step, int rank, std::string_view bytes) const {
     fs::rename(layout_tmp, layout, ec);
   }
   // The spare (if another rank of the host has not just taken it: rename is atomic) is overwritten
-  // in place, then cut to length.
+  // in place, cut or grown to length.
   fs::rename(spare(rank), tmp, ec);
-  const bool recycled = !ec;
-  {
-    const auto mode = recycled ? std::ios::in | std::ios::out : std::ios::out | std::ios::trunc;
-    std::ofstream out(tmp, std::ios::binary | mode);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out.good())
-      throw CheckpointError(fmt::format("memory snapshot: cannot write {} ({} bytes; is its memory full?)",
-                                        tmp.string(), bytes.size()));
-  }
-  if (recycled) fs::resize_file(tmp, bytes.size(), ec);
-  if (recycled && ec)
-    throw CheckpointError(fmt::format("memory snapshot: cannot cut {} to {} bytes: {}", tmp.string(), bytes.size(),
-                                      ec.message()));
-  fs::rename(tmp, path, ec);
-  if (ec) throw CheckpointError(fmt::format("memory snapshot: cannot rename {}: {}", tmp.string(), ec.message()));
+  return Writing(MappedFile(tmp, size), tmp, path);
+}
+
+void MemoryStore::Writing::finish() {
+  file_.unmap();
+  std::error_code ec;
+  fs::rename(tmp_, path_, ec);
+  if (ec) throw CheckpointError(fmt::format("memory snapshot: cannot rename {}: {}", tmp_.string(), ec.message()));
+}
+
+void MemoryStore::put(int64_t step, int rank, std::string_view bytes) const {
+  Writing w = write(step, rank, bytes.size());
+  if (!bytes.empty()) std::memcpy(w.data(), bytes.data(), bytes.size());
+  w.finish();
 }
 
 void MemoryStore::commit(int64_t step) const {

@@ -6,8 +6,9 @@
 // hosts and no host holds only its own. An all-reduce then tells every rank whether every copy was
 // written; only then does each commit the step on its host, so a half-written set is never used, and
 // the next prune removes it. Storage checkpoints go on as configured (less often).
-// Only the encoding (a copy of the rank's state into one buffer) stalls the step; a thread writes,
-// exchanges and commits it on a communicator of its own while the next steps run. A snapshot that
+// Only the encoding (a copy of the rank's state into the file that keeps it, mapped: no buffer) stalls
+// the step; a thread seals it, sends it to the buddy (which receives it straight into its own file)
+// and commits, on a communicator of its own while the next steps run. A snapshot that
 // finds the previous one still in flight waits for it (the wait is in that step's time).
 #pragma once
 #include <optional>
@@ -45,15 +46,16 @@ class MemorySnapshots final : public StepObserver {
   void finish() { discard("the run ended"); }
 
  private:
-  // On the thread: writes `own` and exchanges it with the buddies, agrees, commits, prunes.
-  void store(int64_t step, const std::string& own, double stall_ms);
+  // On the thread: seals own_, exchanges it with the buddies, agrees, commits, prunes.
+  void store(int64_t step, double stall_ms);
+  bool exchange(int64_t step, int to, int from, int64_t& received);
 
   const Config& cfg_;
   RankRun& run_;
   const RunState& at_;
   std::optional<MemoryStore> store_;  // none when memory snapshots are off
   std::optional<Comm> comm_;          // the thread's duplicate of the world
-  std::string own_, copy_;            // the snapshot in flight, the ward's received (buffers reused)
+  std::optional<MemoryStore::Writing> own_;  // the snapshot in flight, written in its file in place
   std::thread worker_;
   bool logged_ = false;
 };

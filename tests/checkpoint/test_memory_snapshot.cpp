@@ -3,15 +3,18 @@
 // snapshot, or a group missing a rank, is refused with a CheckpointError naming what is wrong;
 // snapshots of a larger dp re-shard into a smaller one; the
 // store lists only committed steps, with the ranks whose snapshots it holds, prunes old and
-// half-written sets and other layouts' once its own commits, and rewrites a pruned step's files in
-// place for the next snapshots.
+// half-written sets and other layouts' once its own commits, rewrites a pruned step's files in
+// place for the next snapshots, and writes a snapshot through a mapping of its file.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <array>
+#include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 
 #include "checkpoint/memory_snapshot.h"
@@ -216,6 +219,32 @@ TEST(MemoryStore, PrunedSnapshotsAreRewrittenInPlace) {
   store.commit(4), store.prune(1);
   EXPECT_EQ(store.committed(), (std::vector<StoredStep>{{4, {0}}}));
   EXPECT_EQ(store.bytes(), static_cast<int64_t>(fourth.size() + third.size()) + 2 + 9);
+}
+
+// A snapshot is written where the store keeps it (trainer/memory_snapshots.h encodes into the
+// mapping): what goes through write()'s mapping is in the file after finish(), and not before; a
+// file that cannot be given its length (here: beyond RLIMIT_FSIZE) is a CheckpointError naming it.
+TEST(MemoryStore, WritesASnapshotInPlaceThroughItsFile) {
+  test::TempDir dir("memory_mapped");
+  const MemoryStore store(dir.path(), "vnode0", R"({"dp":1})");
+  const std::string bytes = "MTSNAP01 and the rest of a snapshot";
+  MemoryStore::Writing w = store.write(7, 3, bytes.size());
+  ASSERT_EQ(w.size(), bytes.size());
+  std::memcpy(w.data(), bytes.data(), bytes.size());
+  EXPECT_FALSE(std::filesystem::exists(store.dir() / "step_0000007" / "rank_3.snap"));  // not yet in the store
+  w.finish();
+  EXPECT_EQ(store.get(7, 3), bytes);
+
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct rlimit small = old;
+  small.rlim_cur = 1 << 16;
+  const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const std::string e = checkpoint_error([&] { store.write(8, 3, 1 << 20); });
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_CONTAINS(e, "step_0000008/rank_3.snap.tmp (1048576 bytes)");
 }
 
 TEST(MemoryStore, InventoriesRoundTripAsText) {
