@@ -162,9 +162,11 @@ echo "== 6. elastic: simhost2 lost (killed, then unplugged) goes on at dp = 2, a
 # the job runs find it back, then simhost3's rank is killed, and the relaunch after that readmits
 # simhost2 (found back: not probed again) and simhost3 (not probed yet: probed then) and re-shards the
 # dp = 2 set to dp = 3. The sample log must equal a fault-free dp = 3 run's: no sample skipped or
-# repeated across either change.
+# repeated across either change. Rank 0 sleeps 100 ms a step, so that a launch outlasts the probes
+# (a 30 ms step let the job finish before the probe found simhost2 back, in one CI run).
+MEGATRAIN_FAULT="slow:rank=0:ms=100:attempt=*" \
 "$driver" --checkpoint-dir "$dir/ck6" --run-dir "$dir/drv6" --hosts simhost1:1,simhost2:1,simhost3:1 --backoff-s 2 \
-  --probe-lost-hosts --probe-timeout-s 5 --probe-after-s 0 --probe-every-s 1 -- "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train \
+  --probe-lost-hosts --probe-timeout-s 2 --probe-after-s 0 --probe-every-s 1 -- "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train \
   --config "$dir/tiny.toml" --set train.steps=150 --set checkpoint.save_interval=50 --set parallel.zero_stage=1 \
   --set checkpoint.memory_interval=1 --set checkpoint.memory_dir="$dir/shm6" \
   --set log.samples_file="$dir/samples6.jsonl" >"$dir/driver6.log" 2>&1 &
