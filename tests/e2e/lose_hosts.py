@@ -16,20 +16,16 @@ import signal
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "scripts"))
+from resilient_heartbeats import beats  # noqa: E402  (the driver's reading of RUN/hb)
+
 
 def live_ranks(run_dir, node):
     """{rank: (pid, step)} of NODE's ranks when each beat within the last second past step 0, else {}."""
-    hb = os.path.join(run_dir, "hb")
     out = {}
-    for name in os.listdir(hb) if os.path.isdir(hb) else []:
-        path = os.path.join(hb, name)
-        try:
-            beat = json.load(open(path))
-            age = time.time() - os.path.getmtime(path)
-        except (OSError, ValueError):
-            continue
+    for beat in beats(run_dir):
         if beat.get("node") == node:
-            if age > 1.0 or beat.get("step", 0) < 1:
+            if beat["age"] > 1.0 or beat.get("step", 0) < 1:
                 return {}
             out[beat["rank"]] = (beat["pid"], beat["step"])
     return out
