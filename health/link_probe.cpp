@@ -107,6 +107,12 @@ LinkVerdict judge_links(std::vector<LinkSample>& samples, const std::vector<std:
   return {{blamed.begin(), blamed.end()}, {ranks.begin(), ranks.end()}};
 }
 
+void keep_faster(std::vector<LinkSample>& into, const std::vector<LinkSample>& again) {
+  MT_CHECK(into.size() == again.size(), "keep_faster: {} pairs against {}", into.size(), again.size());
+  for (size_t i = 0; i < into.size(); ++i)
+    if (again[i].seconds < into[i].seconds) into[i] = again[i];
+}
+
 std::string describe_links(const std::vector<LinkSample>& samples) {
   std::vector<std::string> text;
   for (const LinkSample& s : samples)

@@ -42,6 +42,11 @@ struct LinkVerdict {
 LinkVerdict judge_links(std::vector<LinkSample>& samples, const std::vector<std::string>& hosts, double ratio,
                         double min_extra_s);
 
+// Each pair of `into` takes `again`'s sample where that transfer was faster (the same ring, measured
+// again later): on a busy machine a pair can lose its cores through all of one probe's transfers,
+// while a slow link is slow in every probe.
+void keep_faster(std::vector<LinkSample>& into, const std::vector<LinkSample>& again);
+
 // "0-1: 1888 MB/s 239 us; 1-2 (inter-host): 1 MB/s 187 us SLOW; …"
 std::string describe_links(const std::vector<LinkSample>& samples);
 

@@ -50,8 +50,14 @@ SelfCheckResult loopback(const Comm& world) {
 SelfCheckResult pairs(const Comm& world, const std::vector<std::string>& hosts) {
   const auto t0 = Clock::now();
   if (world.size() == 1) return {"pairs", true, since(t0), "one rank: no pairs", {}};
+  // A ring that shows a slow pair is probed again, up to twice, each pair keeping its fastest
+  // transfer: ranks sharing cores can stall one probe of a healthy link, not three.
   auto links = probe_ring_links(world, hosts, 4 << 20, 20, 3);
-  const LinkVerdict verdict = judge_links(links, hosts, 3.0, 0.0);
+  LinkVerdict verdict = judge_links(links, hosts, 3.0, 0.0);
+  for (int probe = 1; probe < 3 && !verdict.ok(); ++probe) {
+    keep_faster(links, probe_ring_links(world, hosts, 4 << 20, 20, 3));
+    verdict = judge_links(links, hosts, 3.0, 0.0);
+  }
   std::string detail = describe_links(links);
   if (!verdict.ok()) detail += fmt::format("; slow links pinned on hosts [{}]", fmt::join(verdict.hosts, ","));
   return {"pairs", verdict.ok(), since(t0), detail, verdict.ranks};

@@ -66,6 +66,19 @@ TEST(LinkProbe, TheFloorKeepsSmallAbsoluteDelaysFromCounting) {
   EXPECT_FALSE(judge_links(s, kSix, 3.0, 0.005).ok());
 }
 
+TEST(LinkProbe, ASecondProbeKeepsEachPairsFasterTransfer) {
+  auto first = ring(kSix, {3000, 4, 1500, 4, 1400, 1700});
+  judge_links(first, kSix, 3.0, 0.0);
+  const auto again = ring(kSix, {1000, 1600, 1500, 5, 1200, 1700});  // 1-2 stalled in the first probe only
+  keep_faster(first, again);
+  EXPECT_DOUBLE_EQ(first[0].bandwidth, 3000e6);
+  EXPECT_DOUBLE_EQ(first[1].bandwidth, 1600e6);
+  EXPECT_DOUBLE_EQ(first[3].bandwidth, 5e6);
+  EXPECT_DOUBLE_EQ(first[4].bandwidth, 1400e6);
+  EXPECT_FALSE(first[1].slow);
+  EXPECT_EQ(judge_links(first, kSix, 3.0, 0.0).hosts, (std::vector<std::string>{"b", "c"}));
+}
+
 TEST(LinkProbe, DescribeMarksSlowAndInterHostPairs) {
   auto s = ring({"a", "b", "c"}, {5, 5, 1600});
   judge_links(s, {"a", "b", "c"}, 3.0, 0.0);
