@@ -3,11 +3,13 @@
 # 124M shape (configs/gpt2_124m.toml, B 1 × T 1024 per rank, ZeRO 1) on RANKS ranks, one per virtual
 # host (MEGATRAIN_RANKS_PER_NODE=1, so every snapshot also goes to a buddy), on the demo's data
 # (scripts/demo.sh --data-only), REPS runs of STEPS steps without snapshots and with one every
-# INTERVAL steps,
-# alternating; the mean step time over each run's steps after the first two (a mean, as a snapshot
-# every k steps costs in spikes), then the median over runs; the snapshot's size and stall from the log.
+# INTERVAL steps, alternating; the mean step time over each run's steps after the first SKIP (a mean,
+# as a snapshot every k steps costs in spikes; the first snapshots create their files, later ones
+# rewrite the spare), then the median over runs. From the runs' MEMORY_SNAPSHOT_COST lines: what the
+# steps waited for the snapshots (their direct cost) and the CPU time of the thread that copies and
+# exchanges them (what they can take from the compute when it keeps every core busy, as here).
 #   bench/memory_snapshots.sh [DIR]        (DIR default runs/bench_memory_snapshots)
-# Environment: MEGATRAIN_BIN (build/megatrain), RANKS (2), REPS (3), STEPS (8), INTERVAL (1).
+# Environment: MEGATRAIN_BIN (build/megatrain), RANKS (2), REPS (3), STEPS (16), SKIP (3), INTERVAL (1).
 # Runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (they halve OpenBLAS on this machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +17,8 @@ bin=$(realpath "${MEGATRAIN_BIN:-build/megatrain}")
 dir=${1:-runs/bench_memory_snapshots}
 ranks=${RANKS:-2}
 reps=${REPS:-3}
-steps=${STEPS:-8}
+steps=${STEPS:-16}
+skip=${SKIP:-3}
 interval=${INTERVAL:-1}
 [ -x "$bin" ] || { echo "$0: $bin not found; run scripts/setup.sh first" >&2; exit 2; }
 [ -e runs/demo/fortunes_train.idx ] || MEGATRAIN_BIN="$bin" bash scripts/demo.sh --data-only
@@ -43,16 +46,24 @@ for r in $(seq "$reps"); do
     --set checkpoint.memory_dir="$shm"
 done
 grep -h "memory snapshots: every" "$dir"/on_*.log | head -1
-/usr/bin/python3 - "$dir" "$reps" "$interval" <<'PY'
-import json, statistics, sys
-d, reps, interval = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+/usr/bin/python3 - "$dir" "$reps" "$interval" "$skip" <<'PY'
+import json, re, statistics, sys
+d, reps, interval, skip = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 def mean_step(name):
     ms = [json.loads(l)["step_time_ms"] for l in open(f"{d}/{name}.jsonl") if "step_time_ms" in l]
-    return statistics.mean(ms[2:])
+    return statistics.mean(ms[skip:])
 off = [mean_step(f"off_{r}") for r in range(1, reps + 1)]
 on = [mean_step(f"on_{r}") for r in range(1, reps + 1)]
 print("per run (ms): without " + ", ".join(f"{x:.0f}" for x in off) + "; with " + ", ".join(f"{x:.0f}" for x in on))
 a, b = statistics.median(off), statistics.median(on)
-print(f"mean step time (median over {reps} runs): without snapshots {a:.0f} ms, with one every {interval} steps {b:.0f} ms "
-      f"({100 * (b / a - 1):+.1f} %)")
+print(f"mean step time after step {skip} (median over {reps} runs): without snapshots {a:.0f} ms, with one every "
+      f"{interval} steps {b:.0f} ms ({100 * (b / a - 1):+.1f} %)")
+cost = [dict((k, float(v)) for k, v in re.findall(r"(\w+_ms)=([0-9.]+)", l))
+        for r in range(1, reps + 1) for l in open(f"{d}/on_{r}.log") if "MEMORY_SNAPSHOT_COST" in l]
+if cost:
+    mean = {k: statistics.mean(c[k] for c in cost) for k in cost[0]}
+    print(f"per snapshot (mean over {len(cost)} rank-runs): the step waited {mean['mean_wait_ms']:.0f} ms "
+          f"({100 * mean['mean_wait_ms'] / a:.1f} % of a step; at most {max(c['max_wait_ms'] for c in cost):.0f} ms), "
+          f"copy {mean['mean_copy_ms']:.0f} ms and store {mean['mean_store_ms']:.0f} ms beside the step, "
+          f"the thread's CPU {mean['mean_thread_cpu_ms']:.0f} ms ({100 * mean['mean_thread_cpu_ms'] / a:.1f} % of a step)")
 PY

@@ -23,11 +23,19 @@ struct Count {
   size_t n = 0;
   void bytes(const void*, size_t k) { n += k; }
 };
+// Copy also takes the CRC-32 of what it wrote a block at a time, while the block is still in cache:
+// one pass over the state's memory instead of a copy and then a read of the copy.
 struct Copy {
+  static constexpr size_t kBlock = 256 << 10;
   char* at;
+  uint32_t crc = 0;
   void bytes(const void* p, size_t k) {
-    std::memcpy(at, p, k);
-    at += k;
+    for (size_t done = 0; done < k; done += kBlock) {
+      const size_t n = std::min(kBlock, k - done);
+      std::memcpy(at, static_cast<const char*>(p) + done, n);
+      crc = crc32_update(crc, at, n);
+      at += n;
+    }
   }
 };
 
@@ -177,8 +185,7 @@ std::string describe(const Ranges& ranges) {
 
 std::string encode_snapshot(const CheckpointTensors& t, const SnapshotHeader& h) {
   std::string out(snapshot_size(t, h), '\0');
-  encode_snapshot_body(t, h, out.data());
-  seal_snapshot(out.data(), out.size());
+  encode_snapshot_into(t, h, out.data());
   return out;
 }
 
@@ -188,15 +195,10 @@ size_t snapshot_size(const CheckpointTensors& t, const SnapshotHeader& h) {
   return count.n + sizeof(uint32_t);
 }
 
-void encode_snapshot_body(const CheckpointTensors& t, const SnapshotHeader& h, char* out) {
+void encode_snapshot_into(const CheckpointTensors& t, const SnapshotHeader& h, char* out) {
   Copy copy{out};
   encode(t, h, copy);
-}
-
-void seal_snapshot(char* snapshot, size_t size) {
-  const size_t body = size - sizeof(uint32_t);
-  const uint32_t crc = crc_of({snapshot, body});
-  std::memcpy(snapshot + body, &crc, sizeof crc);
+  std::memcpy(copy.at, &copy.crc, sizeof copy.crc);
 }
 
 SnapshotHeader snapshot_header(std::string_view bytes, const std::string& source) {

@@ -28,13 +28,10 @@ struct SnapshotHeader {
 };
 
 std::string encode_snapshot(const CheckpointTensors& t, const SnapshotHeader& h);
-// The same in place, in two parts, into snapshot_size bytes at `out` (a file of the memory store mapped
-// for writing, checkpoint/memory_store.h): encode_snapshot_body writes everything but the CRC-32 (a
-// copy of the rank's whole state: the step's stall), then seal_snapshot its last 4 bytes, the CRC (off
-// the step, on the thread that stores it).
+// The same in place, into snapshot_size bytes at `out` (a file of the memory store mapped for
+// writing, checkpoint/memory_store.h): a copy of the rank's whole state, its CRC-32 taken as it goes.
 size_t snapshot_size(const CheckpointTensors& t, const SnapshotHeader& h);
-void encode_snapshot_body(const CheckpointTensors& t, const SnapshotHeader& h, char* out);
-void seal_snapshot(char* snapshot, size_t size);
+void encode_snapshot_into(const CheckpointTensors& t, const SnapshotHeader& h, char* out);
 
 // The header of `bytes`, checked whole (magic, length, CRC-32); a damaged snapshot is a
 // CheckpointError naming `source`.

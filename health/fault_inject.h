@@ -23,7 +23,7 @@ void inject_extra_collective(const FaultPlan& plan, const Comm& world, int64_t s
 // with SIGKILL.
 void inject_checkpoint_crash(const FaultPlan& plan, int rank, int64_t step, const char* phase);
 
-// ckpt_slow: sleeps its ms (once per checkpoint write).
+// ckpt_slow: sleeps its ms (once per checkpoint write or memory snapshot).
 void inject_checkpoint_delay(const FaultPlan& plan, int rank, int64_t step);
 
 }  // namespace megatrain

@@ -32,7 +32,8 @@
 //   ckpt_crash:rank=R:step=S:phase=P             the rank kills itself (SIGKILL) while saving step S:
 //                                                mid_shard_write (any rank), after_shard_before_commit
 //                                                or after_commit_before_latest (rank 0, which commits)
-//   ckpt_slow:ms=M[:rank=R]                      every checkpoint write takes M ms longer
+//   ckpt_slow:ms=M[:rank=R]                      every checkpoint write, and every memory snapshot's
+//                                                copy, takes M ms longer
 //   selfcheck_slow:rank=R:factor=F               `megatrain selfcheck`'s GEMM runs F times on rank R
 //   peak_slow:ms=M[:rank=R]                      every timing of the start-up MFU peak measurement
 //                                                (trainer/peak_flops.h) takes M ms longer: a peak

@@ -18,7 +18,9 @@ def fault_detections(seen):
     attempt); None when undetected, "cut short" when the attempt ended before it could be: another
     fault came after it or was detected (a kill injected beside it ends the launch), a rank died by a
     signal (PEER_LOST: also a lost host, which injects nothing), or training finished (a slow rank is
-    judged over whole straggler windows)."""
+    judged over whole straggler windows). Injected delays nothing is meant to detect (ckpt_slow,
+    selfcheck_slow, peak_slow: tests of the trainer's own waiting) are not faults here."""
+    seen = [e for e in seen if e[1] != "FAULT_INJECTED" or e[2]["kind"] in DETECTED_BY]
     out = []
     for i, (attempt, kind, fields, t) in enumerate(seen):
         if kind != "FAULT_INJECTED":

@@ -1,7 +1,8 @@
 // What happens around a training step besides the step itself (trainer/train.cpp run_training):
 // health, faults, the replica check, metrics, checkpoints and evaluation watch each step through
-// three calls, made to every observer in the order of the list:
+// four calls, made to every observer in the order of the list:
 //   begin(step)     before the step's first forward (steps numbered from 1)
+//   updating(step)  before the update, or a roll back, changes the training state
 //   updated(out)    after the update, or after the decision to skip it
 //   end(out)        after the step, timed (out.seconds, out.comm)
 #pragma once
@@ -39,6 +40,7 @@ class StepObserver {
  public:
   virtual ~StepObserver() = default;
   virtual void begin(int64_t step) {}
+  virtual void updating(int64_t step) {}
   virtual void updated(const StepOutcome& out) {}
   virtual void end(const StepOutcome& out) {}
 };
@@ -48,6 +50,9 @@ class StepObservers {
   StepObservers(std::initializer_list<StepObserver*> list) : list_(list) {}
   void begin(int64_t step) const {
     for (StepObserver* o : list_) o->begin(step);
+  }
+  void updating(int64_t step) const {
+    for (StepObserver* o : list_) o->updating(step);
   }
   void updated(const StepOutcome& out) const {
     for (StepObserver* o : list_) o->updated(out);

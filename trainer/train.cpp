@@ -58,6 +58,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
                             : run.train_step(step + at.data_skip, step_faults.grad_scale(out.loss_scale));
     out.loss = step_faults.on_loss(out.step, out.step + at.data_skip, loss);
     const Verdict verdict = guard.judge(out.step, out.loss, saves.can_roll_back());
+    observers.updating(out.step);
     if (verdict == Verdict::roll_back) {
       saves.wait(out.step);
       roll_back(cfg, state, run, world, at, out.step);

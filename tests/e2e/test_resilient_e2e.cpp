@@ -2,8 +2,8 @@
 // (tp, dp) = (2, 2), saving every 10 steps, with faults injected through MEGATRAIN_FAULT:
 //  - rank 3 killed at step 25: one restart, from step 20, and the run ends with the losses and
 //    weights of a fault-free run, bit for bit; with memory snapshots every step, from step 24 in
-//    memory, also when the second host's memory is gone (its ranks fetch their buddies' copies), and
-//    with context parallelism;
+//    memory, also when the second host's memory is gone (its ranks fetch their buddies' copies), with
+//    context parallelism, and when every snapshot's copy is late (the next update waits for it);
 //  - a host (virtual: MEGATRAIN_RANKS_PER_NODE = 2) whose two ranks stop, with the trainer's own
 //    watchdog off: the driver sees the heartbeats stop, names the node and its ranks, restarts;
 //  - a launch that starts no rank yet ends 0 (srun after a requeue): restarted, not "finished";
@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,24 @@ TEST_F(ResilientE2E, AKilledRankResumesFromMemoryLosingOneOrTwoSteps) {
               step.c_str(), t["total_s"].get<double>(), t["detection_s"].get<double>(), t["teardown_s"].get<double>(),
               t["relaunch_s"].get<double>(), t["startup_s"].get<double>(), t["state_load_s"].get<double>(),
               t["first_step_s"].get<double>());
+}
+
+// A step's snapshot is copied beside the next step, whose update waits for the copy: with every copy
+// 300 ms late (ckpt_slow; the saves too) the next update would come first and step S's snapshot would
+// hold some of step S + 1's state. The kill at step 25 resumes from memory and the run still ends
+// with the fault-free weights; the time the steps waited is logged.
+TEST_F(ResilientE2E, ASnapshotCopiedBesideTheNextStepHoldsItsOwnStep) {
+  const std::string memory = "--set checkpoint.memory_interval=1 --set checkpoint.memory_dir=" + (dir_ / "shm").string();
+  const auto r = drive("ckpt_slow:ms=300:attempt=*;kill:rank=3:step=25:sig=9", 30, "", memory);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto restores = of(events(), "MEMORY_RESTORE");
+  ASSERT_EQ(restores.size(), 1u) << r.output;
+  EXPECT_EQ(restores[0]["source"], "memory");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("MEMORY_SNAPSHOT_COST rank=0 snapshots=(\\d+) mean_wait_ms=([0-9.]+)")))
+      << r.output;
+  EXPECT_GE(std::stod(m[2]), 150.0) << m[0];  // each update waited for most of its copy's 300 ms
+  expect_equals_clean_run(30, clean_run(30, ""));
 }
 
 // The same with context parallelism, (cp, dp) = (2, 2): the snapshots hold each rank's share of the
