@@ -4,12 +4,14 @@
 # host (MEGATRAIN_RANKS_PER_NODE=1, so every snapshot also goes to a buddy), on the demo's data
 # (scripts/demo.sh --data-only), REPS runs of STEPS steps without snapshots and with one every
 # INTERVAL steps, alternating; the mean step time over each run's steps after the first SKIP (a mean,
-# as a snapshot every k steps costs in spikes; the first snapshots create their files, later ones
-# rewrite the spare), then the median over runs. From the runs' MEMORY_SNAPSHOT_COST lines: what the
+# as a snapshot every k steps costs in spikes; the first three snapshots create their files — on a
+# fresh machine 7–10 s of page clearing each — later ones rewrite the spare), then the median over
+# runs and the cost of all runs' steps pooled. From the runs' MEMORY_SNAPSHOT_COST lines: what the
 # steps waited for the snapshots (their direct cost) and the CPU time of the thread that copies and
-# exchanges them (what they can take from the compute when it keeps every core busy, as here).
+# exchanges them, its median over the snapshots (what one takes from the compute when the compute
+# keeps every core busy, as here).
 #   bench/memory_snapshots.sh [DIR]        (DIR default runs/bench_memory_snapshots)
-# Environment: MEGATRAIN_BIN (build/megatrain), RANKS (2), REPS (3), STEPS (16), SKIP (3), INTERVAL (1).
+# Environment: MEGATRAIN_BIN (build/megatrain), RANKS (2), REPS (3), STEPS (16), SKIP (4), INTERVAL (1).
 # Runs with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (they halve OpenBLAS on this machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +20,7 @@ dir=${1:-runs/bench_memory_snapshots}
 ranks=${RANKS:-2}
 reps=${REPS:-3}
 steps=${STEPS:-16}
-skip=${SKIP:-3}
+skip=${SKIP:-4}
 interval=${INTERVAL:-1}
 [ -x "$bin" ] || { echo "$0: $bin not found; run scripts/setup.sh first" >&2; exit 2; }
 [ -e runs/demo/fortunes_train.idx ] || MEGATRAIN_BIN="$bin" bash scripts/demo.sh --data-only
@@ -57,7 +59,7 @@ on = [mean_step(f"on_{r}") for r in range(1, reps + 1)]
 print("per run (ms): without " + ", ".join(f"{x:.0f}" for x in off) + "; with " + ", ".join(f"{x:.0f}" for x in on))
 a, b = statistics.median(off), statistics.median(on)
 print(f"mean step time after step {skip} (median over {reps} runs): without snapshots {a:.0f} ms, with one every "
-      f"{interval} steps {b:.0f} ms ({100 * (b / a - 1):+.1f} %)")
+      f"{interval} steps {b:.0f} ms ({100 * (b / a - 1):+.1f} %); all runs' steps pooled: {100 * (sum(on) / sum(off) - 1):+.1f} %")
 cost = [dict((k, float(v)) for k, v in re.findall(r"(\w+_ms)=([0-9.]+)", l))
         for r in range(1, reps + 1) for l in open(f"{d}/on_{r}.log") if "MEMORY_SNAPSHOT_COST" in l]
 if cost:
@@ -65,5 +67,6 @@ if cost:
     print(f"per snapshot (mean over {len(cost)} rank-runs): the step waited {mean['mean_wait_ms']:.0f} ms "
           f"({100 * mean['mean_wait_ms'] / a:.1f} % of a step; at most {max(c['max_wait_ms'] for c in cost):.0f} ms), "
           f"copy {mean['mean_copy_ms']:.0f} ms and store {mean['mean_store_ms']:.0f} ms beside the step, "
-          f"the thread's CPU {mean['mean_thread_cpu_ms']:.0f} ms ({100 * mean['mean_thread_cpu_ms'] / a:.1f} % of a step)")
+          f"the thread's CPU {mean['mean_thread_cpu_ms']:.0f} ms, median {mean['median_thread_cpu_ms']:.0f} ms "
+          f"({100 * mean['median_thread_cpu_ms'] / a:.1f} % of a step)")
 PY

@@ -9,6 +9,7 @@
 #include <future>
 
 #include "health/fault_inject.h"
+#include "health/median.h"
 #include "parallel/launch_env.h"
 #include "trainer/checkpoint.h"
 
@@ -96,7 +97,8 @@ void MemorySnapshots::updated(const StepOutcome& out) {
     const auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
     cost_.copy_ms += ms(t0, t1);
     cost_.store_ms += ms(t1, std::chrono::steady_clock::now());
-    cost_.cpu_ms += static_cast<double>(cpu1.tv_sec - cpu0.tv_sec) * 1e3 + static_cast<double>(cpu1.tv_nsec - cpu0.tv_nsec) / 1e6;
+    cost_.cpu_ms.push_back(static_cast<double>(cpu1.tv_sec - cpu0.tv_sec) * 1e3 +
+                           static_cast<double>(cpu1.tv_nsec - cpu0.tv_nsec) / 1e6);
   });
 }
 
@@ -156,6 +158,7 @@ void MemorySnapshots::store(int64_t step) {
   const int rank = comm_->rank(), buddy = memory_buddy(rank, comm_->size()), ward = memory_ward(rank, comm_->size());
   int failed = own_ ? 0 : 1;
   int64_t copy_bytes = 0;
+  const int64_t own_bytes = own_ ? static_cast<int64_t>(own_->size()) : 0;
   try {
     if (buddy >= 0 && !exchange(step, buddy, ward, copy_bytes)) failed = 1;
     if (own_) own_->finish();
@@ -166,17 +169,17 @@ void MemorySnapshots::store(int64_t step) {
   comm_->all_reduce(&failed, 1, ReduceOp::max).wait();
   if (!failed) store_->commit(step);
   store_->prune(cfg_.checkpoint.memory_keep);
-  if (cost_.taken == 1) log_first(copy_bytes);
   own_.reset();
+  if (cost_.taken == 1) log_first(own_bytes, copy_bytes);
 }
 
-void MemorySnapshots::log_first(int64_t copy_bytes) const {
+void MemorySnapshots::log_first(int64_t own_bytes, int64_t copy_bytes) const {
   const int rank = comm_->rank();
   if (rank != 0) return;
   const int ward = memory_ward(rank, comm_->size());
   spdlog::info("memory snapshots: every {} steps in {}, {:.1f} MiB per rank{}, {:.1f} MiB on this host for the newest {}",
                cfg_.checkpoint.memory_interval, store_->dir().string(),
-               static_cast<double>(own_ ? own_->size() : 0) / (1 << 20),
+               static_cast<double>(own_bytes) / (1 << 20),
                ward >= 0 ? fmt::format(" + {:.1f} MiB of rank {}'s as its buddy",
                                        static_cast<double>(copy_bytes) / (1 << 20), ward)
                          : " (one host: no buddy copy)",
@@ -187,10 +190,12 @@ void MemorySnapshots::log_first(int64_t copy_bytes) const {
 void MemorySnapshots::log_cost() const {
   if (cost_.taken == 0) return;
   const auto n = static_cast<double>(cost_.taken);
+  double cpu = 0.0;
+  for (double ms : cost_.cpu_ms) cpu += ms;
   spdlog::info("MEMORY_SNAPSHOT_COST rank={} snapshots={} mean_wait_ms={:.1f} max_wait_ms={:.1f} mean_copy_ms={:.1f} "
-               "mean_store_ms={:.1f} mean_thread_cpu_ms={:.1f}",
+               "mean_store_ms={:.1f} mean_thread_cpu_ms={:.1f} median_thread_cpu_ms={:.1f}",
                comm_->rank(), cost_.taken, cost_.waited_ms / n, cost_.most_waited_ms, cost_.copy_ms / n,
-               cost_.store_ms / n, cost_.cpu_ms / n);
+               cost_.store_ms / n, cpu / n, median(cost_.cpu_ms));
 }
 
 }  // namespace megatrain

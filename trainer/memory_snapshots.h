@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "checkpoint/memory_snapshot.h"
 #include "checkpoint/memory_store.h"
@@ -56,7 +57,8 @@ class MemorySnapshots final : public StepObserver {
   // read after it is joined).
   struct Cost {
     int64_t taken = 0;
-    double waited_ms = 0.0, most_waited_ms = 0.0, copy_ms = 0.0, store_ms = 0.0, cpu_ms = 0.0;
+    double waited_ms = 0.0, most_waited_ms = 0.0, copy_ms = 0.0, store_ms = 0.0;
+    std::vector<double> cpu_ms;  // per snapshot: the first ones also create their files
   };
   void waited(std::chrono::steady_clock::time_point since);
   // On the thread: copies the state into own_ (none when it cannot be written), then stores it.
@@ -64,7 +66,7 @@ class MemorySnapshots final : public StepObserver {
   // On the thread: exchanges own_ with the buddies, agrees, commits, prunes.
   void store(int64_t step);
   bool exchange(int64_t step, int to, int from, int64_t& received);
-  void log_first(int64_t copy_bytes) const;
+  void log_first(int64_t own_bytes, int64_t copy_bytes) const;
   void log_cost() const;
 
   const Config& cfg_;

@@ -153,9 +153,13 @@ TEST_F(ResilientE2E, ASnapshotCopiedBesideTheNextStepHoldsItsOwnStep) {
   ASSERT_EQ(restores.size(), 1u) << r.output;
   EXPECT_EQ(restores[0]["source"], "memory");
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("MEMORY_SNAPSHOT_COST rank=0 snapshots=(\\d+) mean_wait_ms=([0-9.]+)")))
-      << r.output;
-  EXPECT_GE(std::stod(m[2]), 150.0) << m[0];  // each update waited for most of its copy's 300 ms
+  const std::regex cost("MEMORY_SNAPSHOT_COST rank=0 snapshots=\\d+ mean_wait_ms=([0-9.]+)");
+  ASSERT_TRUE(std::regex_search(r.output, m, cost)) << r.output;
+  EXPECT_GE(std::stod(m[1]), 150.0) << m[0];  // each update waited for most of its copy's 300 ms
+  const std::regex sizes("memory snapshots: every 1 steps in \\S+, ([0-9.]+) MiB per rank \\+ ([0-9.]+) MiB of rank 2's");
+  ASSERT_TRUE(std::regex_search(r.output, m, sizes)) << r.output;
+  EXPECT_GT(std::stod(m[1]), 0.0) << m[0];
+  EXPECT_EQ(m[1], m[2]) << m[0];  // rank 0's partition and its ward's are the same size
   expect_equals_clean_run(30, clean_run(30, ""));
 }
 
