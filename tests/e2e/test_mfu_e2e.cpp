@@ -34,8 +34,10 @@ void expect_console_mfu_at_most_100(const std::string& out) {
 
 class MfuE2E : public TrainE2E {
  protected:
+  // One BLAS thread, as every test rank: two processes whose BLAS threads spin for each other on two
+  // cores (ctest -j2) slowed these steps 80-fold, under the disturbed peak they must outrun.
   test::Result run(const std::string& env, const std::string& extra) {
-    return test::run_shell(env + " " + test::megatrain_bin() + " train --config " + config_.string() +
+    return test::run_shell("env OMP_NUM_THREADS=1 " + env + " " + test::megatrain_bin() + " train --config " + config_.string() +
                            " --set train.steps=6 --set train.eval_interval=0 --set log.interval=2 "
                            "--set log.metrics_file=" + (dir_ / "m.jsonl").string() + " " + extra);
   }
