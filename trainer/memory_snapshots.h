@@ -61,7 +61,7 @@ class MemorySnapshots final : public StepObserver {
     std::vector<double> cpu_ms;  // per snapshot: the first ones also create their files
   };
   void waited(std::chrono::steady_clock::time_point since);
-  // On the thread: copies the state into own_ (none when it cannot be written), then stores it.
+  // On the thread: copies the state into own_ (none when it cannot be written; ckpt_slow delays it).
   void copy(int64_t step, const CheckpointTensors& state, const SnapshotHeader& header);
   // On the thread: exchanges own_ with the buddies, agrees, commits, prunes.
   void store(int64_t step);
