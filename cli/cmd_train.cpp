@@ -1,4 +1,4 @@
-// `megatrain train --config FILE [--set section.key=value]...`
+// `megatrain train --config FILE [--set section.key=value]... [--default section.key=value]...`
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
@@ -16,12 +16,16 @@ Command add_train_command(CLI::App& root) {
   struct Options {
     std::string config;
     std::vector<std::string> overrides;
+    std::vector<std::string> defaults;
     TrainOptions train;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* app = root.add_subcommand("train", "Train a model described by a TOML config");
   app->add_option("--config", opts->config, "TOML config file")->required();
   app->add_option("--set", opts->overrides, "Override a config key: --set train.steps=20 (repeatable)");
+  app->add_option("--default", opts->defaults,
+                  "Set a config key that neither the file nor --set sets: --default checkpoint.memory_interval=1 "
+                  "(repeatable; the resilient driver's)");
   app->add_flag("--allow-fresh-start", opts->train.allow_fresh_start,
                 "With checkpoint.load = \"latest\": start fresh when no valid checkpoint exists");
   return {app, [opts] {
@@ -33,7 +37,7 @@ Command add_train_command(CLI::App& root) {
                                                       host_name());
             if (world.rank() == 0) spdlog::info("{}", placement);
             else spdlog::debug("{}", placement);
-            Config cfg = load_config(opts->config, opts->overrides);
+            Config cfg = load_config(opts->config, opts->overrides, opts->defaults);
             resolve_config(cfg, world.size());
             agree_on_config(cfg, world);
             StartupTimes::instance().mark("config");

@@ -14,7 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <set>
+#include <map>
 #include <sstream>
 #include <span>
 #include <string_view>
@@ -125,9 +125,12 @@ std::string to_text(const toml::array& a) {
 // Converts one TOML node into one field, or throws naming the file and key.
 struct Reader {
   const std::string& file;
-  const std::set<std::string>& from_set;  // "section.key" given by --set
+  const std::map<std::string, std::string>& given_by;  // "section.key" → the flag that gave it
 
-  std::string origin(const std::string& key) const { return from_set.count(key) ? " (from --set)" : ""; }
+  std::string origin(const std::string& key) const {
+    const auto it = given_by.find(key);
+    return it == given_by.end() ? "" : fmt::format(" (from {})", it->second);
+  }
   [[noreturn]] void fail(const std::string& key, std::string_view want, const toml::node& n) const {
     throw InputError(fmt::format("{}: '{}' must be {}, got {}{}", file, key, want, describe(n), origin(key)));
   }
@@ -283,29 +286,34 @@ toml::table parse_override_value(std::string_view text) {
   return t;
 }
 
-// Applies one --set to ROOT; returns "section.key".
-std::string apply_override(toml::table& root, const std::string& file, const std::string& text) {
+// Applies one FLAG ("--set", or "--default": kept only where the file and every --set left the key
+// unset) to ROOT; returns "section.key", or "" for a default not taken.
+std::string apply_override(toml::table& root, const std::string& file, std::string_view flag, const std::string& text) {
   size_t eq = text.find('=');
   std::string_view lhs = trim(std::string_view(text).substr(0, eq == std::string::npos ? 0 : eq));
   size_t dot = lhs.find('.');
   if (eq == std::string::npos || dot == std::string_view::npos || dot == 0 || dot + 1 == lhs.size() ||
       lhs.find('.', dot + 1) != std::string_view::npos)
-    throw InputError(fmt::format("{}: --set '{}': expected section.key=value", file, text));
+    throw InputError(fmt::format("{}: {} '{}': expected section.key=value", file, flag, text));
   std::string section(lhs.substr(0, dot)), key(lhs.substr(dot + 1));
   if (!is_section(section))
-    throw InputError(fmt::format("{}: --set '{}': unknown section '{}'{} {}", file, text, section,
+    throw InputError(fmt::format("{}: {} '{}': unknown section '{}'{} {}", file, flag, text, section,
                                  suggest_section(section), kReference));
   if (!root.contains(section)) root.insert(section, toml::table{});
   toml::table* t = root.get_as<toml::table>(section);
   MT_CHECK(t, "section checked to be a table before overrides");
   toml::table value = parse_override_value(trim(std::string_view(text).substr(eq + 1)));
-  t->insert_or_assign(key, std::move(*value.get("v")));
+  if (flag == "--default") {
+    if (!t->insert(key, std::move(*value.get("v"))).second) return "";  // a value already there stays
+  } else {
+    t->insert_or_assign(key, std::move(*value.get("v")));
+  }
   return section + "." + key;
 }
 
 // load_config and load_config_text: TEXT parsed as if read from PATH (the name in messages).
-Config load_config_from_text(const std::string& text, const std::string& path,
-                             const std::vector<std::string>& overrides) {
+Config load_config_from_text(const std::string& text, const std::string& path, const std::vector<std::string>& overrides,
+                             const std::vector<std::string>& defaults) {
   toml::table root = parse_toml(text, path);
 
   // 1. Top level: only the known sections, each a table.
@@ -321,9 +329,13 @@ Config load_config_from_text(const std::string& text, const std::string& path,
       throw InputError(fmt::format("{}: '{}' must be a table (a [{}] section), got {}", path, s, s, describe(node)));
   }
 
-  // 2. Overrides, into the parsed tree; later ones win.
-  std::set<std::string> from_set;
-  for (const std::string& o : overrides) from_set.insert(apply_override(root, path, o));
+  // 2. Overrides, into the parsed tree; later ones win. Then the defaults, where nothing set the key.
+  std::map<std::string, std::string> given_by;
+  for (const std::string& o : overrides) given_by[apply_override(root, path, "--set", o)] = "--set";
+  for (const std::string& d : defaults)
+    if (std::string key = apply_override(root, path, "--default", d); !key.empty()) given_by[key] = "--default";
+
+  Reader reader{path, given_by};
 
   // 3. Unknown keys.
   for (const auto& [sname, snode] : root) {
@@ -334,7 +346,7 @@ Config load_config_from_text(const std::string& text, const std::string& path,
       if (!known) {
         std::string hint = suggest_key(sname.str(), kname.str());
         throw InputError(fmt::format("{}: unknown key '{}'{}{} {}", path, full,
-                                     from_set.count(full) ? " (from --set)" : "",
+                                     reader.origin(full),
                                      hint.empty() ? "; remove it or fix its spelling" : hint, kReference));
       }
     }
@@ -343,7 +355,6 @@ Config load_config_from_text(const std::string& text, const std::string& path,
   // 4. Values into the structs, then the single-field rules.
   Config cfg;
   cfg.source = path;
-  Reader reader{path, from_set};
   for_each_field(cfg, [&](std::string_view s, std::string_view k, auto& field) {
     const toml::table* t = root.get_as<toml::table>(s);
     const toml::node* n = t ? t->get(k) : nullptr;
@@ -355,12 +366,13 @@ Config load_config_from_text(const std::string& text, const std::string& path,
 
 }  // namespace
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return load_config_from_text(read_text_file(path), path, overrides);
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   const std::vector<std::string>& defaults) {
+  return load_config_from_text(read_text_file(path), path, overrides, defaults);
 }
 
 Config load_config_text(const std::string& toml_text, const std::string& source_name) {
-  return load_config_from_text(toml_text, source_name, {});
+  return load_config_from_text(toml_text, source_name, {}, {});
 }
 
 }  // namespace megatrain

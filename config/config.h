@@ -163,8 +163,11 @@ struct Config {
 // Parses FILE, applies overrides "section.key=value" (value parsed as a TOML value; a bare word that
 // is not valid TOML is taken as a string, so --set model.norm=rmsnorm works), checks types and
 // unknown keys, and the single-field rules (positive sizes, 0 ≤ dropout < 1, lr ≥ 0, beta in [0,1),
-// enum spellings). Throws InputError.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// enum spellings). Throws InputError. DEFAULTS, in the same form, apply only to keys that neither
+// the file nor an override sets (`megatrain train --default`: how the resilient driver turns on
+// memory snapshots unless the user chose).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   const std::vector<std::string>& defaults = {});
 // The same rules for TOML text that is not a file (a checkpoint's stored config); SOURCE_NAME names it in
 // messages and becomes Config::source.
 Config load_config_text(const std::string& toml_text, const std::string& source_name);

@@ -103,6 +103,25 @@ TEST_F(ConfigTest, OverridesApplyInOrder) {
   EXPECT_EQ(c.log.metrics_file, "");
 }
 
+// `train --default`: a key the file and --set leave unset takes it; one either sets keeps theirs,
+// and a bad one is named as coming from --default.
+TEST_F(ConfigTest, DefaultsApplyOnlyWhereNothingSetTheKey) {
+  const std::vector<std::string> memory_on = {"checkpoint.memory_interval=1", "checkpoint.dir=ckpt"};
+  Config c = load_config(write("[model]\nn_layers = 4\n"), {}, memory_on);
+  EXPECT_EQ(c.checkpoint.memory_interval, 1);
+  EXPECT_EQ(c.checkpoint.dir, "ckpt");
+  EXPECT_EQ(load_config(write("[checkpoint]\nmemory_interval = 0\n"), {}, memory_on).checkpoint.memory_interval, 0);
+  EXPECT_EQ(load_config(write(""), {"checkpoint.memory_interval=3"}, memory_on).checkpoint.memory_interval, 3);
+  EXPECT_EQ(load_config(write(""), {"checkpoint.memory_interval=3"}, memory_on).checkpoint.dir, "ckpt");
+  const std::string path = write("");
+  std::string msg = test::input_error_of([&] { load_config(path, {}, {"checkpoint.memory_interval=-1"}); });
+  EXPECT_CONTAINS(msg, "checkpoint.memory_interval");
+  msg = test::input_error_of([&] { load_config(path, {}, {"checkpoint.memory_intervl=1"}); });
+  EXPECT_CONTAINS(msg, "unknown key 'checkpoint.memory_intervl' (from --default)");
+  msg = test::input_error_of([&] { load_config(path, {}, {"checkpoint.memory_interval"}); });
+  EXPECT_CONTAINS(msg, "--default 'checkpoint.memory_interval': expected section.key=value");
+}
+
 TEST_F(ConfigTest, ResolveFillsDerivedValues) {
   Config c = load_config(write("[train]\nmicro_batch_size = 3\nsteps = 50\n"), {});
   resolve_config(c, 4);

@@ -87,8 +87,10 @@ class ResilientE2E : public test::TrainE2E {
   }
 };
 
+// Storage checkpoints only: the user's checkpoint.memory_interval = 0 overrides the driver's default
+// of a memory snapshot every step.
 TEST_F(ResilientE2E, AKilledRankCostsOneRestartFromTheLastCheckpointAndNotABit) {
-  const auto r = drive("kill:rank=3:step=25:sig=9", 40);
+  const auto r = drive("kill:rank=3:step=25:sig=9", 40, "", "--set checkpoint.memory_interval=0");
   ASSERT_EQ(r.code, 0) << r.output;
   const auto ev = events();
   ASSERT_EQ(of(ev, "restart").size(), 1u) << r.output;
@@ -98,17 +100,20 @@ TEST_F(ResilientE2E, AKilledRankCostsOneRestartFromTheLastCheckpointAndNotABit) 
   ASSERT_EQ(of(ev, "PEER_LOST").size(), 1u);
   EXPECT_EQ(of(ev, "PEER_LOST")[0]["rank"], 3);
   EXPECT_EQ(of(ev, "exit")[0]["code"], 137);
+  EXPECT_TRUE(of(ev, "MEMORY_RESTORE").empty()) << r.output;
+  EXPECT_EQ(r.output.find("memory snapshots: every"), std::string::npos) << r.output;
   const double restart_s = starts[1]["t_wall"].get<double>() - of(ev, "FAULT_INJECTED")[0]["t_wall"].get<double>();
   expect_equals_clean_run(40, clean_run(40, ""));
   std::printf("kill at step 25: 1 restart from step 20 (5 steps lost), relaunched %.2f s after the kill\n", restart_s);
 }
 
-// docs/robustness.md R26: with memory snapshots every step (two virtual hosts of two ranks, buddies
-// across them), the same kill costs one or two steps instead of five: the relaunch restores step 24
+// docs/robustness.md R26: with memory snapshots every step (the driver's default: nothing in the
+// config or on the command line sets checkpoint.memory_interval; two virtual hosts of two ranks,
+// buddies across them), the same kill costs one or two steps instead of five: the relaunch restores step 24
 // from the hosts' memory (23 when step 24's snapshot was still being stored beside step 25), each rank
 // reading its dp group's snapshots on its own host, and the run ends with the fault-free weights.
 TEST_F(ResilientE2E, AKilledRankResumesFromMemoryLosingOneOrTwoSteps) {
-  const std::string memory = "--set checkpoint.memory_interval=1 --set checkpoint.memory_dir=" + (dir_ / "shm").string();
+  const std::string memory = "--set checkpoint.memory_dir=" + (dir_ / "shm").string();
   const auto r = drive("kill:rank=3:step=25:sig=9", 40, "", memory);
   ASSERT_EQ(r.code, 0) << r.output;
   const auto ev = events();
@@ -240,10 +245,11 @@ TEST_F(ResilientE2E, TheLauncherEndsAFailedJobsRanksWithoutGraceUnlessTheUserSet
 
 // docs/robustness.md R18, at dp = 4: a bit flipped in rank 2's copy of a weight after step 22 is found
 // by the replica check at step 25, which names the rank and the tensor and ends the job (75); the
-// driver restarts from step 20 and the run ends with the fault-free weights.
+// driver restarts from step 20 and the run ends with the fault-free weights. Storage checkpoints only
+// (the driver's --memory-interval 0); the test below is the same with memory snapshots.
 TEST_F(ResilientE2E, AFlippedBitInOneReplicaIsFoundAndUndoneByARestart) {
   const std::string dp4 = "--set parallel.tp=1 --set train.micro_batch_size=4 --set health.replica_check_interval=5";
-  const auto r = drive("bitflip:rank=2:step=22:tensor=layers.0.attn.qkv.weight", 40, "", dp4);
+  const auto r = drive("bitflip:rank=2:step=22:tensor=layers.0.attn.qkv.weight", 40, "--memory-interval 0", dp4);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "REPLICA_MISMATCH step=25 ranks=[2] params=[layers.0.attn.qkv.weight]");
   const auto ev = events();
@@ -274,7 +280,10 @@ TEST_F(ResilientE2E, AFrozenHostIsFoundByItsHeartbeats) {
   const auto stale = of(ev, "NODE_STALE");
   ASSERT_EQ(stale.size(), 1u) << r.output;
   EXPECT_EQ(stale[0]["node"], 1);
-  EXPECT_EQ(stale[0]["ranks"], json::array({2, 3}));
+  // The ranks whose beats were older than the timeout when the first was: each rank's heartbeat
+  // thread has its own phase, so the second rank of the frozen host may be up to an interval younger.
+  const json ranks = stale[0]["ranks"];
+  EXPECT_TRUE(ranks == json::array({2, 3}) || ranks == json::array({2}) || ranks == json::array({3})) << ranks;
   EXPECT_EQ(stale[0]["reason"], "no heartbeat");
   EXPECT_GE(stale[0]["last_step"].get<int>(), 60);
   EXPECT_EQ(of(ev, "exit")[0]["code"], 75);
@@ -284,10 +293,12 @@ TEST_F(ResilientE2E, AFrozenHostIsFoundByItsHeartbeats) {
   std::printf("a stopped host was declared stale %.2f s after it stopped (heartbeat timeout 3 s)\n", latency);
 }
 
+// With the driver's default memory snapshots the first launch gets further than none (its steps 1 and
+// 2 are in memory); the three after it resume from step 2 and die at step 3 again: a crash loop.
 TEST_F(ResilientE2E, ACrashLoopStopsWith93AndABadConfigIsNeverRetried) {
   auto r = drive("kill:rank=1:step=3:sig=9:attempt=*", 40);
   EXPECT_EQ(r.code, 93) << r.output;
-  EXPECT_EQ(of(events(), "start").size(), 3u);
+  EXPECT_EQ(of(events(), "start").size(), 4u);
   EXPECT_CONTAINS(r.output, "3 attempts in a row committed no checkpoint beyond step 0: a crash loop");
   fs::remove_all(dir_ / "run");
   r = drive("", 40, "", "--set model.n_heads=5");

@@ -5,11 +5,11 @@
 #                  and training reports SLOW_LINK host=simhost2 (and no STRAGGLER: compute is fine);
 #   2. link down   simhost2 unplugged mid-run: the other ranks' watchdogs fire, naming rank 1
 #                  unreachable, and `megatrain diagnose` names simhost2 cut off;
-#   3. host lost   every process of simhost2 killed under scripts/megatrain-resilient --hosts: the
-#                  driver excludes simhost2 and resumes from the newest checkpoint (step 20 or later) at
-#                  dp = 2;
+#   3. host lost   every process of simhost2 killed under scripts/megatrain-resilient --hosts, storage
+#                  checkpoints only: the driver excludes simhost2 and resumes from the newest
+#                  checkpoint (step 20 or later) at dp = 2;
 #   4. host frozen every process of simhost2 stopped: its heartbeats go stale, the driver kills the
-#                  job, excludes simhost2 and resumes at dp = 2;
+#                  job, excludes simhost2 and resumes at dp = 2 (from memory: the driver's default);
 #   5. hpZ groups  ZeRO++'s secondary shards need each group of ranks on one host: 4 ranks on
 #                  simhost1, simhost2 and twice simhost3 with groups of 2 are refused, naming the two
 #                  hosts the first group spans;
@@ -119,7 +119,7 @@ drive_and_hit_simhost2() {
 }
 
 echo "== 3. host lost: every process of simhost2 killed under the driver"
-drive_and_hit_simhost2 "" KILL
+drive_and_hit_simhost2 "" KILL --memory-interval 0  # storage checkpoints only: scenario 6 is from memory
 expect "$dir/drv/reports/events.jsonl" '"event": "HOST_EXCLUDED", .*"node_host": "simhost2"'
 expect "$dir/drv/attempt_2.log" "dp = 2"
 resumed=$(/usr/bin/python3 -c 'import json,sys; ev=[json.loads(l) for l in open(sys.argv[1])]; print(next(e["resume_from"] for e in ev if e["event"] == "start" and e["attempt"] == 2))' "$dir/drv/reports/events.jsonl")
