@@ -101,8 +101,14 @@ void matmul_forward(void* out, DType out_dtype, MatmulArg inp, MatmulArg weight,
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, MatmulArg dout, MatmulArg inp, MatmulArg weight,
                      int64_t N, int C, int OC, Precision p) {
-  if (dinp) linear_gemm(p, Trans::no, Trans::no, N, C, OC, dout, OC, N * OC, weight, C, int64_t{OC} * C, 0.0f, dinp, C);
-  if (dweight) linear_gemm(p, Trans::yes, Trans::no, OC, C, N, dout, OC, N * OC, inp, C, N * C, 1.0f, dweight, C);
+  // A float32 dout that both GEMMs read as bf16 bits (the residual stream's gradient, the logits'):
+  // rounded once, not once per GEMM.
+  thread_local Scratch rounded_dout;
+  MatmulArg dy = dout;
+  if (dinp && dweight && dout.dtype == DType::f32 && p == Precision::bf16 && native_bf16_gemm())
+    dy = MatmulArg{bf16_bits(dout, N * OC, rounded_dout), DType::bf16};
+  if (dinp) linear_gemm(p, Trans::no, Trans::no, N, C, OC, dy, OC, N * OC, weight, C, int64_t{OC} * C, 0.0f, dinp, C);
+  if (dweight) linear_gemm(p, Trans::yes, Trans::no, OC, C, N, dy, OC, N * OC, inp, C, N * C, 1.0f, dweight, C);
   if (!dbias) return;
   if (dout.dtype == DType::bf16)
     bias_grad(dbias, static_cast<const bf16*>(dout.data), N, OC);

@@ -30,8 +30,9 @@ class PrecisionE2E : public test::TrainE2E {
   }
   // norm_rel: the first step's gradient norm's tolerance (1e-4; 2^-8, one bf16 rounding, when the
   // gradients are reduced in bf16). step_rel: every step's loss (1 %; 2 % with bf16 reductions).
+  // tail_rel: the mean of the last 10 losses (0.5 %).
   static void expect_close(const std::vector<json>& want, const std::vector<json>& got, const std::string& what,
-                           double norm_rel = 1e-4, double step_rel = 0.01) {
+                           double norm_rel = 1e-4, double step_rel = 0.01, double tail_rel = 0.005) {
     ASSERT_EQ(want.size(), got.size()) << what;
     ASSERT_EQ(want.size(), 40u) << what;
     for (const char* k : {"loss", "grad_norm"}) {
@@ -42,7 +43,9 @@ class PrecisionE2E : public test::TrainE2E {
       const double a = want[i]["loss"].get<double>(), b = got[i]["loss"].get<double>();
       EXPECT_NEAR(b, a, step_rel * a) << what << ": loss at step " << i + 1;
     }
-    EXPECT_NEAR(mean_tail(got), mean_tail(want), 0.005 * mean_tail(want)) << what << ": mean of the last 10 losses";
+    EXPECT_NEAR(mean_tail(got), mean_tail(want), tail_rel * mean_tail(want)) << what << ": mean of the last 10 losses";
+    std::printf("%s: mean of the last 10 losses %.4f against %.4f (%+.2f %%)\n", what.c_str(), mean_tail(got),
+                mean_tail(want), 100.0 * (mean_tail(got) / mean_tail(want) - 1.0));
   }
 };
 
@@ -80,20 +83,22 @@ TEST_F(PrecisionE2E, Bf16OnEveryLayoutLikeOneProcess) {
 
 // An MoE model in bf16 — its blocks' attention on bf16 activations, the MoE sublayer's in float32,
 // one gather buffer serving both under sequence parallelism — on tp 2 with sequence parallelism and
-// ep 2 against one bf16 process: the first step within 1e-4 and the last 10 steps' mean within
-// 0.5 % as above, each step's loss within 3 %. Routing makes the per-step bound wider: a token whose
-// best experts' router logits lie within a bf16 rounding of each other goes to another expert on
-// one layout, and each bf16 activation rounds the layouts' float32 differences into whole bf16 steps
+// ep 2 against one bf16 process: the first step within 1e-4, each step's loss within 3 % and the
+// last 10 steps' mean within 1 %. Routing makes the bounds wider than above: a token whose best
+// experts' router logits lie within a bf16 rounding of each other goes to another expert on one
+// layout, and each bf16 activation rounds the layouts' float32 differences into whole bf16 steps
 // (measured: 1.5 % and 1.0 % at the worst step, 0.06 % and 0.16 % over the last 10; 0.4 % at the
-// worst step with float32 activations).
+// worst step with float32 activations). Since attention's block products round P, dO and dS to bf16
+// (kernels/cpu/attention.cpp), the last 10 steps' means differ by 0.54 % (tp 2) and 0.25 % (ep 2) on
+// an AVX512-BF16 CPU, against 0.02 % and 0.07 % before; the dense layouts above stay within 0.01 %.
 TEST_F(PrecisionE2E, Bf16MoeOnTwoRanksLikeOneProcess) {
   const std::string moe = std::string(kRun) +
                           " --set train.precision=bf16 --set moe.n_experts=4 --set moe.top_k=2 --set moe.d_ff_expert=64"
                           " --set moe.aux_loss_coef=0.01";
   const auto one = train(moe, "moe_bf16.jsonl");
   expect_close(one, train_mpi(2, moe + " --set parallel.tp=2 --set parallel.sequence_parallel=true", "moe_tp2"),
-               "bf16 MoE tp 2 (sequence parallel)", 1e-4, 0.03);
-  expect_close(one, train_mpi(2, moe + " --set parallel.ep=2", "moe_ep2"), "bf16 MoE ep 2", 1e-4, 0.03);
+               "bf16 MoE tp 2 (sequence parallel)", 1e-4, 0.03, 0.01);
+  expect_close(one, train_mpi(2, moe + " --set parallel.ep=2", "moe_ep2"), "bf16 MoE ep 2", 1e-4, 0.03, 0.01);
 }
 
 // 16-bit parameters and bf16 reductions at (dp, ZeRO) = (2, 1), from the metrics' byte counts
