@@ -58,6 +58,7 @@ RunState resume(const Config& cfg, const CheckpointTensors& state, RankRun& run,
     if (auto meta = load_memory_snapshot(cfg, state, world, stored.empty() ? 1 : stored.back())) {
       adopt(*meta, cfg, run, at, rank0);
       at.from_latest = !stored.empty();
+      at.from_memory = true;
       return at;
     }
   }

@@ -18,6 +18,7 @@ struct RunState {
   int rollbacks = 0;
   bool loaded = false;       // from a checkpoint or memory snapshots (else the parameters were drawn)
   bool from_latest = false;  // loaded with checkpoint.load = "latest": a committed checkpoint to roll back to
+  bool from_memory = false;  // loaded from memory snapshots (trainer/memory_recovery.h)
   std::optional<DynamicLossScaler> scaler;  // fp16
 
   double loss_scale() const { return scaler ? scaler->scale() : 1.0; }

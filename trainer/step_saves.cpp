@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <vector>
+
+#include "checkpoint/checkpoint_dir.h"
 
 namespace megatrain {
 
@@ -57,7 +60,18 @@ bool StepSaves::stop(const StepOutcome& out) {
 void StepSaves::finish() {
   progress_.enter(Section::checkpoint, progress_.step());
   run_.stale_discard();  // a stop between two horizons leaves later steps' reductions in flight
-  if (checkpointer_) checkpointer_->wait();
+  if (!checkpointer_) return;
+  // Restored from memory at the last step (the launch before died during or before the last save):
+  // no step runs, so the last step's checkpoint is written here, as the step would have.
+  const int64_t every = cfg_.checkpoint.save_interval, last = cfg_.train.steps;
+  if (at_.from_memory && start_step_ == last && every > 0 && last % every == 0) {
+    const std::vector<int64_t> stored = committed_steps(cfg_.checkpoint.dir);
+    if (std::find(stored.begin(), stored.end(), last) == stored.end()) {
+      spdlog::info("restored step {} from memory, the last: writing its checkpoint", last);
+      save(last, Checkpointer::IfBusy::wait);
+    }
+  }
+  checkpointer_->wait();
 }
 
 }  // namespace megatrain
