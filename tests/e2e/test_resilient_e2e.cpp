@@ -3,7 +3,8 @@
 //  - rank 3 killed at step 25: one restart, from step 20, and the run ends with the losses and
 //    weights of a fault-free run, bit for bit; with memory snapshots every step, from step 24 in
 //    memory, also when the second host's memory is gone (its ranks fetch their buddies' copies), with
-//    context parallelism, and when every snapshot's copy is late (the next update waits for it);
+//    context parallelism, and when every snapshot's copy is late (the next update waits for it); a
+//    crash in the last step's save: restored from memory at the last step, that step is still saved;
 //  - a host (virtual: MEGATRAIN_RANKS_PER_NODE = 2) whose two ranks stop, with the trainer's own
 //    watchdog off: the driver sees the heartbeats stop, names the node and its ranks, restarts;
 //  - a launch that starts no rank yet ends 0 (srun after a requeue): restarted, not "finished";
@@ -204,6 +205,23 @@ TEST_F(ResilientE2E, AHostLostWithItsMemoryRecoversFromTheBuddiesCopies) {
   EXPECT_EQ(restores[0]["read_local"], "4");  // ranks 0 and 1: 2 each on their host
   EXPECT_EQ(restores[0]["fetched"], "4");     // ranks 2 and 3: 2 each from ranks 0 and 1's host
   expect_equals_clean_run(40, clean_run(40, ""));
+}
+
+// A rank dies inside the last step's save (after writing its shard, before the commit), by which time
+// that step's memory snapshot is usually committed: the relaunch restores the last step from memory,
+// has no step to run, and writes the last checkpoint itself (the chaos soak once ended without it).
+// Either way the run ends with the fault-free weights in ckpt/step_0000040.
+TEST_F(ResilientE2E, ALastStepRestoredFromMemoryIsStillSavedToStorage) {
+  const auto r = drive("ckpt_crash:rank=0:step=40:phase=after_shard_before_commit", 40, "",
+                       "--set checkpoint.memory_dir=" + (dir_ / "shm").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto restores = of(events(), "MEMORY_RESTORE");
+  ASSERT_EQ(restores.size(), 1u) << r.output;
+  const std::string step = restores[0]["step"];
+  EXPECT_TRUE(step == "40" || step == "39") << step;
+  if (step == "40") EXPECT_CONTAINS(r.output, "restored step 40 from memory, the last: writing its checkpoint");
+  expect_equals_clean_run(40, clean_run(40, ""));
+  std::printf("a crash in the last save: restored step %s from memory\n", step.c_str());
 }
 
 // A launch that ends 0 without training (srun after a requeue: "task launch failed", exit 0) is
