@@ -11,17 +11,19 @@
 #   1. kill       rank 5 (on simhost2) SIGKILLed at step M
 #   2. host loss  at step 2M every process of simhost2 killed, its memory store wiped and its cable
 #                 pulled: the job goes on at dp 4 on simhost1 (re-sharded snapshots, or storage)
-#   3. hang       rank 2 stopped (SIGSTOP) at step 3M: found by the watchdog (step timeout FACTOR × the
-#                 slowest of the first 5 steps, at least FLOOR s)
+#   3. hang       rank 2 stopped (SIGSTOP) at step 3M
 #   4. frozen     rank 1 stopped inside a collective at step 4M (hang how=freeze); simhost2 is plugged
 #                 back in before, so the relaunch readmits it (--probe-lost-hosts) and dp is 8 again
+# A stopped rank's heartbeats (every 0.5 s) stop: the driver finds it after HB s (--hb-timeout-s), before
+# the other ranks' watchdogs would (step timeout FACTOR × the slowest of the first 5 steps, at least
+# FLOOR s); one stopped rank among live ones on its host does not make the driver leave the host out.
 # Each in-job fault acts in its own launch (attempt=N), so the relaunch that recovers from it does not
 # meet it again.
 #   bench/ettr.sh [DIR]         (DIR default runs/bench_ettr)
 # The 8 ranks share this machine's cores while each simulated host declares 4 slots, so mpirun would
 # not know it oversubscribes: mpi_yield_when_idle makes a rank waiting in MPI yield its core (what
 # mpirun does by itself when it knows), else 8 busy-polling ranks slow every collective of start-up.
-# Environment: MEGATRAIN_BIN (build/megatrain), M (100), SAVE (50), FLOOR (5), FACTOR (3),
+# Environment: MEGATRAIN_BIN (build/megatrain), M (100), SAVE (50), FLOOR (5), FACTOR (3), HB (2),
 # MODES ("memory storage").
 # Needs root and network namespaces (prints SKIPPED otherwise). Runs with OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE unset (they halve OpenBLAS on this machine).
@@ -34,6 +36,7 @@ m=${M:-100}
 save=${SAVE:-50}
 floor=${FLOOR:-5}
 factor=${FACTOR:-3}
+hb=${HB:-2}
 modes=${MODES:-memory storage}
 sim=$root/scripts/simhosts
 [ -x "$bin" ] || { echo "$0: $bin not found; run scripts/setup.sh first" >&2; exit 2; }
@@ -67,10 +70,11 @@ run_mode() {  # MODE: memory | storage
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     MEGATRAIN_FAULT="$fault" "$root/scripts/megatrain-resilient" --checkpoint-dir "$out/ckpt" --run-dir "$out/run" \
     --hosts simhost1:4,simhost2:4 --backoff-s 0.2 --max-backoff-s 1 --max-restarts 20 --probe-lost-hosts \
-    --probe-timeout-s 5 -- "$sim" mpirun -H '{hosts}' -np '{np}' --mca mpi_yield_when_idle 1 -x OMP_NUM_THREADS=1 "$bin" train \
+    --probe-timeout-s 5 --hb-timeout-s "$hb" -- "$sim" mpirun -H '{hosts}' -np '{np}' --mca mpi_yield_when_idle 1 -x OMP_NUM_THREADS=1 "$bin" train \
     --config configs/demo.toml --set train.steps=$((5 * m)) --set train.micro_batch_size=4 \
     --set train.eval_interval=0 --set parallel.zero_stage=1 --set log.interval=1 --set log.peak_tflops=0 \
     --set health.step_timeout_floor_s="$floor" --set health.step_timeout_factor="$factor" \
+    --set health.heartbeat_interval_s=0.5 \
     --set checkpoint.save_interval="$save" --set checkpoint.async=true \
     --set checkpoint.memory_interval="$memory" --set checkpoint.memory_dir="$shm" \
     --set log.samples_file="$out/samples.jsonl" >"$out/driver.log" 2>&1 &

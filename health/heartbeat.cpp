@@ -35,7 +35,7 @@ Heartbeat::Heartbeat(const HealthOptions& opts, const Progress& progress, int ra
   if (path_.empty() || opts_.heartbeat_interval_s <= 0.0) return;
   thread_ = std::thread([this] {
     std::unique_lock lock(mu_);
-    do beat();
+    do beat(false);
     while (!cv_.wait_for(lock, std::chrono::duration<double>(opts_.heartbeat_interval_s), [&] { return stop_; }));
   });
 }
@@ -48,17 +48,18 @@ Heartbeat::~Heartbeat() {
   }
   cv_.notify_all();
   thread_.join();
-  beat();
+  beat(true);
 }
 
-void Heartbeat::beat() const {
+void Heartbeat::beat(bool last) const {
   const double loss = progress_.loss();
   nlohmann::json j = {
       {"rank", rank_}, {"host", host_}, {"node", node_}, {"pid", static_cast<long>(::getpid())},
       {"step", progress_.step()}, {"section", section_name(progress_.section())},
       {"coll_seq", FlightRecorder::instance().completed()}, {"rss_mb", std::round(resident_mib())},
       {"t_wall", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
-      {"t_mono", FlightRecorder::now()}};
+      {"t_mono", FlightRecorder::now()}, {"interval_s", opts_.heartbeat_interval_s}};
+  if (last) j["final"] = true;
   j["last_loss"] = std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr);
   write_file_atomic(path_, j.dump() + "\n");
 }

@@ -1,7 +1,8 @@
 // Heartbeats (docs/robustness.md R05): a thread per rank rewrites health.run_dir/hb/rank_R.json
 // atomically every health.heartbeat_interval_s with where the rank is — step, section, operations
-// completed (coll_seq), last loss, resident memory — so a supervisor sees progress, not just
-// liveness: a heartbeat that keeps coming while step and coll_seq stand still is a livelock.
+// completed (coll_seq), last loss, resident memory, its own interval (interval_s) — so a supervisor
+// sees progress, not just liveness: a heartbeat that keeps coming while step and coll_seq stand still
+// is a livelock. The beat written when the rank ends says "final": true.
 #pragma once
 #include <condition_variable>
 #include <mutex>
@@ -22,7 +23,8 @@ class Heartbeat {
   Heartbeat& operator=(const Heartbeat&) = delete;
 
  private:
-  void beat() const;
+  // `last`: the rank's final beat ("final": true), so that its age after the rank ends is no sign of a stall.
+  void beat(bool last) const;
 
   const HealthOptions opts_;
   const Progress& progress_;

@@ -49,7 +49,7 @@ class HostPool:
 
     def exclude_lost(self, lost_daemons, lost_ranks, stale_hosts, cut_off):
         """With --hosts: a host is lost when the launcher lost its daemon, when every one of its ranks died
-        by a signal, when its heartbeats went stale, or when `megatrain diagnose` finds it cut off from the
+        by a signal, when the heartbeats of all its ranks went stale, or when `megatrain diagnose` finds it cut off from the
         network after a hang (cut_off(): those hosts). Lost hosts are left out of the next launches."""
         if not self.hosts:
             return
@@ -58,7 +58,7 @@ class HostPool:
         for _, _, node in lost_ranks:
             dead[node] = dead.get(node, 0) + 1
         why.update({h: f"all {n} of its ranks died by a signal" for h, n in dead.items() if n >= self.hosts.get(h, 1 << 30)})
-        why.update({h: "its heartbeats went stale" for h in stale_hosts})
+        why.update({h: "the heartbeats of all its ranks went stale" for h in stale_hosts})
         why.update({h: "cut off from the network (megatrain diagnose)" for h in cut_off()})
         for host, reason in sorted(why.items()):
             if host in self.hosts and host not in self.bad:

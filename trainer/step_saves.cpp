@@ -41,9 +41,13 @@ bool StepSaves::save(int64_t step, Checkpointer::IfBusy if_busy) {
   return done;
 }
 
-void StepSaves::end(const StepOutcome& out) {
+bool StepSaves::is_save_step(int64_t step) const {
   const int64_t every = cfg_.checkpoint.save_interval;
-  saved_ = checkpointer_ && every > 0 && out.step % every == 0 &&
+  return checkpointer_ && every > 0 && step % every == 0;
+}
+
+void StepSaves::end(const StepOutcome& out) {
+  saved_ = is_save_step(out.step) &&
            save(out.step, out.last ? Checkpointer::IfBusy::wait : Checkpointer::IfBusy::skip);
 }
 
@@ -63,8 +67,8 @@ void StepSaves::finish() {
   if (!checkpointer_) return;
   // Restored from memory at the last step (the launch before died during or before the last save):
   // no step runs, so the last step's checkpoint is written here, as the step would have.
-  const int64_t every = cfg_.checkpoint.save_interval, last = cfg_.train.steps;
-  if (at_.from_memory && start_step_ == last && every > 0 && last % every == 0) {
+  const int64_t last = cfg_.train.steps;
+  if (at_.from_memory && start_step_ == last && is_save_step(last)) {
     const std::vector<int64_t> stored = committed_steps(cfg_.checkpoint.dir);
     if (std::find(stored.begin(), stored.end(), last) == stored.end()) {
       spdlog::info("restored step {} from memory, the last: writing its checkpoint", last);

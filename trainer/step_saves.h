@@ -36,6 +36,7 @@ class StepSaves final : public StepObserver {
   void finish();
 
  private:
+  bool is_save_step(int64_t step) const;  // a multiple of checkpoint.save_interval, with a checkpoint.dir
   bool save(int64_t step, Checkpointer::IfBusy if_busy);
 
   const Config& cfg_;

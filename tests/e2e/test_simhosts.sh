@@ -136,7 +136,7 @@ EOF
 echo "== 4. host frozen: every process of simhost2 stopped (SIGSTOP) under the driver"
 drive_and_hit_simhost2 4 STOP --hb-timeout-s 3
 expect "$dir/drv4/reports/events.jsonl" '"event": "NODE_STALE", .*"node_host": "simhost2", "ranks": \[1\]'
-expect "$dir/drv4/reports/events.jsonl" '"event": "HOST_EXCLUDED", .*"node_host": "simhost2", "reason": "its heartbeats went stale"'
+expect "$dir/drv4/reports/events.jsonl" '"event": "HOST_EXCLUDED", .*"node_host": "simhost2", "reason": "the heartbeats of all its ranks went stale"'
 expect "$dir/drv4/attempt_2.log" "dp = 2"
 /usr/bin/python3 - "$dir/drv4/reports/events.jsonl" "$t_hit" <<'EOF'
 import json, sys
