@@ -108,6 +108,26 @@ void MemoryStore::prune(int keep) const {
 void MemoryStore::clear() const {
   std::error_code ec;
   fs::remove_all(dir_.parent_path(), ec);
+  fs::remove(dir_.parent_path().parent_path(), ec);  // only when empty: the last host sharing it
+}
+
+int64_t MemoryStore::forget(const fs::path& root, const std::string& node) {
+  const fs::path host = root / node;
+  std::error_code ec;
+  if (!fs::is_directory(host, ec)) {
+    fs::remove(root, ec);
+    return 0;
+  }
+  int64_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(host)) {
+    if (!e.is_directory() || !e.path().filename().string().starts_with("layout_") || !fs::exists(e.path() / "LAYOUT"))
+      throw CheckpointError(fmt::format("{}: not a folder of memory snapshots (layout_*/LAYOUT); {} is not one of "
+                                        "its layouts: removed nothing", host.string(), e.path().string()));
+    bytes += MemoryStore(e.path(), "").bytes();
+  }
+  fs::remove_all(host);
+  fs::remove(root, ec);
+  return bytes;
 }
 
 std::vector<StoredStep> MemoryStore::committed() const {

@@ -58,7 +58,11 @@ class MemoryStore {
   // once this layout has a committed step, the host's folders of other layouts (older sets a
   // relaunch at this layout re-sharded).
   void prune(int keep) const;
-  void clear() const;  // every step of this host, of every layout
+  void clear() const;  // every step of this host, of every layout; ROOT too when no other host's is left
+  // What clear() does, from outside a job (`megatrain checkpoint forget-memory`): removes ROOT/<node>
+  // and then ROOT when empty; the bytes freed, 0 when there was no such folder. Throws CheckpointError,
+  // removing nothing, when ROOT/<node> holds anything but layout folders with their LAYOUT.
+  static int64_t forget(const std::filesystem::path& root, const std::string& node);
   std::vector<StoredStep> committed() const;  // newest first
   std::string get(int64_t step, int rank) const;  // throws CheckpointError when missing or unreadable
   int64_t bytes() const;  // held under this host's folder for this layout, spares included

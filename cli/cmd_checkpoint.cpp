@@ -3,6 +3,11 @@
 // manifest.json and checksums, in this process alone (checkpoint/checkpoint_verify.h). One line
 // per step, OK or CKPT_INVALID; exit code 0 when every step is valid, 66 when one is not, 64 when
 // PATH is neither a checkpoint folder nor a checkpoint dir.
+// `megatrain checkpoint forget-memory ROOT`: removes this host's memory snapshots of a run,
+// ROOT/<host>/ (checkpoint/memory_store.h; ROOT: the run's checkpoint.memory_dir, as the log line
+// "memory snapshots: every K steps in ROOT/<host>/<layout>" says), and ROOT when that empties it. The
+// resilient driver runs it on a host it left out when the job ends, which no rank of the job cleared.
+// Exit code 0, also when there is nothing to remove; 64 when ROOT/<host> is not a memory store.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -10,8 +15,10 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_verify.h"
+#include "checkpoint/memory_store.h"
 #include "cli/commands.h"
 #include "health/exit_codes.h"
+#include "parallel/comm.h"
 
 namespace megatrain {
 namespace {
@@ -62,6 +69,18 @@ int verify(const fs::path& path) {
   return invalid == 0 ? 0 : kExitCheckpoint;
 }
 
+int forget_memory(const fs::path& root, const std::string& node) {
+  try {
+    const int64_t bytes = MemoryStore::forget(root, node);
+    fmt::print("memory snapshots: {} {}\n", bytes ? fmt::format("removed {:.1f} MiB in", static_cast<double>(bytes) / (1 << 20))
+                                                  : std::string("none in"), (root / node).string());
+    return 0;
+  } catch (const CheckpointError& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return kExitUsage;
+  }
+}
+
 }  // namespace
 
 Command add_checkpoint_command(CLI::App& root) {
@@ -73,7 +92,13 @@ Command add_checkpoint_command(CLI::App& root) {
   verify_app->add_option("PATH", *path, "A checkpoint folder (DIR/step_NNNNNNN), or a checkpoint dir: every committed "
                                         "step in it")
       ->required();
-  return {app, [path] { return verify(*path); }};
+  auto memory_root = std::make_shared<std::string>(), node = std::make_shared<std::string>(host_name());
+  CLI::App* forget_app = app->add_subcommand("forget-memory", "Remove this host's memory snapshots of a run");
+  forget_app->add_option("ROOT", *memory_root, "The run's checkpoint.memory_dir (default /dev/shm/megatrain/<checkpoint.dir "
+                                        "with / as _>)")
+      ->required();
+  forget_app->add_option("--node", *node, "The host's folder under ROOT (default: this host's name)");
+  return {app, [=] { return verify_app->parsed() ? verify(*path) : forget_memory(*memory_root, *node); }};
 }
 
 }  // namespace megatrain

@@ -1,11 +1,13 @@
 """The compute hosts of scripts/megatrain-resilient --hosts: which are in use, which were left out (lost, or
 failing a self-check) and since when, how a launch command is placed on those in use, and the probes
 that readmit a lost host once it passes `megatrain selfcheck` again (while the job runs, and at a
-relaunch for a host not probed yet)."""
+relaunch for a host not probed yet); when the job has finished, a left-out host's memory snapshots of
+the run are removed."""
 import os
 import re
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -24,6 +26,26 @@ def parse_hosts(spec):
 def host_list(hosts):
     """{"h1": 2} -> "h1:2" (the launcher's --host form)."""
     return ",".join(f"{h}:{s}" for h, s in hosts.items())
+
+
+def run_bounded(cmd, timeout_s, stop=None):
+    """Runs cmd in its own process group: (exit code, its output); the code is None, and the group
+    killed, when it has not ended within timeout_s or `stop` (a threading.Event) was set."""
+    with tempfile.TemporaryFile("w+", errors="replace") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline, code = time.time() + timeout_s, None
+        while code is None and time.time() < deadline and not (stop and stop.is_set()):
+            try:
+                code = proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        out.seek(0)
+        return code, out.read()
 
 
 def placed_on(cmd, hosts):
@@ -77,20 +99,20 @@ class HostPool:
         the first host in use, so that the link between them is checked too: its exit code; None when it
         has not ended within timeout_s or `stop` was set."""
         pair = {**dict(list(self.left().items())[:1]), host: self.hosts[host]}
-        probe = subprocess.Popen(placed_on(launcher, pair) + ["selfcheck", "--run-dir", os.path.join(run_dir, "probe", host)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline, code = time.time() + timeout_s, None
-        while code is None and time.time() < deadline and not (stop and stop.is_set()):
-            try:
-                code = probe.wait(timeout=0.2)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(probe.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        probe.wait()
-        return code
+        cmd = placed_on(launcher, pair) + ["selfcheck", "--run-dir", os.path.join(run_dir, "probe", host)]
+        return run_bounded(cmd, timeout_s, stop)[0]
+
+    def forget_memory(self, launcher, root, timeout_s):
+        """When the job has finished: on each host left out, which no rank of the job cleared, `megatrain
+        checkpoint forget-memory ROOT` removes its memory snapshots of the run (MEMORY_FORGOTTEN; a host
+        still gone or failing: MEMORY_LEFT, its snapshots stay until it reboots or someone runs that)."""
+        for host in sorted(h for h in self.bad if h in self.hosts):
+            code, out = run_bounded(placed_on(launcher, {host: 1}) + ["checkpoint", "forget-memory", root], timeout_s)
+            said = out.strip().splitlines()[-1] if out.strip() else ""
+            if code == 0:
+                self.event("MEMORY_FORGOTTEN", node_host=host, said=said)
+            else:
+                self.event("MEMORY_LEFT", node_host=host, code=code if code is not None else "timeout", said=said)
 
     def record(self, host, code):
         self.probed[host] = (time.time(), code == 0)

@@ -4,7 +4,8 @@
 // snapshots of a larger dp re-shard into a smaller one; the
 // store lists only committed steps, with the ranks whose snapshots it holds, prunes old and
 // half-written sets and other layouts' once its own commits, rewrites a pruned step's files in
-// place for the next snapshots, and writes a snapshot through a mapping of its file.
+// place for the next snapshots, writes a snapshot through a mapping of its file, and forgets one
+// host's snapshots from outside a job.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 
 #include "checkpoint/memory_snapshot.h"
@@ -245,6 +247,35 @@ TEST(MemoryStore, WritesASnapshotInPlaceThroughItsFile) {
   ::setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, previous);
   EXPECT_CONTAINS(e, "step_0000008/rank_3.snap.tmp (1048576 bytes)");
+}
+
+// `megatrain checkpoint forget-memory`: one host's folder goes, the others stay, and the run's
+// folder goes with the last; a folder holding anything but layouts is left whole. clear() too
+// removes the run's folder once its host's was the last.
+TEST(MemoryStore, ForgetRemovesOneHostsSnapshotsAndTheRunFolderWithTheLast) {
+  namespace fs = std::filesystem;
+  test::TempDir dir("memory_forget");
+  const fs::path root = dir.path() / "run";
+  const MemoryStore a(root, "vnode0", R"({"dp":2})"), b(root, "vnode1", R"({"dp":2})");
+  for (const MemoryStore* s : {&a, &b}) {
+    s->put(3, 0, "zero"), s->put(3, 1, "one!"), s->commit(3);
+  }
+  const int64_t held = b.bytes();
+  EXPECT_EQ(MemoryStore::forget(root, "vnode1"), held);
+  EXPECT_FALSE(fs::exists(root / "vnode1"));
+  EXPECT_EQ(a.committed(), (std::vector<StoredStep>{{3, {0, 1}}}));
+  EXPECT_EQ(MemoryStore::forget(root, "vnode7"), 0);
+  { std::ofstream(root / "vnode0" / "notes.txt") << "mine"; }
+  EXPECT_CONTAINS(checkpoint_error([&] { MemoryStore::forget(root, "vnode0"); }),
+                  "vnode0/notes.txt is not one of its layouts: removed nothing");
+  EXPECT_EQ(a.committed(), (std::vector<StoredStep>{{3, {0, 1}}}));
+  fs::remove(root / "vnode0" / "notes.txt");
+  EXPECT_EQ(MemoryStore::forget(root, "vnode0"), held);
+  EXPECT_FALSE(fs::exists(root));
+  const MemoryStore alone(root, "vnode0", R"({"dp":1})");
+  alone.put(1, 0, "zero"), alone.commit(1);
+  alone.clear();
+  EXPECT_FALSE(fs::exists(root));
 }
 
 TEST(MemoryStore, InventoriesRoundTripAsText) {

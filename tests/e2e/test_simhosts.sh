@@ -10,6 +10,7 @@
 #                  checkpoint (step 20 or later) at dp = 2;
 #   4. host frozen every process of simhost2 stopped: its heartbeats go stale, the driver kills the
 #                  job, excludes simhost2 and resumes at dp = 2 (from memory: the driver's default);
+#                  when the job has finished, the driver removes simhost2's memory snapshots;
 #   5. hpZ groups  ZeRO++'s secondary shards need each group of ranks on one host: 4 ranks on
 #                  simhost1, simhost2 and twice simhost3 with groups of 2 are refused, naming the two
 #                  hosts the first group spans;
@@ -138,6 +139,10 @@ drive_and_hit_simhost2 4 STOP --hb-timeout-s 3
 expect "$dir/drv4/reports/events.jsonl" '"event": "NODE_STALE", .*"node_host": "simhost2", "ranks": \[1\]'
 expect "$dir/drv4/reports/events.jsonl" '"event": "HOST_EXCLUDED", .*"node_host": "simhost2", "reason": "the heartbeats of all its ranks went stale"'
 expect "$dir/drv4/attempt_2.log" "dp = 2"
+# The job finished on simhost1, which cleared its own snapshots; the driver removed simhost2's.
+expect "$dir/drv4/reports/events.jsonl" '"event": "MEMORY_FORGOTTEN", .*"node_host": "simhost2", "said": "memory snapshots: removed'
+shm4=/dev/shm/megatrain/$(echo "$dir/ck4" | tr / _)
+[ ! -e "$shm4" ] || { find "$shm4" | head; fail "the run's memory snapshots are still in $shm4"; }
 /usr/bin/python3 - "$dir/drv4/reports/events.jsonl" "$t_hit" <<'EOF'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
