@@ -1,11 +1,12 @@
 """The table of bench/ettr.sh for one mode: each fault (the injected ones from the driver's events, the
 host loss from DIR/host_loss.json) with the steps it cost and its recovery broken down (the driver's
-RECOVERY event of the launch after it), then the run's ETTR.
+RECOVERY event of the launch after it), then the run's ETTR and where its wall time went.
 
     python3 bench/ettr_report.py MODE DIR     (DIR: the mode's folder: run/reports/events.jsonl, …)
 """
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -51,8 +52,31 @@ def main(mode, out):
         lost, total = [r["lost"] for r in rows], [r["total_s"] for r in rows]
         print(f"steps lost per fault: median {statistics.median(lost):g}, max {max(lost)}; recovery (fault → first new "
               f"step): median {statistics.median(total):.2f} s, max {max(total):.2f} s")
-    json.dump({"mode": mode, "ettr": end["ettr"], "end": end, "faults": rows},
+    spent = wall_time(out, events, end, rows)
+    print("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
+    json.dump({"mode": mode, "ettr": end["ettr"], "end": end, "faults": rows, "wall": spent},
               open(os.path.join(out, "summary.json"), "w"), indent=1)
+
+
+def wall_time(out, events, end, rows):
+    """The driver's wall time in parts: the steps at the median (ETTR's productive time), the steps' time
+    above it, the recoveries (fault → first new step, less that step), the first launch's start-up (to
+    the end of its step 1, less that step), the end (TRAIN_FINISHED to the job's exit) and the rest: the
+    steps lost and the parts of steps a fault cut short, and the time between steps that no step's timing
+    holds (saves, the per-step agreements)."""
+    metrics = [json.loads(line) for line in open(os.path.join(out, "run", "metrics.jsonl")) if line.strip()]
+    steps = [m["step_time_ms"] / 1e3 for m in metrics if "step_time_ms" in m]
+    productive = end["productive_steps"] * end["median_step_ms"] / 1e3
+    first = open(os.path.join(out, "run", "attempt_1.log"), errors="replace").read()
+    m = re.search(r"startup ([0-9.]+) s from process start to the end of step 1: .*first step ([0-9.]+)", first)
+    startup = float(m.group(1)) - float(m.group(2)) if m else 0.0
+    finished = next((e["t_wall"] for e in events if e["event"] == "TRAIN_FINISHED"), None)
+    ending = end["t_wall"] - finished if finished else 0.0
+    recoveries = sum(r["total_s"] - r["first_step_s"] for r in rows)
+    parts = {"steps at the median": productive, "steps above it": sum(steps) - productive,
+             "recoveries": recoveries, "first start-up": startup, "end": ending}
+    parts["rest"] = end["wall_s"] - sum(parts.values())
+    return parts
 
 
 if __name__ == "__main__":
