@@ -24,7 +24,8 @@
 # not know it oversubscribes: mpi_yield_when_idle makes a rank waiting in MPI yield its core (what
 # mpirun does by itself when it knows), else 8 busy-polling ranks slow every collective of start-up.
 # Environment: MEGATRAIN_BIN (build/megatrain), M (100), SAVE (50), FLOOR (5), FACTOR (3), HB (2),
-# MODES ("memory storage").
+# MODES ("memory storage"; "clean" adds the same run without faults: what the workload's ETTR is
+# without them).
 # Needs root and network namespaces (prints SKIPPED otherwise). Runs with OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE unset (they halve OpenBLAS on this machine).
 set -euo pipefail
@@ -60,13 +61,14 @@ wait_for() {  # wait_for SECONDS CONDITION...
 }
 reached() { [ -s "$2/metrics.jsonl" ] && [ "$(tail -1 "$2/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\).*/\1/p')" -ge "$1" ]; }
 
-run_mode() {  # MODE: memory | storage
-  local mode=$1 out=$dir/$1 memory=0
-  [ "$mode" = memory ] && memory=1
+run_mode() {  # MODE: memory | storage | clean (memory snapshots, no fault: the workload's ceiling)
+  local mode=$1 out=$dir/$1 memory=1
+  [ "$mode" = storage ] && memory=0
   rm -rf "$out" "$shm"
   mkdir -p "$out"
   local fault="kill:rank=5:step=$m:sig=9:attempt=1;hang:rank=2:step=$((3 * m)):how=sigstop:attempt=3"
   fault+=";hang:rank=1:step=$((4 * m)):how=freeze:attempt=4"
+  [ "$mode" = clean ] && fault=""
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     MEGATRAIN_FAULT="$fault" "$root/scripts/megatrain-resilient" --checkpoint-dir "$out/ckpt" --run-dir "$out/run" \
     --hosts simhost1:4,simhost2:4 --backoff-s 0.2 --max-backoff-s 1 --max-restarts 20 --probe-lost-hosts \
@@ -79,6 +81,11 @@ run_mode() {  # MODE: memory | storage
     --set checkpoint.memory_interval="$memory" --set checkpoint.memory_dir="$shm" \
     --set log.samples_file="$out/samples.jsonl" >"$out/driver.log" 2>&1 &
   local drv=$!
+  if [ "$mode" = clean ]; then
+    wait "$drv" || { tail -30 "$out/driver.log"; echo "$0: the clean run did not finish" >&2; return 1; }
+    /usr/bin/python3 "$root/bench/ettr_report.py" "$mode" "$out"
+    return
+  fi
   wait_for 1200 reached $((2 * m)) "$out/run"
   echo "{\"event\": \"HOST_LOSS\", \"step\": $(tail -1 "$out/run/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\).*/\1/p'), \"t_wall\": $(date +%s.%N)}" >"$out/host_loss.json"
   ip netns pids simhost2 | xargs -r kill -9
@@ -92,7 +99,10 @@ run_mode() {  # MODE: memory | storage
 }
 
 for mode in $modes; do run_mode "$mode"; done
-if [ -s "$dir/memory/samples.jsonl" ] && [ -s "$dir/storage/samples.jsonl" ]; then
-  cmp -s "$dir/memory/samples.jsonl" "$dir/storage/samples.jsonl" && echo "sample logs of both modes: identical" ||
-    echo "sample logs of both modes DIFFER"
-fi
+first=""
+for mode in $modes; do
+  [ -s "$dir/$mode/samples.jsonl" ] || continue
+  if [ -z "$first" ]; then first=$mode; continue; fi
+  cmp -s "$dir/$first/samples.jsonl" "$dir/$mode/samples.jsonl" && echo "sample logs of $first and $mode: identical" ||
+    echo "sample logs of $first and $mode DIFFER"
+done

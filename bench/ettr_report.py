@@ -54,6 +54,10 @@ def main(mode, out):
               f"step): median {statistics.median(total):.2f} s, max {max(total):.2f} s")
     spent = wall_time(out, events, end, rows)
     print("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
+    if rows:
+        lost = spent["recoveries"] + sum(r["lost"] for r in rows) * end["median_step_ms"] / 1e3
+        print(f"lost to the faults (recoveries and steps lost): {lost:.1f} s, {100 * lost / end['wall_s']:.1f} % of the "
+              f"wall time")
     json.dump({"mode": mode, "ettr": end["ettr"], "end": end, "faults": rows, "wall": spent},
               open(os.path.join(out, "summary.json"), "w"), indent=1)
 
