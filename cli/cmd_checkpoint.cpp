@@ -72,8 +72,9 @@ int verify(const fs::path& path) {
 int forget_memory(const fs::path& root, const std::string& node) {
   try {
     const int64_t bytes = MemoryStore::forget(root, node);
-    fmt::print("memory snapshots: {} {}\n", bytes ? fmt::format("removed {:.1f} MiB in", static_cast<double>(bytes) / (1 << 20))
-                                                  : std::string("none in"), (root / node).string());
+    const std::string what =
+        bytes ? fmt::format("removed {:.1f} MiB in", static_cast<double>(bytes) / (1 << 20)) : std::string("none in");
+    fmt::print("memory snapshots: {} {}\n", what, (root / node).string());
     return 0;
   } catch (const CheckpointError& e) {
     fmt::print(stderr, "{}\n", e.what());
@@ -94,8 +95,8 @@ Command add_checkpoint_command(CLI::App& root) {
       ->required();
   auto memory_root = std::make_shared<std::string>(), node = std::make_shared<std::string>(host_name());
   CLI::App* forget_app = app->add_subcommand("forget-memory", "Remove this host's memory snapshots of a run");
-  forget_app->add_option("ROOT", *memory_root, "The run's checkpoint.memory_dir (default /dev/shm/megatrain/<checkpoint.dir "
-                                        "with / as _>)")
+  forget_app->add_option("ROOT", *memory_root, "The run's checkpoint.memory_dir (by default "
+                                               "/dev/shm/megatrain/<checkpoint.dir with / as _>)")
       ->required();
   forget_app->add_option("--node", *node, "The host's folder under ROOT (default: this host's name)");
   return {app, [=] { return verify_app->parsed() ? verify(*path) : forget_memory(*memory_root, *node); }};

@@ -71,8 +71,9 @@ class HostPool:
 
     def exclude_lost(self, lost_daemons, lost_ranks, stale_hosts, cut_off):
         """With --hosts: a host is lost when the launcher lost its daemon, when every one of its ranks died
-        by a signal, when the heartbeats of all its ranks went stale, or when `megatrain diagnose` finds it cut off from the
-        network after a hang (cut_off(): those hosts). Lost hosts are left out of the next launches."""
+        by a signal, when the heartbeats of all its ranks went stale, or when `megatrain diagnose` finds it
+        cut off from the network after a hang (cut_off(): those hosts). Lost hosts are left out of the next
+        launches."""
         if not self.hosts:
             return
         why = {h: "the launcher lost its daemon" for h in lost_daemons}
