@@ -13,9 +13,9 @@ echo "$out"
 loss_at() { echo "$out" | sed -n "s/^step *$1\/30 | loss \([0-9.]*\) .*/\1/p"; }
 first=$(loss_at 5) last=$(loss_at 30)
 [ -n "$first" ] && [ -n "$last" ] || { echo "FAIL: no step 5 or step 30 line"; exit 1; }
-[ "$(echo "$out" | grep -c 'val_loss')" -ge 2 ] || { echo "FAIL: fewer than 2 validations"; exit 1; }
-echo "$out" | grep -q 'tp = 2 (sequence parallel), pp = 2' || { echo "FAIL: not the 3D layout"; exit 1; }
-echo "$out" | grep -q 'dp = 2' || { echo "FAIL: not dp = 2"; exit 1; }
-echo "$out" | grep -Eq 'pp idle [0-9.]+/[0-9.]+ ms' || { echo "FAIL: no per-stage idle time"; exit 1; }
+[ "$(grep -c 'val_loss' <<<"$out")" -ge 2 ] || { echo "FAIL: fewer than 2 validations"; exit 1; }
+grep -q 'tp = 2 (sequence parallel), pp = 2' <<<"$out" || { echo "FAIL: not the 3D layout"; exit 1; }
+grep -q 'dp = 2' <<<"$out" || { echo "FAIL: not dp = 2"; exit 1; }
+grep -Eq 'pp idle [0-9.]+/[0-9.]+ ms' <<<"$out" || { echo "FAIL: no per-stage idle time"; exit 1; }
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || { echo "FAIL: loss $first at step 5, $last at step 30"; exit 1; }
 echo "demo_3d: loss $first at step 5 -> $last at step 30"

@@ -39,7 +39,7 @@ msg="$("$py" "$script" "$tmp/bad.jsonl" -o "$tmp/bad.png" 2>&1)"
 rc=$?
 set -e
 [ "$rc" -eq 2 ] || fail "malformed file: exit status $rc, want 2 (output: $msg)"
-echo "$msg" | grep -q 'bad.jsonl:3' || fail "malformed file: message does not name bad.jsonl line 3: $msg"
+grep -q 'bad.jsonl:3' <<<"$msg" || fail "malformed file: message does not name bad.jsonl line 3: $msg"
 [ ! -e "$tmp/bad.png" ] || fail "malformed file still wrote a PNG"
 
 echo "PASS: plot_metrics.py"

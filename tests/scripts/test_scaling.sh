@@ -32,21 +32,21 @@ done
 out=$("$py" "$script" strong --from-dir --config x.toml --out "$d" --global-batch 8 --warmup 1 --steps 2 \
       --layout dp=1 --layout dp=2 --layout tp=2,pp=2)
 echo "$out"
-echo "$out" | grep -q '| serial | 1 | 8 | 1000 | 1000 | 1.00 | 100 | 0.0 / 0.0 / 0.0 | 0.0 % | 2 | 100 | 1 |' || fail "serial row"
-echo "$out" | grep -q '| dp2 | 2 | 8 | 1700 | 2000 | 0.85 | 200 | 4.0 / 0.0 / 0.0 |' || fail "dp2 row (median of 3, efficiency 0.85)"
-echo "$out" | grep -q '| dp2 .* | 3 |$' || fail "dp2 row counts 3 runs"
-echo "$out" | grep -q '| tp2_pp2 | 4 | 8 | 2400 | 4000 | 0.60 | 200 | 0.0 / 6.0 / 0.0 | 10.0 % |' || fail "tp2_pp2 row (bubble 10 %)"
+grep -q '| serial | 1 | 8 | 1000 | 1000 | 1.00 | 100 | 0.0 / 0.0 / 0.0 | 0.0 % | 2 | 100 | 1 |' <<<"$out" || fail "serial row"
+grep -q '| dp2 | 2 | 8 | 1700 | 2000 | 0.85 | 200 | 4.0 / 0.0 / 0.0 |' <<<"$out" || fail "dp2 row (median of 3, efficiency 0.85)"
+grep -q '| dp2 .* | 3 |$' <<<"$out" || fail "dp2 row counts 3 runs"
+grep -q '| tp2_pp2 | 4 | 8 | 2400 | 4000 | 0.60 | 200 | 0.0 / 6.0 / 0.0 | 10.0 % |' <<<"$out" || fail "tp2_pp2 row (bubble 10 %)"
 [ -s "$d/scaling.png" ] && [ -s "$d/scaling.md" ] || fail "no table file or plot"
 # Weak scaling: the global batch grows with the ranks (8 at 1 rank, 16 at 2, 32 at 4).
 out=$("$py" "$script" weak --from-dir --config x.toml --out "$d" --global-batch 8 --warmup 1 --steps 2 \
       --layout dp=1 --layout dp=2 --layout tp=2,pp=2)
-echo "$out" | grep -q '| dp2 | 2 | 16 |' && echo "$out" | grep -q '| tp2_pp2 | 4 | 32 |' || fail "weak batches"
+grep -q '| dp2 | 2 | 16 |' <<<"$out" && grep -q '| tp2_pp2 | 4 | 32 |' <<<"$out" || fail "weak batches"
 
 expect_error() {  # expect_error PATTERN ARGS...
   local pattern=$1; shift
   set +e; err=$("$py" "$script" "$@" 2>&1 >/dev/null); rc=$?; set -e
   [ "$rc" = 2 ] || fail "exit $rc (want 2) for: $*"
-  echo "$err" | grep -q "$pattern" || fail "error '$err' lacks '$pattern'"
+  grep -q "$pattern" <<<"$err" || fail "error '$err' lacks '$pattern'"
 }
 expect_error "expected comma-separated KEY=N" strong --from-dir --config x --out "$d" --global-batch 8 --layout tq=2
 expect_error "ep=2 must divide dp=1" strong --from-dir --config x --out "$d" --global-batch 8 --layout ep=2
