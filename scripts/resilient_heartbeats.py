@@ -23,20 +23,24 @@ def beats(run_dir):
     return out
 
 
+def live_beats(run_dir):
+    """beats() of the ranks still running: a rank that ended (its final beat) is never stale."""
+    return [b for b in beats(run_dir) if not b.get("final")]
+
+
 def missed_a_beat(beat):
     """Older than one and a half of the rank's own intervals: it skipped a beat (no beat yet counts as none)."""
     return beat.get("interval_s", 0) > 0 and beat["age"] > 1.5 * beat["interval_s"]
 
 
-def stale_ranks(run_dir, seen, hb_timeout_s, stuck_timeout_s):
-    """{rank: (node, host, step, seconds, why)} of the ranks whose heartbeat is older than hb_timeout_s
-    ("no heartbeat"), or whose step and collectives have not moved for stuck_timeout_s while they beat
-    ("no progress"); `seen` (rank -> ((step, collectives), since)) carries what was seen across calls.
+def stale_ranks(live, seen, hb_timeout_s, stuck_timeout_s):
+    """Of `live` (live_beats()): {rank: (node, host, step, seconds, why)} of the ranks whose heartbeat is
+    older than hb_timeout_s ("no heartbeat"), or whose step and collectives have not moved for
+    stuck_timeout_s while they beat ("no progress"); `seen` (rank -> ((step, collectives), since))
+    carries what was seen across calls.
     With a rank of a node past the timeout, the node's other ranks that missed a beat are named too: a
-    node that stopped stopped all its ranks, whose beats were up to an interval apart. A rank that
-    ended (its final beat) is never stale."""
+    node that stopped stopped all its ranks, whose beats were up to an interval apart."""
     now, out = time.time(), {}
-    live = [b for b in beats(run_dir) if not b.get("final")]
     for beat in live:
         age = beat["age"]
         rank, key = beat["rank"], (beat["step"], beat["coll_seq"])
@@ -54,11 +58,10 @@ def stale_ranks(run_dir, seen, hb_timeout_s, stuck_timeout_s):
     return out
 
 
-def stale_hosts(run_dir, stale):
-    """The hosts to blame for `stale` (stale_ranks' answer): those all of whose beating ranks are stale,
-    while another host's ranks beat on. One stalled rank among live ones is the job's fault, not its
-    host's, and when every host stalled the job stopped, not a host."""
-    live = [b for b in beats(run_dir) if not b.get("final")]
+def stale_hosts(live, stale):
+    """The hosts to blame for `stale` (stale_ranks' answer over the same `live` beats): those all of whose
+    ranks are stale, while another host's ranks beat on. One stalled rank among live ones is the job's
+    fault, not its host's, and when every host stalled the job stopped, not a host."""
     hosts = {b["host"] for b in live}
     whole = {h for h in hosts if all(b["rank"] in stale for b in live if b["host"] == h)}
     return sorted(whole) if whole != hosts else []
