@@ -40,8 +40,10 @@ def main(mode, out):
         rows.append({"kind": f["kind"], "step": f["done"] + 1, "restored": restore, "lost": f["done"] - restore,
                      "source": rec["source"], "total_s": round(total, 3), **parts})
     end = next(e for e in events if e["event"] == "end")
-    print(f"\n== {mode}: ETTR {100 * end['ettr']:.1f}% ({end['productive_steps']} steps × {end['median_step_ms']:.0f} ms "
-          f"median in {end['wall_s']:.0f} s, {end['attempts']} launches)")
+    metrics = [json.loads(line) for line in open(os.path.join(out, "run", "metrics.jsonl")) if line.strip()]
+    steps = [m["step_time_ms"] for m in metrics if "step_time_ms" in m]
+    print(f"\n== {mode}: ETTR {100 * end['ettr']:.1f}% ({end['productive_steps']} iterations × {end['median_iter_ms']:.0f}"
+          f" ms median (steps {statistics.median(steps):.0f} ms) in {end['wall_s']:.0f} s, {end['attempts']} launches)")
     print("| fault | at step | restored step (source) | steps lost | fault → first new step, s | detection | teardown "
           "| relaunch | start-up | state load | first step |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -52,32 +54,30 @@ def main(mode, out):
         lost, total = [r["lost"] for r in rows], [r["total_s"] for r in rows]
         print(f"steps lost per fault: median {statistics.median(lost):g}, max {max(lost)}; recovery (fault → first new "
               f"step): median {statistics.median(total):.2f} s, max {max(total):.2f} s")
-    spent = wall_time(out, events, end, rows)
+    spent = wall_time(out, events, end, rows, metrics)
     print("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
     if rows:
-        lost = spent["recoveries"] + sum(r["lost"] for r in rows) * end["median_step_ms"] / 1e3
+        lost = spent["recoveries"] + sum(r["lost"] for r in rows) * end["median_iter_ms"] / 1e3
         print(f"lost to the faults (recoveries and steps lost): {lost:.1f} s, {100 * lost / end['wall_s']:.1f} % of the "
               f"wall time")
     json.dump({"mode": mode, "ettr": end["ettr"], "end": end, "faults": rows, "wall": spent},
               open(os.path.join(out, "summary.json"), "w"), indent=1)
 
 
-def wall_time(out, events, end, rows):
-    """The driver's wall time in parts: the steps at the median (ETTR's productive time), the steps' time
-    above it, the recoveries (fault → first new step, less that step), the first launch's start-up (to
-    the end of its step 1, less that step), the end (TRAIN_FINISHED to the job's exit) and the rest: the
-    steps lost and the parts of steps a fault cut short, and the time between steps that no step's timing
-    holds (saves, the per-step agreements)."""
-    metrics = [json.loads(line) for line in open(os.path.join(out, "run", "metrics.jsonl")) if line.strip()]
-    steps = [m["step_time_ms"] / 1e3 for m in metrics if "step_time_ms" in m]
-    productive = end["productive_steps"] * end["median_step_ms"] / 1e3
+def wall_time(out, events, end, rows, metrics):
+    """The driver's wall time in parts: the iterations at the median (ETTR's productive time), the
+    iterations' time above it, the recoveries (fault → first new step, less that step), the first
+    launch's start-up (to the end of its step 1, less that step), the end (TRAIN_FINISHED to the job's
+    exit) and the rest: the steps lost and the parts of iterations a fault cut short."""
+    iterations = [m.get("iter_time_ms", m["step_time_ms"]) / 1e3 for m in metrics if "step_time_ms" in m]
+    productive = end["productive_steps"] * end["median_iter_ms"] / 1e3
     first = open(os.path.join(out, "run", "attempt_1.log"), errors="replace").read()
     m = re.search(r"startup ([0-9.]+) s from process start to the end of step 1: .*first step ([0-9.]+)", first)
     startup = float(m.group(1)) - float(m.group(2)) if m else 0.0
     finished = next((e["t_wall"] for e in events if e["event"] == "TRAIN_FINISHED"), None)
     ending = end["t_wall"] - finished if finished else 0.0
     recoveries = sum(r["total_s"] - r["first_step_s"] for r in rows)
-    parts = {"steps at the median": productive, "steps above it": sum(steps) - productive,
+    parts = {"iterations at the median": productive, "iterations above it": sum(iterations) - productive,
              "recoveries": recoveries, "first start-up": startup, "end": ending}
     parts["rest"] = end["wall_s"] - sum(parts.values())
     return parts

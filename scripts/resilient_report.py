@@ -59,8 +59,10 @@ def recovery(seen, attempt, launched_at, now, parts):
 
 
 def ettr(metrics_path, first_step, wall):
-    """(productive steps, median step ms or None, ETTR) from the run's metrics (RUN/metrics.jsonl, its
-    resumes rewound): MegaScale's ratio, productive steps × the median step time ÷ wall time."""
+    """(productive steps, median iteration ms or None, ETTR) from the run's metrics (RUN/metrics.jsonl, its
+    resumes rewound): MegaScale's ratio, productive steps × the median iteration time ÷ wall time. An
+    iteration is the whole of one (iter_time_ms: the step and the work between steps, as Megatron times
+    it); rows without it (older runs) count their step_time_ms."""
     times, last = [], first_step
     if os.path.exists(metrics_path):
         for line in open(metrics_path):
@@ -69,7 +71,7 @@ def ettr(metrics_path, first_step, wall):
             except ValueError:
                 continue
             if "step_time_ms" in m:
-                times.append(m["step_time_ms"])
+                times.append(m.get("iter_time_ms", m["step_time_ms"]))
                 last = max(last, m["step"])
     productive = last - first_step
     median = statistics.median(times) if times else None

@@ -148,6 +148,7 @@ void MetricsLog::step(const StepMetrics& m) {
   nlohmann::json j = {{"step", m.step},          {"loss", m.loss},
                       {"lr", m.lr},              {"grad_norm", m.grad_norm},
                       {"tokens_per_s", m.tokens_per_s}, {"step_time_ms", m.step_time_ms},
+                      {"iter_time_ms", m.iter_time_ms},
                       {"comm_ms", m.comm_ms},    {"exposed_comm_ms", m.exposed_comm_ms},
                       {"comm_bytes", m.comm_bytes}, {"hpz_comm_bytes", m.hpz_comm_bytes},
                       {"compute_ms", m.compute_ms},

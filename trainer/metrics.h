@@ -52,6 +52,11 @@ struct StepMetrics {
   int64_t step = 0, steps = 0;
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0, step_time_ms = 0;
+  // The whole iteration: from the previous step's log point to this one's, so also the work between
+  // steps that step_time_ms leaves out (the per-step agreements, saves, evaluation); a launch's first
+  // step (and the first after a rollback) counts its step time. What ETTR counts (R25: Megatron's
+  // iteration time; scripts/resilient_report.py).
+  double iter_time_ms = 0;
   std::optional<MfuReading> mfu;  // absent when log.peak_tflops = 0
   double eta_s = 0;
   // Data-parallel communication per step (averages over the logged steps): time operations were in

@@ -23,6 +23,7 @@ StepLog::StepLog(const Config& cfg, RankRun& run, const RunState& at, TrainResul
 void StepLog::rewind(int64_t step) {
   log_.rewind(step);
   logged_ = Logged{};
+  last_end_.reset();
 }
 
 double StepLog::seconds_at_peak() const {
@@ -35,7 +36,10 @@ void StepLog::begin(int64_t) { run_.reset_comm_stats(); }
 void StepLog::end(const StepOutcome& out) {
   result_.losses.push_back(out.loss);
   result_.grad_norms.push_back(out.norm);
+  const auto now = std::chrono::steady_clock::now();
   logged_.time += out.seconds;
+  logged_.iteration += last_end_ ? std::chrono::duration<double>(now - *last_end_).count() : out.seconds;
+  last_end_ = now;
   ++logged_.steps;
   logged_.comm += out.comm;
   if (out.step == first_step_) {
@@ -59,6 +63,7 @@ StepMetrics StepLog::averages(const StepOutcome& out) {
   m.lr = out.lr;
   m.grad_norm = out.norm;
   m.step_time_ms = avg * 1e3;
+  m.iter_time_ms = logged_.iteration / n * 1e3;
   m.tokens_per_s = static_cast<double>(run_.tokens_per_step()) / avg;
   m.comm_ms = c.dp.busy_ms / n;
   m.exposed_comm_ms = c.dp.exposed_ms / n;

@@ -1,10 +1,11 @@
 // The step metrics (trainer/metrics.h) as a step observer: each step's loss and gradient norm into
 // the run's result, memory and the start-up times after the first step, and every log.interval
-// steps (and the last) one line of averages over the steps since the last: time, tokens/s, MFU
-// (trainer/mfu_peak.h), communication by group, memory, MoE routing.
+// steps (and the last) one line of averages over the steps since the last: step and iteration time
+// (trainer/metrics.h), tokens/s, MFU (trainer/mfu_peak.h), communication by group, memory, MoE routing.
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "trainer/metrics.h"
 #include "trainer/mfu_peak.h"
@@ -31,7 +32,7 @@ class StepLog final : public StepObserver {
  private:
   // Summed over the steps since the last log line.
   struct Logged {
-    double time = 0.0;
+    double time = 0.0, iteration = 0.0;
     int64_t steps = 0;
     StepComm comm;
   };
@@ -47,6 +48,7 @@ class StepLog final : public StepObserver {
   MetricsLog log_;
   Logged logged_;
   const std::chrono::steady_clock::time_point start_;
+  std::optional<std::chrono::steady_clock::time_point> last_end_;  // the previous step's log point
 };
 
 }  // namespace megatrain

@@ -27,8 +27,13 @@ TEST_F(TrainE2E, ValidationLossFallsOnRealTextAndMetricsHaveEveryField) {
       continue;
     }
     ++train_lines;
-    for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_ms", "mfu"})
+    for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_ms", "iter_time_ms", "mfu"})
       EXPECT_TRUE(j.contains(k)) << k;
+    // The first step's iteration is its step; every later one also holds what follows the step
+    // before it (the log itself at least, and every 20 steps an evaluation).
+    const double step = j.value("step_time_ms", 0.0), iter = j.value("iter_time_ms", 0.0);
+    if (train_lines == 1) EXPECT_EQ(iter, step) << j;
+    else EXPECT_GT(iter, step) << j;
   }
   EXPECT_EQ(train_lines, 60);
   ASSERT_EQ(val.size(), 3u);
