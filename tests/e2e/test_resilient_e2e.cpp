@@ -316,9 +316,11 @@ TEST_F(ResilientE2E, ACrashLoopStopsWith93AndABadConfigIsNeverRetried) {
   auto r = drive("kill:rank=1:step=3:sig=9:attempt=*", 40);
   EXPECT_EQ(r.code, 93) << r.output;
   EXPECT_EQ(of(events(), "start").size(), 4u);
-  std::vector<double> backoffs;  // doubling over the launches that made no progress
+  // The first launch trained 2 steps (progress: relaunched at once); the backoff doubles over the
+  // three after it, which made none.
+  std::vector<double> backoffs;
   for (const json& e : of(events(), "restart")) backoffs.push_back(e["backoff_s"].get<double>());
-  EXPECT_EQ(backoffs, (std::vector<double>{0.2, 0.4, 0.8}));
+  EXPECT_EQ(backoffs, (std::vector<double>{0.0, 0.2, 0.4}));
   EXPECT_CONTAINS(r.output, "3 attempts in a row committed no checkpoint beyond step 0: a crash loop");
   fs::remove_all(dir_ / "run");
   r = drive("", 40, "", "--set model.n_heads=5");
@@ -326,14 +328,16 @@ TEST_F(ResilientE2E, ACrashLoopStopsWith93AndABadConfigIsNeverRetried) {
   EXPECT_EQ(of(events(), "start").size(), 1u);
 }
 
-// Two kills, each after progress: the second restart waits the first backoff again, not twice it.
-TEST_F(ResilientE2E, ARestartAfterALaunchThatProgressedWaitsTheFirstBackoff) {
-  const auto r = drive("kill:rank=1:step=12:sig=9:attempt=1;kill:rank=2:step=24:sig=9:attempt=2", 30);
+// Two kills, each after progress, are relaunched at once; then two launches without progress wait
+// the first backoff and twice it: a launch that progressed starts the doubling again.
+TEST_F(ResilientE2E, ALaunchThatProgressedIsRelaunchedAtOnce) {
+  const auto r = drive("kill:rank=1:step=12:sig=9:attempt=1;kill:rank=2:step=24:sig=9:attempt=2;"
+                       "kill:rank=1:step=24:sig=9:attempt=3;kill:rank=1:step=24:sig=9:attempt=4",
+                       30);
   ASSERT_EQ(r.code, 0) << r.output;
-  const auto restarts = of(events(), "restart");
-  ASSERT_EQ(restarts.size(), 2u) << r.output;
-  EXPECT_EQ(restarts[0]["backoff_s"], 0.2);
-  EXPECT_EQ(restarts[1]["backoff_s"], 0.2);
+  std::vector<double> backoffs;
+  for (const json& e : of(events(), "restart")) backoffs.push_back(e["backoff_s"].get<double>());
+  EXPECT_EQ(backoffs, (std::vector<double>{0.0, 0.0, 0.2, 0.4})) << r.output;
 }
 
 // The faults' mean interval is 30 of this machine's steps (at least 1 s), measured on the fault-free

@@ -170,7 +170,7 @@ echo "== 6. elastic: simhost2 lost (killed, then unplugged) goes on at dp = 2, a
 # repeated across either change. Rank 0 sleeps 100 ms a step, so that a launch outlasts the probes
 # (a 30 ms step let the job finish before the probe found simhost2 back, in one CI run).
 MEGATRAIN_FAULT="slow:rank=0:ms=100:attempt=*" \
-"$driver" --checkpoint-dir "$dir/ck6" --run-dir "$dir/drv6" --hosts simhost1:1,simhost2:1,simhost3:1 --backoff-s 2 \
+"$driver" --checkpoint-dir "$dir/ck6" --run-dir "$dir/drv6" --hosts simhost1:1,simhost2:1,simhost3:1 --backoff-s 0.2 \
   --probe-lost-hosts --probe-timeout-s 2 --probe-after-s 0 --probe-every-s 1 -- "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train \
   --config "$dir/tiny.toml" --set train.steps=150 --set checkpoint.save_interval=50 --set parallel.zero_stage=1 \
   --set checkpoint.memory_interval=1 --set checkpoint.memory_dir="$dir/shm6" \
@@ -184,8 +184,10 @@ wait_for() {  # wait_for SECONDS CONDITION...: polls every 0.1 s; fails when it 
 at_least() { [ "$(lines '"loss"' "$dir/drv6/metrics.jsonl")" -ge "$1" ]; }
 wait_for 90 at_least 25
 ip netns pids simhost2 | xargs -r kill -9
+no_processes() { [ -z "$(ip netns pids simhost2)" ]; }
+wait_for 30 no_processes
+"$sim" link simhost2 down  # before the relaunch (at once after a launch that made progress) probes it
 wait_for 30 grep -q '"event": "HOST_EXCLUDED"' "$dir/drv6/reports/events.jsonl"
-"$sim" link simhost2 down
 wait_for 90 grep -q "MEMORY_RESTORE" "$dir/drv6/attempt_2.log"
 wait_for 90 at_least 60
 "$sim" link simhost2 up
