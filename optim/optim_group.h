@@ -74,7 +74,8 @@ class OptimGroup {
   const ZeroState& zero() const { return zero_; }
   // The optimizer's range in the layout's numbering.
   FlatRange range() const { return zero_.optimizer_range().shifted(spec_.begin); }
-  // The initial parameters (model/params.h init_params_range), then params_written().
+  // The initial parameters (model/params.h init_params_range), then params_written(); at stages 1–2
+  // in float32 each rank draws its partition and the others come by the update's all-gather.
   void initialise(const ModelConfig& model, uint64_t seed);
   void set_step_count(int64_t t) { adamw_.set_step_count(t); }
 

@@ -41,6 +41,9 @@ class ParamStore {
   virtual void written() = 0;
   // After the optimizer's update: every rank's values become the updated ones.
   virtual void updated() = 0;
+  // Whether updated() is an all-gather of the optimizer's partitions into held() (float32 at
+  // stages 1–2): then what a rank writes of its partition alone, updated() gives every rank.
+  virtual bool gathers_partitions() const { return false; }
   virtual void begin_pass(std::span<const int> param_order) { (void)param_order; }
   virtual float* unit_params(int unit) = 0;
   virtual void unit_params_done(int unit) { (void)unit; }

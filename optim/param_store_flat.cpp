@@ -19,6 +19,7 @@ class FlatParams final : public ParamStore {
   void updated() override {
     if (gather_) gather_->run(params_.data());
   }
+  bool gathers_partitions() const override { return gather_.has_value(); }
   float* unit_params(int unit) override { return params_.data() + units_[static_cast<size_t>(unit)].begin; }
 
  private:

@@ -88,6 +88,8 @@ class ZeroState final : public UnitState {
   // After the optimizer's update: every rank's parameters become the updated ones (at 16-bit, the
   // optimizer must have written optimizer_params16()).
   void step_end() { parts_.params->updated(); }
+  // ParamStore::gathers_partitions: step_end() gives every rank what each wrote of its partition.
+  bool gathers_partitions() const { return parts_.params->gathers_partitions(); }
   // [Note: bounded staleness]: after the last micro_batch_end(), queue the step's reductions in
   // flight; retire_reduction() waits for the oldest and makes it optimizer_grads();
   // discard_reductions() waits for every queued one and drops them.
