@@ -313,9 +313,12 @@ TEST_F(ResilientE2E, AFrozenHostIsFoundByItsHeartbeats) {
 // With the driver's default memory snapshots the first launch gets further than none (its steps 1 and
 // 2 are in memory); the three after it resume from step 2 and die at step 3 again: a crash loop.
 TEST_F(ResilientE2E, ACrashLoopStopsWith93AndABadConfigIsNeverRetried) {
-  auto r = drive("kill:rank=1:step=3:sig=9:attempt=*", 40);
+  const fs::path shm = dir_ / "shm";
+  auto r = drive("kill:rank=1:step=3:sig=9:attempt=*", 40, "", "--set checkpoint.memory_dir=" + shm.string());
   EXPECT_EQ(r.code, 93) << r.output;
   EXPECT_EQ(of(events(), "start").size(), 4u);
+  // A driver that gives up leaves the memory snapshots for the next run to resume from.
+  for (const char* host : {"vnode0", "vnode1"}) EXPECT_TRUE(fs::exists(shm / host)) << host;
   // The first launch trained 2 steps (progress: relaunched at once); the backoff doubles over the
   // three after it, which made none.
   std::vector<double> backoffs;
