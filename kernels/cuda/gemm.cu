@@ -76,18 +76,18 @@ cublasComputeType_t compute_type(GemmMode mode) {
 struct GemmContext::Impl {
   cudaStream_t stream;
   CachingAllocator& memory;
-  std::unique_ptr<cublasLtContext, cublasStatus_t (*)(cublasLtHandle_t)> handle{nullptr, cublasLtDestroy};
+  std::unique_ptr<cublasLtContext, cublasStatus_t (*)(cublasLtHandle_t)> handle{nullptr, cublas_lib().LtDestroy};
   void* workspace = nullptr;
   size_t workspace_bytes;
   Scratch operand[3];  // 16-bit copies, by GemmOperand
   Scratch bias_grad;   // BGRADB's output, or the column sum's partials
   GemmPlanCache plans;
   std::map<GemmKey, GemmAttempt> routes;  // the attempt that ran each problem seen
-  std::unique_ptr<cublasContext, cublasStatus_t (*)(cublasHandle_t)> blas{nullptr, cublasDestroy};  // gemm_ex's
+  std::unique_ptr<cublasContext, cublasStatus_t (*)(cublasHandle_t)> blas{nullptr, cublas_lib().Destroy};  // gemm_ex's
 
   Impl(cudaStream_t s, CachingAllocator& m, size_t ws) : stream(s), memory(m), workspace_bytes(ws) {
     cublasLtHandle_t h = nullptr;
-    check_cublas(cublasLtCreate(&h), "cublasLtCreate (is a CUDA device visible?)");
+    check_cublas(cublas_lib().LtCreate(&h), "cublasLtCreate (is a CUDA device visible?)");
     handle.reset(h);
     workspace = memory.allocate(workspace_bytes, stream);
   }
@@ -156,18 +156,19 @@ struct GemmContext::Impl {
       cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
       if (!blas) {  // made on the first fallback to it, on this stream, sharing the workspace
         cublasHandle_t h = nullptr;
-        st = cublasCreate(&h);
-        decltype(blas) made(h, cublasDestroy);
-        if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetStream(h, stream);
-        if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetWorkspace(h, workspace, workspace_bytes);
+        st = cublas_lib().Create(&h);
+        decltype(blas) made(h, cublas_lib().Destroy);
+        if (st == CUBLAS_STATUS_SUCCESS) st = cublas_lib().SetStream(h, stream);
+        if (st == CUBLAS_STATUS_SUCCESS) st = cublas_lib().SetWorkspace(h, workspace, workspace_bytes);
         if (st == CUBLAS_STATUS_SUCCESS) blas = std::move(made);
       }
       if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasGemmEx(blas.get(), g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), &alpha, A, key.ab_type,
-                          static_cast<int>(g.lda), B, key.ab_type, static_cast<int>(g.ldb), &beta, D, CUDA_R_32F,
-                          static_cast<int>(g.ldd), key.compute, CUBLAS_GEMM_DEFAULT);
-      if (st != CUBLAS_STATUS_SUCCESS) why = cublasGetStatusString(st);
+        st = cublas_lib().GemmEx(blas.get(), g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(g.m), static_cast<int>(g.n),
+                                 static_cast<int>(g.k), &alpha, A, key.ab_type, static_cast<int>(g.lda), B, key.ab_type,
+                                 static_cast<int>(g.ldb), &beta, D, CUDA_R_32F, static_cast<int>(g.ldd), key.compute,
+                                 CUBLAS_GEMM_DEFAULT);
+      if (st != CUBLAS_STATUS_SUCCESS) why = cublas_lib().GetStatusString(st);
       return st == CUBLAS_STATUS_SUCCESS;
     }
     const bool fused = at.route == GemmRoute::fused;
@@ -182,11 +183,12 @@ struct GemmContext::Impl {
       why = plan.why_not;
       return false;
     }
-    const cublasStatus_t st = cublasLtMatmul(handle.get(), plan.desc.get(), &alpha, A, plan.a.get(), B, plan.b.get(),
-                                             &beta, D, plan.d.get(), D, plan.d.get(),
-                                             &plan.algos[static_cast<size_t>(at.algorithm)], workspace,
-                                             workspace_bytes, stream);
-    if (st != CUBLAS_STATUS_SUCCESS) why = fmt::format("cublasLtMatmul refused it ({})", cublasLtGetStatusString(st));
+    const cublasStatus_t st =
+        cublas_lib().LtMatmul(handle.get(), plan.desc.get(), &alpha, A, plan.a.get(), B, plan.b.get(), &beta, D,
+                              plan.d.get(), D, plan.d.get(), &plan.algos[static_cast<size_t>(at.algorithm)], workspace,
+                              workspace_bytes, stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      why = fmt::format("cublasLtMatmul refused it ({})", cublas_lib().LtGetStatusString(st));
     return st == CUBLAS_STATUS_SUCCESS;
   }
 

@@ -29,7 +29,7 @@ bool has_aux(GemmEpilogue e) {
 
 template <class T>
 void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value, const char* what) {
-  check_cublas(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), what);
+  check_cublas(cublas_lib().LtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), what);
 }
 
 const char* type_name(cudaDataType_t t) {
@@ -73,7 +73,7 @@ void gemm_log_fallback(const GemmKey& key, GemmAttempt ran, const std::string& f
 
 void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    throw Error(fmt::format("cuBLASLt: {}: {}", what, cublasLtGetStatusString(status)));
+    throw Error(fmt::format("cuBLASLt: {}: {}", what, cublas_lib().LtGetStatusString(status)));
 }
 
 int pointer_alignment(const void* p) {
@@ -87,7 +87,7 @@ GemmPlan::GemmPlan(cublasLtHandle_t handle, const GemmKey& key, size_t workspace
                    const void* aux) {
   const ColumnMajorGemm& g = key.g;
   cublasLtMatmulDesc_t raw_desc = nullptr;
-  check_cublas(cublasLtMatmulDescCreate(&raw_desc, key.compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  check_cublas(cublas_lib().LtMatmulDescCreate(&raw_desc, key.compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   desc.reset(raw_desc);
   const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_attr(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, ta, "set TRANSA");
@@ -100,8 +100,9 @@ GemmPlan::GemmPlan(cublasLtHandle_t handle, const GemmKey& key, size_t workspace
   // Stored shapes: A is m × k (k × m when transposed), B is k × n (n × k); C and D are m × n.
   const auto layout = [](Layout& out, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, const char* what) {
     cublasLtMatrixLayout_t raw = nullptr;
-    check_cublas(cublasLtMatrixLayoutCreate(&raw, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
-                 what);
+    check_cublas(
+        cublas_lib().LtMatrixLayoutCreate(&raw, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+        what);
     out.reset(raw);
   };
   layout(a, key.ab_type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, "cublasLtMatrixLayoutCreate (A)");
@@ -109,11 +110,11 @@ GemmPlan::GemmPlan(cublasLtHandle_t handle, const GemmKey& key, size_t workspace
   layout(d, CUDA_R_32F, g.m, g.n, g.ldd, "cublasLtMatrixLayoutCreate (D)");
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
-  check_cublas(cublasLtMatmulPreferenceCreate(&raw_pref), "cublasLtMatmulPreferenceCreate");
+  check_cublas(cublas_lib().LtMatmulPreferenceCreate(&raw_pref), "cublasLtMatmulPreferenceCreate");
   const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, cublasStatus_t (*)(cublasLtMatmulPreference_t)> pref(
-      raw_pref, cublasLtMatmulPreferenceDestroy);
+      raw_pref, cublas_lib().LtMatmulPreferenceDestroy);
   const auto pref_attr = [&](cublasLtMatmulPreferenceAttributes_t attr, auto value, const char* what) {
-    check_cublas(cublasLtMatmulPreferenceSetAttribute(raw_pref, attr, &value, sizeof(value)), what);
+    check_cublas(cublas_lib().LtMatmulPreferenceSetAttribute(raw_pref, attr, &value, sizeof(value)), what);
   };
   pref_attr(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(workspace_bytes), "workspace size");
   pref_attr(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(key.a_align), "A alignment");
@@ -122,10 +123,10 @@ GemmPlan::GemmPlan(cublasLtHandle_t handle, const GemmKey& key, size_t workspace
   pref_attr(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(key.d_align), "D alignment");
   cublasLtMatmulHeuristicResult_t results[kGemmAlgorithms] = {};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, a.get(), b.get(), d.get(), d.get(),
+  const cublasStatus_t st = cublas_lib().LtMatmulAlgoGetHeuristic(handle, raw_desc, a.get(), b.get(), d.get(), d.get(),
                                                            raw_pref, kGemmAlgorithms, results, &found);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    why_not = fmt::format("cuBLASLt's heuristic has no algorithm ({})", cublasLtGetStatusString(st));
+    why_not = fmt::format("cuBLASLt's heuristic has no algorithm ({})", cublas_lib().LtGetStatusString(st));
     return;
   }
   for (int i = 0; i < found && i < kGemmAlgorithms; ++i)

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cuda/cublas_lib.h"
 #include "kernels/cuda/gemm_fallback.h"
 #include "kernels/cuda/gemm_mapping.h"
 
@@ -65,9 +66,9 @@ class GemmPlan {
   // Owned descriptors, destroyed with the plan (also when the constructor throws half-way).
   using Desc = std::unique_ptr<cublasLtMatmulDescOpaque_t, cublasStatus_t (*)(cublasLtMatmulDesc_t)>;
   using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, cublasStatus_t (*)(cublasLtMatrixLayout_t)>;
-  Desc desc{nullptr, cublasLtMatmulDescDestroy};
-  Layout a{nullptr, cublasLtMatrixLayoutDestroy}, b{nullptr, cublasLtMatrixLayoutDestroy},
-      d{nullptr, cublasLtMatrixLayoutDestroy};  // C shares D's layout
+  Desc desc{nullptr, cublas_lib().LtMatmulDescDestroy};
+  Layout a{nullptr, cublas_lib().LtMatrixLayoutDestroy}, b{nullptr, cublas_lib().LtMatrixLayoutDestroy},
+      d{nullptr, cublas_lib().LtMatrixLayoutDestroy};  // C shares D's layout
   std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's offers, best first
   std::string why_not;
 };
