@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <sstream>
 #include <tuple>
 
 #include "checkpoint/memory_snapshot.h"
 #include "parallel/comm_gather.h"
-#include "parallel/comm_text.h"
 #include "parallel/groups.h"
 #include "trainer/checkpoint.h"
 #include "trainer/memory_snapshots.h"
@@ -129,9 +129,12 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
     }
     return std::string();
   };
-  // Every rank walks the same transfers in the same order, so each blocking send meets its receive.
-  std::vector<std::string> mine;
-  int64_t totals[4] = {0, 0, 0, 0};  // read on the own host, fetched, bytes, failed
+  // Every rank walks the same transfers in the same order; its own are then posted all at once (the
+  // lengths, then the bytes: MPI matches each pair of ranks' messages in the order posted), so that
+  // a rank fetching several snapshots, or a holder serving several ranks, moves them side by side.
+  std::deque<std::string> mine, outbox;                 // deques: the posted buffers do not move
+  std::vector<std::pair<int, std::string*>> ins, outs;  // peer, text
+  int64_t totals[4] = {0, 0, 0, 0};                     // read on the own host, fetched, bytes, failed
   for (int m = 0; m < n; ++m)
     for (const int r : needs(m)) {
       const std::vector<int>& h = set.holders.at(r);
@@ -139,21 +142,40 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
       if (m == me && at_home) {
         mine.push_back(read(r)), ++totals[0];
       } else if (m == me) {
-        recv_text(world, mine.emplace_back(), h.front(), kTag), ++totals[1];
+        ins.emplace_back(h.front(), &mine.emplace_back()), ++totals[1];
       } else if (!at_home && h.front() == me) {
-        send_text(world, read(r), m, kTag);
+        outs.emplace_back(m, &outbox.emplace_back(read(r)));
       }
     }
+  std::vector<int64_t> in_bytes(ins.size()), out_bytes(outs.size());
+  std::vector<Work> posted;
+  for (size_t i = 0; i < ins.size(); ++i) posted.push_back(world.recv(&in_bytes[i], 1, ins[i].first, kTag));
+  for (size_t i = 0; i < outs.size(); ++i) {
+    out_bytes[i] = static_cast<int64_t>(outs[i].second->size());
+    posted.push_back(world.send(&out_bytes[i], 1, outs[i].first, kTag));
+  }
+  for (Work& w : posted) w.wait();
+  posted.clear();
+  for (size_t i = 0; i < ins.size(); ++i) {
+    std::string& text = *ins[i].second;
+    text.resize(static_cast<size_t>(in_bytes[i]));
+    posted.push_back(world.recv(reinterpret_cast<uint8_t*>(text.data()), in_bytes[i], ins[i].first, kTag + 1));
+  }
+  for (size_t i = 0; i < outs.size(); ++i)
+    posted.push_back(world.send(reinterpret_cast<const uint8_t*>(outs[i].second->data()), out_bytes[i], outs[i].first,
+                                kTag + 1));
+  for (Work& w : posted) w.wait();
+  const std::vector<std::string> snapshots(std::make_move_iterator(mine.begin()), std::make_move_iterator(mine.end()));
   const std::string source =
       fmt::format("memory snapshots for rank {} at step {} ({})", me, set.step, store.dir().string());
   SnapshotHeader header;
   try {
-    header = restore_snapshots(mine, t, source);
+    header = restore_snapshots(snapshots, t, source);
   } catch (const CheckpointError& e) {
     spdlog::warn("memory snapshots: {}", e.what());
     totals[3] = 1;
   }
-  for (const std::string& s : mine) totals[2] += static_cast<int64_t>(s.size());
+  for (const std::string& s : snapshots) totals[2] += static_cast<int64_t>(s.size());
   world.all_reduce(totals, 4).wait();
   if (totals[3] > 0) {
     if (me == 0)

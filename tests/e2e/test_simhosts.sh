@@ -162,11 +162,12 @@ set -e
 expect "$dir/hpz.log" "zero_hpz_partition_size = 2: a group of 2 consecutive data-parallel ranks spans hosts 'simhost[12]' and 'simhost[12]'"
 grep -o -m1 "zero_hpz_partition_size = 2: .*" "$dir/hpz.log"
 echo "== 6. elastic: simhost2 lost (killed, then unplugged) goes on at dp = 2, and plugged back in, at dp = 3 again"
-# Memory snapshots every step, ZeRO 1. The relaunch after the loss probes simhost2 (unplugged: fails),
-# restores the dp = 3 set re-sharded to dp = 2; simhost2 is plugged back in, the driver's probes while
-# the job runs find it back, then simhost3's rank is killed, and the relaunch after that readmits
-# simhost2 (found back: not probed again) and simhost3 (not probed yet: probed then) and re-shards the
-# dp = 2 set to dp = 3. The sample log must equal a fault-free dp = 3 run's: no sample skipped or
+# Memory snapshots every step, ZeRO 1. The relaunch after the loss probes simhost2 (unplugged: fails;
+# the driver is stopped while the host is killed and unplugged, as it relaunches at once after a
+# launch that made progress), restores the dp = 3 set re-sharded to dp = 2; simhost2 is plugged back
+# in, the driver's probes while the job runs find it back, then simhost3's rank is killed, and the
+# relaunch after that readmits simhost2 (found back: not probed again) and simhost3 (not probed yet:
+# probed then) and re-shards the dp = 2 set to dp = 3. The sample log must equal a fault-free dp = 3 run's: no sample skipped or
 # repeated across either change. Rank 0 sleeps 100 ms a step, so that a launch outlasts the probes
 # (a 30 ms step let the job finish before the probe found simhost2 back, in one CI run).
 MEGATRAIN_FAULT="slow:rank=0:ms=100:attempt=*" \
@@ -183,10 +184,12 @@ wait_for() {  # wait_for SECONDS CONDITION...: polls every 0.1 s; fails when it 
 }
 at_least() { [ "$(lines '"loss"' "$dir/drv6/metrics.jsonl")" -ge "$1" ]; }
 wait_for 90 at_least 25
+kill -STOP "$drv"
 ip netns pids simhost2 | xargs -r kill -9
 no_processes() { [ -z "$(ip netns pids simhost2)" ]; }
 wait_for 30 no_processes
-"$sim" link simhost2 down  # before the relaunch (at once after a launch that made progress) probes it
+"$sim" link simhost2 down
+kill -CONT "$drv"
 wait_for 30 grep -q '"event": "HOST_EXCLUDED"' "$dir/drv6/reports/events.jsonl"
 wait_for 90 grep -q "MEMORY_RESTORE" "$dir/drv6/attempt_2.log"
 wait_for 90 at_least 60
