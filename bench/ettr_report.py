@@ -10,6 +10,9 @@ import re
 import statistics
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "scripts"))
+from resilient_report import iteration_ms  # noqa: E402
+
 PARTS = ("detection_s", "teardown_s", "relaunch_s", "startup_s", "state_load_s", "first_step_s")
 
 
@@ -73,7 +76,7 @@ def wall_time(out, events, end, rows, metrics):
     iterations' time above it, the recoveries (fault → first new step, less that step), the first
     launch's start-up (to the end of its step 1, less that step), the end (TRAIN_FINISHED to the job's
     exit) and the rest: the steps lost and the parts of iterations a fault cut short."""
-    iterations = [m.get("iter_time_ms", m["step_time_ms"]) / 1e3 for m in metrics if "step_time_ms" in m]
+    iterations = [iteration_ms(m) / 1e3 for m in metrics if "step_time_ms" in m]
     productive = end["productive_steps"] * end["median_iter_ms"] / 1e3
     first = open(os.path.join(out, "run", "attempt_1.log"), errors="replace").read()
     m = re.search(r"startup ([0-9.]+) s from process start to the end of step 1: .*first step ([0-9.]+)", first)

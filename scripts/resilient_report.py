@@ -58,11 +58,16 @@ def recovery(seen, attempt, launched_at, now, parts):
                 to_first_step_s=r(now - detected))
 
 
+def iteration_ms(row):
+    """A metrics row's iteration time: iter_time_ms (the step and the work between steps, as Megatron
+    times iterations), or step_time_ms in rows written before it existed."""
+    return row.get("iter_time_ms", row["step_time_ms"])
+
+
 def ettr(metrics_path, first_step, wall):
     """(productive steps, median iteration ms or None, ETTR) from the run's metrics (RUN/metrics.jsonl, its
-    resumes rewound): MegaScale's ratio, productive steps × the median iteration time ÷ wall time. An
-    iteration is the whole of one (iter_time_ms: the step and the work between steps, as Megatron times
-    it); rows without it (older runs) count their step_time_ms."""
+    resumes rewound): MegaScale's ratio, productive steps × the median iteration time (iteration_ms)
+    ÷ wall time."""
     times, last = [], first_step
     if os.path.exists(metrics_path):
         for line in open(metrics_path):
@@ -71,7 +76,7 @@ def ettr(metrics_path, first_step, wall):
             except ValueError:
                 continue
             if "step_time_ms" in m:
-                times.append(m.get("iter_time_ms", m["step_time_ms"]))
+                times.append(iteration_ms(m))
                 last = max(last, m["step"])
     productive = last - first_step
     median = statistics.median(times) if times else None

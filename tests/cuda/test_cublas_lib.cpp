@@ -11,7 +11,8 @@ namespace {
 
 TEST(CublasLib, OpensBothLibrariesAndTheirEntriesAnswer) {
   const CublasLib& f = cublas_lib();
-  EXPECT_EQ(std::string(f.GetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)), "the requested functionality is not supported");
+  EXPECT_EQ(std::string(f.GetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)),
+            "the requested functionality is not supported");
   EXPECT_EQ(std::string(f.LtGetStatusString(CUBLAS_STATUS_INVALID_VALUE)),
             "an unsupported value or parameter was passed to the function");
   EXPECT_EQ(&cublas_lib(), &f);  // opened once

@@ -167,9 +167,10 @@ echo "== 6. elastic: simhost2 lost (killed, then unplugged) goes on at dp = 2, a
 # launch that made progress), restores the dp = 3 set re-sharded to dp = 2; simhost2 is plugged back
 # in, the driver's probes while the job runs find it back, then simhost3's rank is killed, and the
 # relaunch after that readmits simhost2 (found back: not probed again) and simhost3 (not probed yet:
-# probed then) and re-shards the dp = 2 set to dp = 3. The sample log must equal a fault-free dp = 3 run's: no sample skipped or
-# repeated across either change. Rank 0 sleeps 100 ms a step, so that a launch outlasts the probes
-# (a 30 ms step let the job finish before the probe found simhost2 back, in one CI run).
+# probed then) and re-shards the dp = 2 set to dp = 3. The sample log must equal a fault-free dp = 3
+# run's: no sample skipped or repeated across either change. Rank 0 sleeps 100 ms a step, so that a
+# launch outlasts the probes (a 30 ms step let the job finish before the probe found simhost2 back, in
+# one CI run).
 MEGATRAIN_FAULT="slow:rank=0:ms=100:attempt=*" \
 "$driver" --checkpoint-dir "$dir/ck6" --run-dir "$dir/drv6" --hosts simhost1:1,simhost2:1,simhost3:1 --backoff-s 0.2 \
   --probe-lost-hosts --probe-timeout-s 2 --probe-after-s 0 --probe-every-s 1 -- "$sim" mpirun -H '{hosts}' -np '{np}' -x OMP_NUM_THREADS=1 "$bin" train \
