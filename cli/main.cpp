@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <csignal>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "health/startup_times.h"
@@ -23,6 +24,7 @@
 #include "cli/commands.h"
 #include "trainer/replica_check.h"
 #include "health/exit_codes.h"
+#include "trainer/stop_request.h"
 #include "trainer/train.h"
 
 namespace {
@@ -55,6 +57,8 @@ int main(int argc, char** argv) {
     return c.uses_mpi && c.app->get_name() == argv[1];
   });
   std::signal(SIGXFSZ, SIG_IGN);
+  // Before MPI or any library starts a thread (trainer/stop_request.h [Note: held stop signals]).
+  if (argc > 1 && std::string_view(argv[1]) == "train") hold_stop_signals();
   std::optional<MpiRuntime> mpi;
   if (uses_mpi) mpi.emplace(&argc, &argv);
   StartupTimes::instance().mark("process start → MPI init");
