@@ -84,11 +84,32 @@ class HostPool:
         why.update({h: "the heartbeats of all its ranks went stale" for h in stale_hosts})
         why.update({h: "cut off from the network (megatrain diagnose)" for h in cut_off()})
         for host, reason in sorted(why.items()):
-            if host in self.hosts and host not in self.bad:
-                self.bad.add(host)
-                self.excluded_at[host] = time.time()
-                self.probed.pop(host, None)
-                self.event("HOST_EXCLUDED", node_host=host, reason=reason, hosts_left=host_list(self.left()))
+            self.exclude(host, reason)
+
+    def exclude(self, host, reason):
+        if host in self.hosts and host not in self.bad:
+            self.bad.add(host)
+            self.excluded_at[host] = time.time()
+            self.probed.pop(host, None)
+            self.event("HOST_EXCLUDED", node_host=host, reason=reason, hosts_left=host_list(self.left()))
+
+    def exclude_unstartable(self, launcher, run_dir, timeout_s):
+        """With --hosts, after a launch that failed before any rank started: each host in use is tried alone
+        with `megatrain selfcheck` (HOST_CHECKED); those that fail, or do not pass within timeout_s, while
+        another passes are left out — a host gone since the last launch, whose daemon never connected back
+        (the launcher names no host then). When none passes the cause is not a host: none is left out."""
+        if len(self.left()) < 2:
+            return
+        failed = []
+        for host, slots in self.left().items():
+            cmd = placed_on(launcher, {host: slots}) + ["selfcheck", "--run-dir", os.path.join(run_dir, "probe", host)]
+            code = run_bounded(cmd, timeout_s)[0]
+            self.event("HOST_CHECKED", node_host=host, code=code if code is not None else "timeout")
+            if code != 0:
+                failed.append(host)
+        if len(failed) < len(self.left()):
+            for host in failed:
+                self.exclude(host, "no rank of the launch started, and `megatrain selfcheck` failed on it alone")
 
     def due(self, after_s):
         """The excluded hosts lost at least after_s ago (one lost just now is not back yet)."""

@@ -1,10 +1,10 @@
 // Stopping a run early at a step boundary, after a save — for preemption and time limits
 // (docs/robustness.md R11; Megatron's DistributedSignalHandler, --exit-duration-in-mins and
-// --exit-interval). Three causes: SIGUSR1 or SIGTERM (Slurm's `--signal`), held until the step ends
-// [Note: held stop signals]; train.exit_duration_mins of wall time since the run started;
-// train.exit_after_steps steps of this run. After every step the ranks agree (one all-reduce of the three flags, max), so
-// every rank stops after the same step even when only one rank was signalled or one rank's clock
-// passed the limit first. The trainer then saves (checkpoint.dir) and exits with kExitStopped.
+// --exit-interval). Three causes: SIGUSR1 or SIGTERM (Slurm's `--signal`), held until the step
+// ends [Note: held stop signals]; train.exit_duration_mins of wall time since the run started;
+// train.exit_after_steps steps of this run. After every step the ranks agree (one all-reduce of the
+// three flags, max), so every rank stops after the same step even when only one rank was signalled
+// or one rank's clock passed the limit first. The trainer then saves (checkpoint.dir) and exits with kExitStopped.
 // A signal arriving while the run saves and exits changes nothing (the flag is already set).
 // With parallel.max_staleness = s > 0 the all-reduce is not waited for: the flags agreed after a
 // step are acted on s steps later, so a slower peer does not hold up every step (trainer/

@@ -8,6 +8,7 @@
 //  - a host (virtual: MEGATRAIN_RANKS_PER_NODE = 2) whose two ranks stop, with the trainer's own
 //    watchdog off: the driver sees the heartbeats stop, names the node and its ranks, restarts;
 //  - a launch that starts no rank yet ends 0 (srun after a requeue): restarted, not "finished";
+//  - a launch that fails before any rank starts, naming no host: the host that fails alone is left out;
 //  - the launcher told to end a failed job's ranks without a grace period;
 //  - a rank dying before the first save in every launch: exit 93 after 3 attempts without progress;
 //    a bad config: exit 64 after one attempt;
@@ -241,6 +242,46 @@ TEST_F(ResilientE2E, ALaunchThatStartsNoRankIsRestartedNotCalledFinished) {
   ASSERT_EQ(of(ev, "TRAIN_FINISHED").size(), 1u);
   EXPECT_EQ(of(ev, "TRAIN_FINISHED")[0]["steps"], "20");
   expect_equals_clean_run(20, clean_run(20, ""));
+}
+
+// A host gone since the last launch, whose daemon never connects back: the launch fails before any
+// rank starts and the launcher names no host. The driver tries each host in use alone with `megatrain
+// selfcheck`, leaves out the one that fails, and the job runs on the other (without this: three
+// identical failed launches, exit 93). Hosts "up" and "gone" are a fake launcher's: it fails as mpirun
+// does when "gone" is in its host list, and runs mpirun on this machine otherwise.
+TEST_F(ResilientE2E, AHostThatCannotStartAJobIsFoundByTryingEachHostAlone) {
+  const fs::path launcher = dir_ / "hosts_launcher.sh";
+  std::ofstream(launcher) << "hosts=$1 np=$2; shift 2\n"
+                             "case $hosts in *gone*) echo 'ORTE was unable to reliably start one or more daemons.'; "
+                             "exit 1 ;; esac\n"
+                             "exec mpirun --oversubscribe -np \"$np\" -x OMP_NUM_THREADS=1 "
+                             "-x MEGATRAIN_RANKS_PER_NODE \"$@\"\n";
+  std::string command = trainer(10);
+  command.replace(0, command.find(test::megatrain_bin()), "sh " + launcher.string() + " {hosts} {np} ");
+  const auto r = test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                 "MEGATRAIN_RANKS_PER_NODE=2 " MEGATRAIN_SOURCE_DIR
+                                 "/scripts/megatrain-resilient --checkpoint-dir " +
+                                     (dir_ / "ckpt").string() + " --run-dir " + (dir_ / "run").string() +
+                                     " --hosts up:2,gone:2 --backoff-s 0.2 -- " + command,
+                                 300);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto ev = events();
+  const auto checked = of(ev, "HOST_CHECKED");
+  ASSERT_EQ(checked.size(), 2u) << r.output;
+  EXPECT_EQ(checked[0]["node_host"], "up");
+  EXPECT_EQ(checked[0]["code"], 0);
+  EXPECT_EQ(checked[1]["node_host"], "gone");
+  EXPECT_EQ(checked[1]["code"], 1);
+  const auto excluded = of(ev, "HOST_EXCLUDED");
+  ASSERT_EQ(excluded.size(), 1u) << r.output;
+  EXPECT_EQ(excluded[0]["node_host"], "gone");
+  EXPECT_EQ(excluded[0]["hosts_left"], "up:2");
+  const auto exits = of(ev, "exit");
+  ASSERT_EQ(exits.size(), 2u) << r.output;
+  EXPECT_EQ(exits[0]["code"], 1);
+  EXPECT_EQ(exits[1]["code"], 0);
+  ASSERT_EQ(of(ev, "TRAIN_FINISHED").size(), 1u);
+  EXPECT_EQ(of(ev, "TRAIN_FINISHED")[0]["steps"], "10");
 }
 
 // scripts/megatrain-resilient [driver: no grace at teardown]: the launcher gets
