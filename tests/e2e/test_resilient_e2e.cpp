@@ -9,6 +9,7 @@
 //    watchdog off: the driver sees the heartbeats stop, names the node and its ranks, restarts;
 //  - a launch that starts no rank yet ends 0 (srun after a requeue): restarted, not "finished";
 //  - a launch that fails before any rank starts, naming no host: the host that fails alone is left out;
+//  - a binary named otherwise (megatrain-v2) is found in the command; a command without one is refused;
 //  - the launcher told to end a failed job's ranks without a grace period;
 //  - a rank dying before the first save in every launch: exit 93 after 3 attempts without progress;
 //    a bad config: exit 64 after one attempt;
@@ -244,26 +245,32 @@ TEST_F(ResilientE2E, ALaunchThatStartsNoRankIsRestartedNotCalledFinished) {
   expect_equals_clean_run(20, clean_run(20, ""));
 }
 
-// A host gone since the last launch, whose daemon never connects back: the launch fails before any
-// rank starts and the launcher names no host. The driver tries each host in use alone with `megatrain
-// selfcheck`, leaves out the one that fails, and the job runs on the other (without this: three
-// identical failed launches, exit 93). Hosts "up" and "gone" are a fake launcher's: it fails as mpirun
-// does when "gone" is in its host list, and runs mpirun on this machine otherwise.
-TEST_F(ResilientE2E, AHostThatCannotStartAJobIsFoundByTryingEachHostAlone) {
-  const fs::path launcher = dir_ / "hosts_launcher.sh";
+// The driver with --hosts HOSTS over `command` (from the megatrain binary on), launched by a fake
+// launcher: it fails as mpirun does when host "gone" is in its host list (the daemon never connected
+// back: no host named), and runs mpirun on this machine otherwise.
+test::Result drive_on_hosts(const fs::path& dir, const std::string& hosts, const std::string& command) {
+  const fs::path launcher = dir / "hosts_launcher.sh";
   std::ofstream(launcher) << "hosts=$1 np=$2; shift 2\n"
                              "case $hosts in *gone*) echo 'ORTE was unable to reliably start one or more daemons.'; "
                              "exit 1 ;; esac\n"
                              "exec mpirun --oversubscribe -np \"$np\" -x OMP_NUM_THREADS=1 "
                              "-x MEGATRAIN_RANKS_PER_NODE \"$@\"\n";
-  std::string command = trainer(10);
-  command.replace(0, command.find(test::megatrain_bin()), "sh " + launcher.string() + " {hosts} {np} ");
-  const auto r = test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                 "MEGATRAIN_RANKS_PER_NODE=2 " MEGATRAIN_SOURCE_DIR
-                                 "/scripts/megatrain-resilient --checkpoint-dir " +
-                                     (dir_ / "ckpt").string() + " --run-dir " + (dir_ / "run").string() +
-                                     " --hosts up:2,gone:2 --backoff-s 0.2 -- " + command,
-                                 300);
+  return test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MEGATRAIN_RANKS_PER_NODE=2 "
+                         MEGATRAIN_SOURCE_DIR "/scripts/megatrain-resilient --checkpoint-dir " +
+                             (dir / "ckpt").string() + " --run-dir " + (dir / "run").string() + " --hosts " + hosts + " --backoff-s 0.2 -- sh " +
+                             launcher.string() + " {hosts} {np} " + command,
+                         300);
+}
+
+// The trainer command from its binary on (drive_on_hosts places the launcher before it).
+std::string from_binary(const std::string& command) { return command.substr(command.find(test::megatrain_bin())); }
+
+// A host gone since the last launch, whose daemon never connects back: the launch fails before any
+// rank starts and the launcher names no host. The driver tries each host in use alone with `megatrain
+// selfcheck`, leaves out the one that fails, and the job runs on the other (without this: three
+// identical failed launches, exit 93).
+TEST_F(ResilientE2E, AHostThatCannotStartAJobIsFoundByTryingEachHostAlone) {
+  const auto r = drive_on_hosts(dir_, "up:2,gone:2", from_binary(trainer(10)));
   ASSERT_EQ(r.code, 0) << r.output;
   const auto ev = events();
   const auto checked = of(ev, "HOST_CHECKED");
@@ -282,6 +289,23 @@ TEST_F(ResilientE2E, AHostThatCannotStartAJobIsFoundByTryingEachHostAlone) {
   EXPECT_EQ(exits[1]["code"], 0);
   ASSERT_EQ(of(ev, "TRAIN_FINISHED").size(), 1u);
   EXPECT_EQ(of(ev, "TRAIN_FINISHED")[0]["steps"], "10");
+}
+
+// The binary may be named otherwise (megatrain-v2: what a user keeps beside a newer build) and the
+// driver still finds `megatrain train` in the command for its host probes; a command with no such
+// binary is refused at once, naming what is missing, when --hosts needs it (it ended in a Python
+// traceback when the run finished).
+TEST_F(ResilientE2E, ABinaryNamedOtherwiseIsFoundAndACommandWithoutOneIsRefused) {
+  const fs::path renamed = dir_ / "megatrain-v2";
+  fs::create_symlink(test::megatrain_bin(), renamed);
+  std::string command = from_binary(trainer(10));
+  command.replace(0, test::megatrain_bin().size(), renamed.string());
+  const auto r = drive_on_hosts(dir_, "up:2", command);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(of(events(), "TRAIN_FINISHED").size(), 1u) << r.output;
+  const auto refused = drive_on_hosts(dir_, "up:2", "echo train");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_CONTAINS(refused.output, "must contain the megatrain binary followed by `train`");
 }
 
 // scripts/megatrain-resilient [driver: no grace at teardown]: the launcher gets
