@@ -54,6 +54,12 @@ def placed_on(cmd, hosts):
     return [c.replace("{hosts}", spec).replace("{np}", np_) for c in cmd]
 
 
+def selfcheck_on(launcher, hosts, run_dir, timeout_s, stop=None):
+    """`megatrain selfcheck --run-dir RUN_DIR` with the job's launcher (the command up to the binary)
+    placed on `hosts`: its exit code; None when it has not ended within timeout_s or `stop` was set."""
+    return run_bounded(placed_on(launcher, hosts) + ["selfcheck", "--run-dir", run_dir], timeout_s, stop)[0]
+
+
 class HostPool:
     def __init__(self, spec, event):
         self.hosts = parse_hosts(spec)  # HOST -> slots, in order; {} without --hosts
@@ -102,8 +108,7 @@ class HostPool:
             return
         failed = []
         for host, slots in self.left().items():
-            cmd = placed_on(launcher, {host: slots}) + ["selfcheck", "--run-dir", os.path.join(run_dir, "probe", host)]
-            code = run_bounded(cmd, timeout_s)[0]
+            code = selfcheck_on(launcher, {host: slots}, os.path.join(run_dir, "probe", host), timeout_s)
             self.event("HOST_CHECKED", node_host=host, code=code if code is not None else "timeout")
             if code != 0:
                 failed.append(host)
@@ -121,8 +126,7 @@ class HostPool:
         the first host in use, so that the link between them is checked too: its exit code; None when it
         has not ended within timeout_s or `stop` was set."""
         pair = {**dict(list(self.left().items())[:1]), host: self.hosts[host]}
-        cmd = placed_on(launcher, pair) + ["selfcheck", "--run-dir", os.path.join(run_dir, "probe", host)]
-        return run_bounded(cmd, timeout_s, stop)[0]
+        return selfcheck_on(launcher, pair, os.path.join(run_dir, "probe", host), timeout_s, stop)
 
     def forget_memory(self, launcher, root, timeout_s):
         """When the job has finished: on each host left out, which no rank of the job cleared, `megatrain

@@ -4,7 +4,8 @@
 // ends [Note: held stop signals]; train.exit_duration_mins of wall time since the run started;
 // train.exit_after_steps steps of this run. After every step the ranks agree (one all-reduce of the
 // three flags, max), so every rank stops after the same step even when only one rank was signalled
-// or one rank's clock passed the limit first. The trainer then saves (checkpoint.dir) and exits with kExitStopped.
+// or one rank's clock passed the limit first. The trainer then saves (checkpoint.dir) and exits
+// with kExitStopped.
 // A signal arriving while the run saves and exits changes nothing (the flag is already set).
 // With parallel.max_staleness = s > 0 the all-reduce is not waited for: the flags agreed after a
 // step are acted on s steps later, so a slower peer does not hold up every step (trainer/
@@ -55,7 +56,8 @@ class StopRequests {
   StopRequests& operator=(const StopRequests&) = delete;
 
   // Collective over the world, after each step (takes a held stop signal): "" to go on, else why to
-  // stop (the same on every rank): "signal SIGUSR1", "train.exit_duration_mins = 1.5", "train.exit_after_steps = 100".
+  // stop (the same on every rank): "signal SIGUSR1", "train.exit_duration_mins = 1.5",
+  // "train.exit_after_steps = 100".
   std::string agree(int64_t steps_this_run);
 
  private:

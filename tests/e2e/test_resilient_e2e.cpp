@@ -257,8 +257,8 @@ test::Result drive_on_hosts(const fs::path& dir, const std::string& hosts, const
                              "-x MEGATRAIN_RANKS_PER_NODE \"$@\"\n";
   return test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MEGATRAIN_RANKS_PER_NODE=2 "
                          MEGATRAIN_SOURCE_DIR "/scripts/megatrain-resilient --checkpoint-dir " +
-                             (dir / "ckpt").string() + " --run-dir " + (dir / "run").string() + " --hosts " + hosts + " --backoff-s 0.2 -- sh " +
-                             launcher.string() + " {hosts} {np} " + command,
+                             (dir / "ckpt").string() + " --run-dir " + (dir / "run").string() + " --hosts " + hosts +
+                             " --backoff-s 0.2 -- sh " + launcher.string() + " {hosts} {np} " + command,
                          300);
 }
 
