@@ -32,6 +32,8 @@ class ZeroState final : public UnitState {
   ZeroState& operator=(const ZeroState&) = delete;
 
   const ZeroPlan& plan() const { return plan_; }
+  // The data-parallel communicator the state is sharded and reduced over.
+  const Comm& dp() const { return dp_; }
   int stage() const { return plan_.options.stage; }
   int64_t total() const { return plan_.total; }
   FlatRange partition() const { return plan_.partition; }

@@ -324,8 +324,8 @@ void RankRun::state_written() {
   for (OptimGroup& g : optim_) g.state_written();
 }
 
-FlatSlice RankRun::held_params_host() {
-  const HostSlice s = optim_.front().held_params_host();
+FlatSlice RankRun::held_params_host(size_t group) {
+  const HostSlice s = optim_.at(group).held_params_host();
   return {s.data, s.range.begin, s.range.end};
 }
 

@@ -108,9 +108,10 @@ class RankRun final : public PipelineWork {
   // memory: on a device a copy made now ([Note: a run on a device]); write through it, then call
   // state_written().
   CheckpointTensors checkpoint_tensors();
-  // The dense parameters this rank holds, in host memory: on a device a copy of them made now, the
-  // moments left where they are (the replica check, fault injection).
-  FlatSlice held_params_host();
+  // The parameters this rank holds of optimizer group `group` (0: the dense ones, 1: an MoE model's
+  // experts), in host memory: on a device a copy of them made now, the moments left where they are
+  // (the replica check, fault injection).
+  FlatSlice held_params_host(size_t group = 0);
   const std::deque<OptimGroup>& optim_groups() const { return optim_; }
   MemoryMetrics memory() const;
   size_t activation_bytes() const;

@@ -8,14 +8,16 @@
 namespace megatrain {
 namespace {
 
-// MEGATRAIN_FAULT bitflip: bit 22 of the first value this rank holds of the named parameter.
+// MEGATRAIN_FAULT bitflip: bit 22 of the first value this rank holds of the named parameter (a dense
+// one, or one of this rank's experts).
 void flip_a_bit(const Fault& f, RankRun& run, int64_t step) {
-  MT_INPUT_CHECK(run.layout.contains(f.detail) && !run.layout.spec(run.layout.index_of(f.detail)).expert,
-                 "MEGATRAIN_FAULT bitflip: tensor \"{}\" is not a dense parameter of rank {} (e.g. \"{}\")", f.detail,
+  MT_INPUT_CHECK(run.layout.contains(f.detail),
+                 "MEGATRAIN_FAULT bitflip: tensor \"{}\" is not a parameter of rank {} (e.g. \"{}\")", f.detail,
                  run.world.rank(), run.layout.spec(0).name);
   log_injection(f, run.world.rank(), step, "tensor=" + f.detail);
-  const FlatSlice held = run.held_params_host();  // on a device, a host copy
-  const int64_t at = run.layout.offset(run.layout.index_of(f.detail));
+  const size_t i = run.layout.index_of(f.detail);
+  const FlatSlice held = run.held_params_host(run.layout.spec(i).expert ? 1 : 0);  // on a device, a host copy
+  const int64_t at = run.layout.offset(i);
   if (at < held.begin || at >= held.end) return;
   uint32_t bits;
   float* x = held.data + (at - held.begin);
