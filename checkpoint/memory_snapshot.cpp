@@ -215,7 +215,9 @@ SnapshotHeader snapshot_header(std::string_view bytes, const std::string& source
 }
 
 SnapshotHeader restore_snapshots(const std::vector<std::string>& snapshots, const CheckpointTensors& t,
-                                 const std::string& source) {
+                                 const std::string& source, const std::vector<bool>& experts_too) {
+  MT_CHECK(experts_too.empty() || experts_too.size() == snapshots.size(),
+           "restore_snapshots: {} experts_too flags for {} snapshots", experts_too.size(), snapshots.size());
   MT_CHECK(!snapshots.empty(), "restore_snapshots: no snapshots for {}", source);
   std::vector<ParsedSnapshot> parsed;
   for (size_t i = 0; i < snapshots.size(); ++i) {
@@ -230,8 +232,10 @@ SnapshotHeader restore_snapshots(const std::vector<std::string>& snapshots, cons
     for (size_t kind = 0; kind < kKinds; ++kind) {
       const FlatSlice& to = slice_of(p, kind);
       Ranges filled;
-      for (const ParsedSnapshot& snap : parsed)
-        for (const StoredPiece& q : snap.pieces) fill(to, q.slices[kind], filled);
+      for (size_t i = 0; i < parsed.size(); ++i)
+        for (const StoredPiece& q : parsed[i].pieces)
+          if (q.begin == p.begin && (p.begin == 0 || experts_too.empty() || experts_too[i]))
+            fill(to, q.slices[kind], filled);
       if (to.end > to.begin && (filled.size() != 1 || filled[0] != std::pair{to.begin, to.end}))
         throw CheckpointError(fmt::format("{}: the snapshots do not hold every element of [{}, {}) of this rank's {}; "
                                           "they hold {}",

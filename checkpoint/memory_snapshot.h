@@ -10,7 +10,8 @@
 //   and for params, exp_avg, exp_avg_sq int64 begin, end and end − begin float32 values (the
 //   partition, [part_begin, part_end)), then the zlib CRC-32 of every byte before it (uint32).
 // A rank restores from the snapshots of the ranks that held its view of the model (its dp group's
-// at the same layout; at another dp the old ranks with the same tp, cp, ep coordinates and stage),
+// at the same layout; at another dp the old ranks with the same tp, ep coordinates and stage; an
+// MoE model's dense piece also from the other ep coordinates: [Note: dense pieces across ep]),
 // every element from the one that held it, so the run continues bit for bit.
 #pragma once
 #include <string>
@@ -39,10 +40,15 @@ SnapshotHeader snapshot_header(std::string_view bytes, const std::string& source
 
 // Fills `t` from the snapshots of the ranks that held the same view of the model — the same tp, cp
 // and ep coordinates and pipeline stage; only the dp coordinate, and at another layout dp itself and
-// with it the ZeRO partitions, differ — every slice of `t` from the slices of the snapshots that
-// overlap it. A snapshot that is damaged, of another step, or a set that leaves an element of `t`
-// unfilled is a CheckpointError naming `source`. Returns the first snapshot's header.
+// with it the ZeRO partitions, differ — every slice of `t` from the slices of the snapshots' pieces
+// of the same group (the same `begin`) that overlap it. [Note: dense pieces across ep] An MoE
+// model's dense parameters are sharded over every data-parallel rank, the expert-parallel ones
+// included, while its experts are sharded over the ranks with the same ep coordinate: a snapshot i
+// with experts_too[i] false (of a rank with another ep coordinate) gives only its dense piece, the
+// one at begin 0; an empty experts_too means true for every snapshot. A snapshot that is damaged,
+// of another step, or a set that leaves an element of `t` unfilled is a CheckpointError naming
+// `source`. Returns the first snapshot's header.
 SnapshotHeader restore_snapshots(const std::vector<std::string>& snapshots, const CheckpointTensors& t,
-                                 const std::string& source);
+                                 const std::string& source, const std::vector<bool>& experts_too = {});
 
 }  // namespace megatrain

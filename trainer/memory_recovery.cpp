@@ -66,12 +66,14 @@ std::optional<ParallelDims> dims_of(const std::string& layout_json) {
   return d;
 }
 
-// What a rank's slice of the model is: its tensor- and expert-parallel coordinates and its stage.
-// Context-parallel ranks hold the same parameters (ZeRO shards over cp·dp: parallel/groups.h
-// dp_cp), so layouts that differ only in dp and cp hold the same views.
-auto view(const ParallelDims& d, int rank) {
+// What a rank's slice of the dense model is: its tensor-parallel coordinate and its stage.
+// Context-parallel and expert-parallel ranks hold the same dense parameters (ZeRO shards them over
+// cp·dp, ep included: parallel/groups.h dp_cp), so layouts that differ only in dp and cp hold the
+// same views; a rank's experts are those of its ep coordinate ([Note: dense pieces across ep] in
+// checkpoint/memory_snapshot.h).
+auto dense_view(const ParallelDims& d, int rank) {
   const RankCoords c = rank_coords(d, rank);
-  return std::tuple{c.tp, c.ep, c.pp};
+  return std::tuple{c.tp, c.pp};
 }
 
 // The newest set at step ≥ at_least whose every rank some host holds, at this layout or at one that
@@ -111,11 +113,13 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
   const HeldSet& set = *found;
   const bool same = set.layout == here;
   const ParallelDims was = *dims_of(set.layout);
-  // Rank m's snapshots: those of the ranks that held its view (its dp group's at this layout).
+  // Rank m's snapshots: those of the ranks that held its view of the dense model (its dp_cp group's
+  // at this layout), each with whether it holds m's experts too (the same ep coordinate).
   const auto needs = [&](int m) {
-    std::vector<int> out;
+    std::vector<std::pair<int, bool>> out;
     for (int r = 0; r < was.world(); ++r)
-      if (view(was, r) == view(now, m)) out.push_back(r);
+      if (dense_view(was, r) == dense_view(now, m))
+        out.emplace_back(r, rank_coords(was, r).ep == rank_coords(now, m).ep);
     return out;
   };
   // This host's folder of the set's layout; layouts.end() when the host holds none of it.
@@ -136,7 +140,8 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
   std::vector<std::pair<int, std::string*>> ins, outs;  // peer, text
   int64_t totals[4] = {0, 0, 0, 0};                     // read on the own host, fetched, bytes, failed
   for (int m = 0; m < n; ++m)
-    for (const int r : needs(m)) {
+    for (const auto& need : needs(m)) {
+      const int r = need.first;
       const std::vector<int>& h = set.holders.at(r);
       const bool at_home = std::binary_search(h.begin(), h.end(), m);
       if (m == me && at_home) {
@@ -170,7 +175,9 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
       fmt::format("memory snapshots for rank {} at step {} ({})", me, set.step, store.dir().string());
   SnapshotHeader header;
   try {
-    header = restore_snapshots(snapshots, t, source);
+    std::vector<bool> experts_too;
+    for (const auto& need : needs(me)) experts_too.push_back(need.second);
+    header = restore_snapshots(snapshots, t, source, experts_too);
   } catch (const CheckpointError& e) {
     spdlog::warn("memory snapshots: {}", e.what());
     totals[3] = 1;

@@ -106,6 +106,38 @@ TEST(MemorySnapshot, ADpGroupsSnapshotsRestoreEveryRankExactly) {
   }
 }
 
+// [Note: dense pieces across ep] An MoE rank's state in two pieces: dense [0, 20) sharded over all
+// 4 ranks (ep 2 × edp 2; ZeRO 1), experts [20, 32) over the 2 ranks of its ep coordinate, whose
+// values differ by coordinate. Rank 0 (ep 0) restores from all four snapshots, the other
+// coordinate's first: with experts_too its experts come only from ranks 0 and 2, and it holds the
+// truth; without, rank 1's experts (another coordinate's) fill it first.
+TEST(MemorySnapshot, AnMoeRankTakesItsDensePieceFromEveryEpRankAndItsExpertsFromItsOwn) {
+  struct MoeRank {
+    ShardedRank dense, experts;
+    int ep;
+    MoeRank(int rank, bool filled)
+        : dense(20, rank, 4, 1, filled), experts(12, rank / 2, 2, 1, filled), ep(rank % 2) {
+      for (auto& d : experts.data)
+        for (float& x : d) x += filled ? 100.0f * static_cast<float>(ep) : 0.0f;
+    }
+    CheckpointTensors tensors() {
+      CheckpointPiece a = dense.tensors().pieces[0], b = experts.tensors().pieces[0];
+      for (FlatSlice* f : {&b.params, &b.exp_avg, &b.exp_avg_sq}) f->begin += 20, f->end += 20;
+      b.part_begin += 20, b.part_end += 20, b.begin = 20;
+      return CheckpointTensors(nullptr, nullptr, {a, b});
+    }
+  };
+  std::vector<std::string> all;
+  for (const int r : {1, 0, 3, 2}) all.push_back(encode_snapshot(MoeRank(r, true).tensors(), header()));
+  MoeRank fresh(0, false);
+  restore_snapshots(all, fresh.tensors(), "test", {false, true, false, true});
+  EXPECT_TRUE(fresh.dense.holds_the_truth());
+  EXPECT_TRUE(fresh.experts.holds_the_truth());  // ep 0: value + 0
+  MoeRank mixed(0, false);
+  restore_snapshots(all, mixed.tensors(), "test");
+  EXPECT_FALSE(mixed.experts.holds_the_truth());
+}
+
 TEST(MemorySnapshot, DamageAndTruncationAreRefused) {
   const std::string bytes = encode_snapshot(ShardedRank(31, 0, 1, 1, true).tensors(), header());
   ShardedRank fresh(31, 0, 1, 1, false);

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/e2e/e2e_fixture.h"
+#include "tests/e2e/resilient_fixture.h"
 #include "tests/expect_contains.h"
 
 namespace megatrain {
@@ -39,56 +39,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-class ResilientE2E : public test::TrainE2E {
- protected:
-  std::string trainer(int steps) const {
-    return "mpirun --oversubscribe -np 4 -x OMP_NUM_THREADS=1 -x MEGATRAIN_RANKS_PER_NODE " + test::megatrain_bin() +
-           " train --config " + config_.string() + " --set parallel.tp=2 --set train.eval_interval=0" +
-           " --set log.peak_tflops=0 --set health.step_timeout_floor_s=2 --set health.calibrate_steps=3" +
-           " --set checkpoint.save_interval=10 --set train.steps=" + std::to_string(steps);
-  }
-  // The driver over `trainer(steps) extra`, with MEGATRAIN_FAULT = fault.
-  test::Result drive(const std::string& fault, int steps, const std::string& driver_flags = "",
-                     const std::string& extra = "", int timeout_s = 300, const std::string& launcher = "") {
-    return test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MEGATRAIN_RANKS_PER_NODE=2"
-                           " MEGATRAIN_FAULT='" + fault + "' " MEGATRAIN_SOURCE_DIR "/scripts/megatrain-resilient"
-                           " --checkpoint-dir " + (dir_ / "ckpt").string() + " --run-dir " + (dir_ / "run").string() +
-                           " --backoff-s 0.2 --max-backoff-s 1 " + driver_flags + " -- " + launcher + trainer(steps) + " " + extra,
-                           timeout_s);
-  }
-  // The same run without faults or driver, into dir_/clean; its metrics lines.
-  std::vector<json> clean_run(int steps, const std::string& extra) {
-    const auto r = test::run_shell("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                   "MEGATRAIN_RANKS_PER_NODE=2 " + trainer(steps) + " " + extra + " --set checkpoint.dir=" +
-                                   (dir_ / "clean").string() + " --set log.metrics_file=" +
-                                   (dir_ / "clean.jsonl").string());
-    EXPECT_EQ(r.code, 0) << r.output;
-    return test::metrics_lines(dir_ / "clean.jsonl");
-  }
-  std::vector<json> events() const {
-    std::vector<json> out;
-    std::ifstream in(dir_ / "run" / "reports" / "events.jsonl");
-    for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
-    return out;
-  }
-  static std::vector<json> of(const std::vector<json>& events, const std::string& name) {
-    std::vector<json> out;
-    for (const json& e : events)
-      if (e["event"] == name) out.push_back(e);
-    return out;
-  }
-  // The final weights equal the fault-free run's, and so do the losses of `steps` (bitwise).
-  void expect_equals_clean_run(int steps, const std::vector<json>& clean) {
-    const auto got = test::metrics_lines(dir_ / "run" / "metrics.jsonl");
-    ASSERT_EQ(got.size(), clean.size());
-    EXPECT_EQ(test::compare_runs(clean, got, 0.0, "resilient vs fault-free"), static_cast<int>(clean.size()) * 2);
-    const std::string last = fmt::format("/step_{:07d}", steps);
-    const std::string a = exported_weights((dir_ / "clean").string() + last);
-    EXPECT_GT(a.size(), 1000u);
-    EXPECT_TRUE(a == exported_weights((dir_ / "ckpt").string() + last)) << "final weights differ from the fault-free run";
-  }
-};
+using test::ResilientE2E;
 
 // Storage checkpoints only: the user's checkpoint.memory_interval = 0 overrides the driver's default
 // of a memory snapshot every step.
