@@ -17,6 +17,7 @@
 #include "bench/measure.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
+#include "model/flops.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
     const double step = time_steps(cfg, B, T, reps);
     const auto [gflop, gsec] = time_gemms(cfg, static_cast<int64_t>(B) * T, reps);
     const double tokens = static_cast<double>(B) * T;
-    const double model_rate = gpt_flops_per_token(cfg, T) * tokens / step;
+    const double model_rate = model_flops_per_token(cfg, T) * tokens / step;
     const double gemm_rate = gflop / gsec;
     fmt::print("{:>10} {:>10} {:>12.1f} {:>12.1f} {:>14.1f} {:>14.1f} {:>7.1f}% {:>10}\n", B, T, step * 1e3,
                tokens / step, model_rate / 1e9, gemm_rate / 1e9, 100.0 * model_rate / gemm_rate, peak_rss_mib());

@@ -28,17 +28,4 @@ void GptModel::zero_grads() {
   for (int64_t i = 0; i < n; ++i) g[i] = 0.0f;
 }
 
-double gpt_flops_per_token(const ModelConfig& cfg, int seq_len) {
-  // 6 FLOPs per weight per token (2 forward, 4 backward) for every matrix multiply, including
-  // the LM head; attention scores and weighted sum: 2·2·T·d per layer forward, halved for the
-  // causal mask, ×3 for forward + backward. Embedding lookups and norms are not counted.
-  const double C = cfg.d_model, L = cfg.n_layers, D = cfg.head_dim();
-  const double H = cfg.n_heads, Hkv = cfg.kv_heads(), F = cfg.ffn_dim();
-  const double fc_out = cfg.activation == ActivationKind::swiglu ? 2 * F : F;
-  const double per_layer = C * (H + 2 * Hkv) * D + H * D * C + C * fc_out + F * C;
-  const double matmul_weights = L * per_layer + static_cast<double>(cfg.padded_vocab(1)) * C;
-  const double attention = L * 3.0 * (2.0 * 2.0 * seq_len * H * D) / 2.0;
-  return 6.0 * matmul_weights + attention;
-}
-
 }  // namespace megatrain

@@ -50,7 +50,4 @@ class GptModel {
   NormWeights final_norm_;
 };
 
-// Model FLOPs per trained token (forward + backward), see README "MFU".
-double gpt_flops_per_token(const ModelConfig& cfg, int seq_len);
-
 }  // namespace megatrain

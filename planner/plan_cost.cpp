@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "model/flops.h"
 #include "model/gpt.h"
 #include "model/params.h"
 #include "parallel/pipeline_schedule.h"
@@ -12,21 +13,6 @@
 
 namespace megatrain {
 namespace {
-
-// Forward FLOPs per token of block l's matrix multiplies and attention (a third of training's).
-double block_forward_flops(const ModelConfig& m, int layer, int seq_len) {
-  const double C = m.d_model, D = m.head_dim(), H = m.n_heads, Hkv = m.kv_heads();
-  const auto mlp = [&](double F) { return C * (m.activation == ActivationKind::swiglu ? 2 * F : F) + F * C; };
-  double weights = C * (H + 2 * Hkv) * D + H * D * C;
-  if (m.moe.is_moe_layer(layer)) {
-    const double E = m.expert_ffn_dim();
-    weights += m.moe.top_k * mlp(E) + m.moe.n_shared_experts * mlp(E) + C * m.moe.n_experts;
-    if (m.moe.residual) weights += mlp(m.ffn_dim());
-  } else {
-    weights += mlp(m.ffn_dim());
-  }
-  return 2.0 * weights + 2.0 * 2.0 * seq_len * H * D / 2.0;
-}
 
 // Link and collective times of a group of g ranks, `stride` apart in the rank order.
 struct Links {
@@ -63,16 +49,6 @@ double context_comm(const Config& c, const Links& links, double rows, double ove
 }
 
 }  // namespace
-
-double model_flops_per_token(const ModelConfig& m, int seq_len) {
-  double f = gpt_flops_per_token(m, seq_len);
-  if (!m.moe.enabled()) return f;
-  ModelConfig dense = m;
-  dense.moe = {};
-  for (int l = 0; l < m.n_layers; ++l)
-    f += 3.0 * (block_forward_flops(m, l, seq_len) - block_forward_flops(dense, l, seq_len));
-  return f;
-}
 
 StepCost predict_step(const Config& c, const DeviceProfile& dev) {
   const ParallelConfig& p = c.parallel;

@@ -46,10 +46,6 @@ struct StepCost {
   double mfu = 0;        // model FLOPs / (step · devices · peak)
 };
 
-// Model FLOPs per trained token (forward + backward): gpt_flops_per_token with each MoE block's
-// MLP counted as its top_k routed experts, shared experts and router.
-double model_flops_per_token(const ModelConfig& m, int seq_len);
-
 // A resolved config (resolve_config) on `device`.
 StepCost predict_step(const Config& c, const DeviceProfile& device);
 

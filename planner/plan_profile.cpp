@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/check.h"
-#include "model/gpt.h"
+#include "model/flops.h"
 #include "trainer/peak_flops.h"
 #include "trainer/rank_run.h"
 
@@ -105,7 +105,7 @@ DeviceProfile measure_cpu_profile(const Config& c, const Comm& world) {
   p.cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   p.threads = omp_get_max_threads();
   p.peak_tflops = measure_peak_tflops(world, c.train.precision, PeakClock::cpu).tflops_per_rank;
-  const double flops = gpt_flops_per_token(c.model, c.train.seq_len) * c.train.micro_batch_size * c.train.seq_len;
+  const double flops = model_flops_per_token(c.model, c.train.seq_len) * c.train.micro_batch_size * c.train.seq_len;
   p.efficiency = flops / (step_seconds(c, world) * p.peak_tflops * 1e12);
   std::vector<char> a(size_t{64} << 20, 1), b(a.size());
   p.memory_gbps = 2.0 * static_cast<double>(a.size()) / timed_together(world, 3, PeakClock::wall, [&] {

@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "health/startup_times.h"
-#include "model/gpt.h"
+#include "model/flops.h"
 
 namespace megatrain {
 
@@ -13,7 +13,7 @@ StepLog::StepLog(const Config& cfg, RankRun& run, const RunState& at, TrainResul
       at_(at),
       result_(result),
       first_step_(at.step + 1),
-      flops_per_step_(gpt_flops_per_token(cfg.model, cfg.train.seq_len) * static_cast<double>(run.tokens_per_step())),
+      flops_per_step_(model_flops_per_token(cfg.model, cfg.train.seq_len) * static_cast<double>(run.tokens_per_step())),
       peak_(cfg, run.world),
       log_(cfg.log.metrics_file, run.world.rank() == 0, at.step),
       start_(std::chrono::steady_clock::now()) {

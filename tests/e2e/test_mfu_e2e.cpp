@@ -2,7 +2,8 @@
 // a start-up measurement disturbed on purpose (MEGATRAIN_FAULT peak_slow) is measured again once the
 // steps outrun it, with a log line, and MFU stays ≤ 100 %; fp32 and bf16 runs divide by an fp32 and a
 // bf16 GEMM; a log.peak_tflops number is never re-measured, and an MFU above it is capped and
-// flagged. FLOPs/token of the fixture's tiny config: 786432 (tests/e2e/test_train_e2e.cpp).
+// flagged; on two ranks MFU divides by both ranks' peak, and an MoE model counts its top-k experts.
+// FLOPs/token of the fixture's tiny config: 786432 (tests/e2e/test_train_e2e.cpp).
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -98,6 +99,32 @@ TEST_F(MfuE2E, EachPrecisionDividesByAGemmOfItsOwnPrecision) {
       EXPECT_LE(j.at("mfu").get<double>(), 1.0) << j;
     }
     expect_console_mfu_at_most_100(r.output);
+  }
+}
+
+// One FLOPs definition (model/flops.h) on two ranks: the tiny model with 4 experts of width 64,
+// top 2, in every block, counts per token 3 × (2 blocks × (2 × (4·C² attention projections +
+// 2 experts × 2·C·64 + the router C·4) + 8192 causal attention) + 2·384·C head) = 592896 FLOPs —
+// the top-k experts' GEMMs, not the dense MLP's 786432 — and MFU divides the job's FLOP/s by both
+// ranks' peak (a fixed 10 TFLOP/s each, so nothing is measured or capped).
+TEST_F(MfuE2E, TwoRanksDivideByBothPeaksAndAnMoeCountsItsTopKExperts) {
+  constexpr double kMoeFlopsPerToken =
+      3.0 * (2 * (2 * (4 * 64 * 64 + 2 * 2 * 64 * 64 + 64 * 4) + 8192) + 2 * 384 * 64);
+  static_assert(kMoeFlopsPerToken == 592896.0);
+  const auto r = test::run_shell(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 " +
+      test::megatrain_bin() + " train --config " + config_.string() +
+      " --set train.steps=6 --set train.eval_interval=0 --set log.interval=2 --set log.peak_tflops=10"
+      " --set moe.n_experts=4 --set moe.top_k=2 --set moe.d_ff_expert=64 --set log.metrics_file=" +
+      (dir_ / "m.jsonl").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto rows = test::metrics_lines(dir_ / "m.jsonl");
+  ASSERT_EQ(rows.size(), 3u);
+  for (const auto& j : rows) {
+    EXPECT_EQ(j.at("mfu_peak").at("source"), "log.peak_tflops") << j;
+    EXPECT_NEAR(j.at("mfu").get<double>(), kMoeFlopsPerToken * j.at("tokens_per_s").get<double>() / (2 * 10e12),
+                1e-9 * j.at("mfu").get<double>())
+        << j;
   }
 }
 

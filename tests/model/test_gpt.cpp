@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/rng.h"
+#include "model/flops.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -149,7 +150,7 @@ TEST(Gpt, FlopsPerTokenCountsMatmulsAndCausalAttention) {
   // 12 layers · 12·C² weights in matmuls + the 50304 × 768 head, 6 FLOPs each;
   // attention 6·T·C per layer (causal-halved 12·T·C).
   const double want = 6.0 * (12.0 * 12 * 768 * 768 + 50304.0 * 768) + 12.0 * 6 * 1024 * 768;
-  EXPECT_DOUBLE_EQ(gpt_flops_per_token(cfg, 1024), want);
+  EXPECT_DOUBLE_EQ(model_flops_per_token(cfg, 1024), want);
 }
 
 }  // namespace

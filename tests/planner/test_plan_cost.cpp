@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "config/config.h"
+#include "model/flops.h"
 #include "planner/plan_cost.h"
 #include "planner/plan_memory.h"
 
