@@ -46,7 +46,8 @@ def main(mode, out):
     metrics = [json.loads(line) for line in open(os.path.join(out, "run", "metrics.jsonl")) if line.strip()]
     steps = [m["step_time_ms"] for m in metrics if "step_time_ms" in m]
     print(f"\n== {mode}: ETTR {100 * end['ettr']:.1f}% ({end['productive_steps']} iterations × {end['median_iter_ms']:.0f}"
-          f" ms median (steps {statistics.median(steps):.0f} ms) in {end['wall_s']:.0f} s, {end['attempts']} launches)")
+          f" ms median (steps {statistics.median(steps):.0f} ms) in {end['wall_s']:.0f} s, {end['attempts']} launches); "
+          f"by layout {100 * end.get('ettr_by_layout', 0.0):.1f}% (each layout's iterations at its own median)")
     print("| fault | at step | restored step (source) | steps lost | fault → first new step, s | detection | teardown "
           "| relaunch | start-up | state load | first step |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -66,7 +67,7 @@ def main(mode, out):
         lost = spent["recoveries"] + sum(r["lost"] for r in rows) * end["median_iter_ms"] / 1e3
         print(f"lost to the faults (recoveries and steps lost): {lost:.1f} s, {100 * lost / end['wall_s']:.1f} % of the "
               f"wall time")
-    json.dump({"mode": mode, "ettr": end["ettr"], "kept_share": kept / end["wall_s"], "end": end, "faults": rows,
+    json.dump({"mode": mode, "ettr": end["ettr"], "ettr_by_layout": end.get("ettr_by_layout"), "kept_share": kept / end["wall_s"], "end": end, "faults": rows,
                "wall": spent},
               open(os.path.join(out, "summary.json"), "w"), indent=1)
 

@@ -64,11 +64,11 @@ def iteration_ms(row):
     return row.get("iter_time_ms", row["step_time_ms"])
 
 
-def ettr(metrics_path, first_step, wall):
-    """(productive steps, median iteration ms or None, ETTR) from the run's metrics (RUN/metrics.jsonl, its
-    resumes rewound): MegaScale's ratio, productive steps × the median iteration time (iteration_ms)
-    ÷ wall time."""
-    times, last = [], first_step
+def iterations(metrics_path):
+    """The metrics rows (RUN/metrics.jsonl, its resumes rewound) that timed a step, as (step, layout,
+    iteration ms); a layout is the job's ranks (`world`: an elastic run changes them; None in rows
+    written before the field existed). A line cut short by a kill is skipped."""
+    out = []
     if os.path.exists(metrics_path):
         for line in open(metrics_path):
             try:
@@ -76,8 +76,31 @@ def ettr(metrics_path, first_step, wall):
             except ValueError:
                 continue
             if "step_time_ms" in m:
-                times.append(iteration_ms(m))
-                last = max(last, m["step"])
-    productive = last - first_step
-    median = statistics.median(times) if times else None
+                out.append((m["step"], m.get("world"), iteration_ms(m)))
+    return out
+
+
+def ettr(metrics_path, first_step, wall):
+    """(productive steps, median iteration ms or None, ETTR) from the run's metrics: MegaScale's
+    ratio, productive steps × the median iteration time (iteration_ms) ÷ wall time."""
+    rows = iterations(metrics_path)
+    productive = max([first_step] + [s for s, _, _ in rows]) - first_step
+    median = statistics.median(t for _, _, t in rows) if rows else None
     return productive, median, productive * median / 1e3 / wall if median and wall > 0 else 0.0
+
+
+def ettr_by_layout(metrics_path, first_step, wall):
+    """The same ratio with each layout's productive steps counted at that layout's own median
+    iteration: after a host is lost an elastic run trains at a smaller dp, whose iterations differ
+    from the larger one's, and one median over the mixture swings from run to run with the share of
+    each. 0.0 without metrics."""
+    rows = sorted(iterations(metrics_path))
+    if not rows or wall <= 0:
+        return 0.0
+    steps, before = {}, first_step  # a row stands for the steps since the row before (log.interval)
+    for s, w, _ in rows:
+        if s > before:
+            steps[w] = steps.get(w, 0) + s - before
+            before = s
+    return sum(n * statistics.median(t for _, w, t in rows if w == layout) / 1e3
+               for layout, n in steps.items()) / wall

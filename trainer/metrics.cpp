@@ -167,6 +167,7 @@ void MetricsLog::step(const StepMetrics& m) {
                                          {"exceeded", m.mfu->exceeded}}
                         : nlohmann::json(nullptr);
   j["precision"] = m.precision;
+  j["world"] = m.world;
   j["loss_scale"] = m.loss_scale ? nlohmann::json(*m.loss_scale) : nlohmann::json(nullptr);
   j["skipped_steps"] = m.skipped_steps;
   if (!m.moe.empty()) {

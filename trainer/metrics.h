@@ -79,6 +79,7 @@ struct StepMetrics {
   std::vector<double> pp_idle_ms;
   MemoryMetrics memory;
   std::string precision = "fp32";  // train.precision
+  int world = 1;                     // the job's ranks (an elastic run changes them: the ETTR counts by them)
   std::optional<double> loss_scale;  // fp16: the scale the step's loss was multiplied by
   int64_t skipped_steps = 0;          // fp16: steps skipped for overflowing gradients, since step 0
   std::vector<MoeLayerMetrics> moe;   // per MoE block, model order

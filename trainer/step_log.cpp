@@ -86,6 +86,7 @@ StepMetrics StepLog::averages(const StepOutcome& out) {
                  c.pp.exposed_ms / n;
   m.memory = run_.memory();
   m.precision = precision_name(cfg_.train.precision);
+  m.world = run_.world.size();
   if (at_.scaler) m.loss_scale = out.loss_scale;
   m.skipped_steps = at_.skipped;
   m.moe = moe_metrics(run_.moe_stats(), logged_.steps);

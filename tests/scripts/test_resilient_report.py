@@ -1,6 +1,6 @@
 """Checks the ETTR of scripts/resilient_report.py on metrics rows written here: productive steps × the
 median iteration time ÷ wall time, an iteration's time from iter_time_ms (step_time_ms in rows
-without it).
+without it); and the ETTR by layout, each layout's steps (rows of one `world`) at its own median.
     /usr/bin/python3 tests/scripts/test_resilient_report.py"""
 import json
 import os
@@ -9,7 +9,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "scripts"))
-from resilient_report import ettr  # noqa: E402
+from resilient_report import ettr, ettr_by_layout  # noqa: E402
 
 
 class Ettr(unittest.TestCase):
@@ -44,6 +44,23 @@ class Ettr(unittest.TestCase):
 
     def test_no_metrics_no_ettr(self):
         self.assertEqual(ettr(self.path, 0, 10.0), (0, None, 0.0))
+        self.assertEqual(ettr_by_layout(self.path, 0, 10.0), 0.0)
+
+    def test_each_layout_is_counted_at_its_own_median(self):
+        # An elastic run: 6 steps of 100 ms at 8 ranks, then 2 of 200 ms at 4 (a host lost), in 1 s.
+        # One median over the mixture counts all 8 at 100 ms (0.8); by layout, 6 × 0.1 + 2 × 0.2 = 1.0.
+        rows = [{"step": s, "step_time_ms": 90.0, "iter_time_ms": 100.0, "world": 8} for s in range(1, 7)]
+        rows += [{"step": s, "step_time_ms": 190.0, "iter_time_ms": 200.0, "world": 4} for s in (7, 8)]
+        self.write(rows)
+        self.assertAlmostEqual(ettr(self.path, 0, 1.0)[2], 0.8)
+        self.assertAlmostEqual(ettr_by_layout(self.path, 0, 1.0), 1.0)
+
+    def test_by_layout_a_row_stands_for_the_steps_since_the_row_before(self):
+        # log.interval = 2 from step 2 after a resume at step 2: rows at 4, 6 (8 ranks), 8 (4 ranks).
+        rows = [{"step": 2, "step_time_ms": 100.0, "world": 8}, {"step": 4, "step_time_ms": 100.0, "world": 8},
+                {"step": 6, "step_time_ms": 100.0, "world": 8}, {"step": 8, "step_time_ms": 200.0, "world": 4}]
+        self.write(rows)
+        self.assertAlmostEqual(ettr_by_layout(self.path, 2, 1.0), 4 * 0.1 + 2 * 0.2)
 
 
 if __name__ == "__main__":
