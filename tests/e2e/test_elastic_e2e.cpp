@@ -10,6 +10,9 @@
 //  - the losses after the restored step and the final weights equal, bit for bit, those of a run
 //    that took the same steps at dp = 3 and continued at dp = 2 from a storage checkpoint of that
 //    step (the reduction order of dp = 2 is the same in both, so the tolerance is 0).
+// And the other way, a host added: dp = 2 on two hosts, rank 1 killed at step 25, relaunched on
+// three — the dp = 2 set re-sharded to dp = 3, the new host's rank fetching both snapshots — with
+// the same three checks against a fault-free dp = 2 run and a run continued at dp = 3 from storage.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -39,6 +42,7 @@ class ElasticE2E : public test::TrainE2E {
                        " --set train.steps=40 {}",
                        np, mpirun_flags, test::megatrain_bin(), config_.string(), extra);
   }
+  void continue_at(int from, int to);
   static std::vector<std::string> lines(const fs::path& file) {
     std::vector<std::string> out;
     std::ifstream in(file);
@@ -47,19 +51,24 @@ class ElasticE2E : public test::TrainE2E {
   }
 };
 
-TEST_F(ElasticE2E, AHostLostContinuesAtASmallerDpFromTheReshardedMemoryWithTheExactSampleStream) {
-  const auto clean = test::run_shell(kEnv + trainer(3, "--set log.samples_file=" + (dir_ / "clean_samples.jsonl").string()));
+// Trains at dp = `from` with rank from − 1 killed at step 25 and relaunched at dp = `to` (with
+// to < from, that rank's host's store wiped: a host lost; with to > from, a host added), then
+// checks what the file's header says against a fault-free run and the storage reference.
+void ElasticE2E::continue_at(int from, int to) {
+  const auto clean = test::run_shell(kEnv + trainer(from, "--set log.samples_file=" + (dir_ / "clean_samples.jsonl").string()));
   ASSERT_EQ(clean.code, 0) << clean.output;
 
   const fs::path shm = dir_ / "shm", launcher = dir_ / "lose_host.sh";
-  std::ofstream(launcher) << "args=(\"$@\")\nif [ -e \"$0.launched\" ]; then\n  rm -rf " << shm.string()
-                          << "/vnode2\n  for i in \"${!args[@]}\"; do [ \"${args[$i]}\" = -np ] && args[$((i + 1))]=2; done\n"
-                             "fi\ntouch \"$0.launched\"\nexec \"${args[@]}\"\n";
+  const std::string wipe = to < from ? fmt::format("  rm -rf {}/vnode{}\n", shm.string(), from - 1) : "";
+  std::ofstream(launcher) << "args=(\"$@\")\nif [ -e \"$0.launched\" ]; then\n" << wipe
+                          << "  for i in \"${!args[@]}\"; do [ \"${args[$i]}\" = -np ] && args[$((i + 1))]=" << to
+                          << "; done\nfi\ntouch \"$0.launched\"\nexec \"${args[@]}\"\n";
   const auto r = test::run_shell(
-      kEnv + std::string("MEGATRAIN_FAULT='kill:rank=2:step=25:sig=9' " MEGATRAIN_SOURCE_DIR "/scripts/megatrain-resilient") +
+      kEnv + fmt::format("MEGATRAIN_FAULT='kill:rank={}:step=25:sig=9' ", from - 1) +
+          MEGATRAIN_SOURCE_DIR "/scripts/megatrain-resilient" +
           " --checkpoint-dir " + (dir_ / "ckpt").string() + " --run-dir " + (dir_ / "run").string() +
           " --backoff-s 0.2 -- bash " + launcher.string() + " " +
-          trainer(3, "--set checkpoint.save_interval=20 --set checkpoint.memory_interval=1 --set checkpoint.memory_dir=" +
+          trainer(from, "--set checkpoint.save_interval=20 --set checkpoint.memory_interval=1 --set checkpoint.memory_dir=" +
                          shm.string() + " --set log.samples_file=" + (dir_ / "samples.jsonl").string()),
       300);
   ASSERT_EQ(r.code, 0) << r.output;
@@ -71,23 +80,26 @@ TEST_F(ElasticE2E, AHostLostContinuesAtASmallerDpFromTheReshardedMemoryWithTheEx
   const json& m = restores[0];
   const int step = std::stoi(m["step"].get<std::string>());
   EXPECT_TRUE(step == 24 || step == 23) << step;  // 23 when step 24's snapshot was still in flight
-  EXPECT_EQ(m["resharded_from_dp"], "3");
-  EXPECT_EQ(m["dp"], "2");
-  EXPECT_EQ(m["read_local"], "4");  // each new rank needs all 3 old snapshots: 2 on its host, 1 fetched
-  EXPECT_EQ(m["fetched"], "2");
-  EXPECT_CONTAINS(r.output, "dp = 2");
+  EXPECT_EQ(m["resharded_from_dp"], std::to_string(from));
+  EXPECT_EQ(m["dp"], std::to_string(to));
+  // Each new rank needs every old snapshot; a host holds its rank's and its buddy's copy (every
+  // host of the old layout both, as buddies pair two hosts), the new host none.
+  const int local = std::min(from, to) * 2, fetched = to * from - local;
+  EXPECT_EQ(m["read_local"], std::to_string(local));
+  EXPECT_EQ(m["fetched"], std::to_string(fetched));
+  EXPECT_CONTAINS(r.output, fmt::format("dp = {}", to));
 
   const auto want = lines(dir_ / "clean_samples.jsonl"), got = lines(dir_ / "samples.jsonl");
   ASSERT_EQ(want.size(), 40u);
   EXPECT_EQ(got, want) << "the sample stream differs from the fault-free run's";
 
-  // The reference: the same first `step` steps at dp = 3, saved at `step`, then dp = 2 from storage.
+  // The reference: the same first `step` steps at dp = from, saved at `step`, then dp = to from storage.
   const std::string ref = "--set checkpoint.dir=" + (dir_ / "ref").string() + " --set checkpoint.load=latest" +
                           fmt::format(" --set checkpoint.save_interval={}", step) +
                           " --set log.metrics_file=" + (dir_ / "ref.jsonl").string();
-  const auto first = test::run_shell(kEnv + fmt::format("MEGATRAIN_FAULT='kill:rank=2:step={}:sig=9' ", step + 2) +
-                                     trainer(3, ref + " --allow-fresh-start", "-x MEGATRAIN_FAULT "));
-  const auto second = test::run_shell(kEnv + trainer(2, ref + " --set checkpoint.save_interval=1"));  // saves step 40
+  const auto first = test::run_shell(kEnv + fmt::format("MEGATRAIN_FAULT='kill:rank={}:step={}:sig=9' ", from - 1, step + 2) +
+                                     trainer(from, ref + " --allow-fresh-start", "-x MEGATRAIN_FAULT "));
+  const auto second = test::run_shell(kEnv + trainer(to, ref + " --set checkpoint.save_interval=1"));  // saves step 40
   ASSERT_EQ(second.code, 0) << first.output << second.output;
   EXPECT_CONTAINS(second.output, fmt::format("step_{:07d}", step));
   const auto mine = test::metrics_lines(dir_ / "run" / "metrics.jsonl"), theirs = test::metrics_lines(dir_ / "ref.jsonl");
@@ -100,10 +112,18 @@ TEST_F(ElasticE2E, AHostLostContinuesAtASmallerDpFromTheReshardedMemoryWithTheEx
   const std::string a = exported_weights((dir_ / "ref" / "step_0000040").string());
   EXPECT_GT(a.size(), 1000u);
   EXPECT_TRUE(a == exported_weights((dir_ / "ckpt" / "step_0000040").string()))
-      << "final weights differ from the run that continued at dp = 2 from storage";
-  std::printf("host lost at step 25: restored step %d re-sharded dp 3 -> 2 (%s snapshots read on their hosts, %s "
-              "fetched); sample log and final weights compared above\n",
-              step, m["read_local"].get<std::string>().c_str(), m["fetched"].get<std::string>().c_str());
+      << "final weights differ from the run that continued at dp = " << to << " from storage";
+  std::printf("rank %d killed at step 25: restored step %d re-sharded dp %d -> %d (%s snapshots read on their hosts, "
+              "%s fetched); sample log and final weights compared above\n",
+              from - 1, step, from, to, m["read_local"].get<std::string>().c_str(), m["fetched"].get<std::string>().c_str());
+}
+
+TEST_F(ElasticE2E, AHostLostContinuesAtASmallerDpFromTheReshardedMemoryWithTheExactSampleStream) {
+  continue_at(3, 2);
+}
+
+TEST_F(ElasticE2E, AHostAddedContinuesAtALargerDpFromTheReshardedMemoryWithTheExactSampleStream) {
+  continue_at(2, 3);
 }
 
 }  // namespace
