@@ -2,7 +2,8 @@
 // (configs/gpt2_124m.toml, configs/llama_1b3.toml), on a GPU against the CPU op: attention at
 // GPT-2's 1024 tokens of 12 heads of 64 and at Llama's 2048 tokens of 16 heads of 128 with 8
 // key/value heads (the larger shared-memory tiles, opted in above 48 KiB), the loss over GPT-2's
-// padded vocabulary of 50304, and the norms at widths 768 and 2048. Same harness and tolerances as
+// padded vocabulary of 50304, the norms at widths 768 and 2048, and context parallelism's block
+// attention, merge and row copy at GPT-2's shape with cp 2. Same harness and tolerances as
 // tests/simt/test_ops_parity.cpp (twin.h, against_cpu.h); too slow for the host emulation, so only
 // in the GPU binary test_device_gpu.
 #include <gtest/gtest.h>
@@ -32,6 +33,46 @@ TEST_F(ProductionShapes, AttentionOfGpt2At1024Tokens) { attention_both_ways(1, 1
 
 TEST_F(ProductionShapes, AttentionOfLlamaAt2048TokensWithGroupedKeysAndValues) {
   attention_both_ways(1, 2048, 16, 8, 128);
+}
+
+// Context parallelism's block attention at GPT-2 124M's shape with cp 2 (1024 tokens in four chunks
+// of 256, 12 heads of 64): the last chunk's queries against the first chunk's keys (no mask) and
+// against its own (causal), merged by their log-sum-exps, both ways round, on q/k/v scaled by 4 so
+// that the scores reach the hundreds (the merge's and the blocks' max shifts); then the gradients
+// of both pairs added, and a key/value block packed and its gradient added by the row copy.
+TEST_F(ProductionShapes, BlockAttentionMergeAndRowCopyOfGpt2AtCp2) {
+  const int B = 1, T = 1024, c = 256, H = 12, D = 64, qw = H * D, row = 3 * qw;
+  const AttnHeads heads{H, H, D};
+  Twin qkv = f32({B, T, row}, 11, 4.0f), lse = f32({B, H, T}, 12), part_lse = f32({B, H, T}, 13);
+  for (const bool own_first : {true, false}) {
+    Twin out = f32({B, T, qw}, 14), part = f32({B, T, qw}, 15);
+    const int first = own_first ? 3 : 0, second = own_first ? 0 : 3;
+    both([&](const Stream& s, Side d) {
+      const AttnRows q{qkv(d), 0, 3 * c, c};
+      attention_block_forward(s, {out(d), 0, 3 * c, c}, lse(d), q, {qkv(d), qw, first * c, c},
+                              {qkv(d), 2 * qw, first * c, c}, heads, first == 3);
+      attention_block_forward(s, {part(d), 0, 3 * c, c}, part_lse(d), q, {qkv(d), qw, second * c, c},
+                              {qkv(d), 2 * qw, second * c, c}, heads, second == 3);
+      attention_merge(s, {out(d), 0, 3 * c, c}, lse(d), {part(d), 0, 3 * c, c}, part_lse(d), heads);
+    });
+    expect_close(out, own_first ? "merged out, own chunk first" : "merged out, first chunk first");
+    expect_close(lse, "merged lse");
+    Twin dout = f32({B, T, qw}, 16), dqkv = f32({B, T, row}, 17);
+    both([&](const Stream& s, Side d) {
+      for (const int k : {0, 3})
+        attention_block_backward(s, {dqkv(d), 0, 3 * c, c}, {dqkv(d), qw, k * c, c}, {dqkv(d), 2 * qw, k * c, c},
+                                 {dout(d), 0, 3 * c, c}, {qkv(d), 0, 3 * c, c}, {qkv(d), qw, k * c, c},
+                                 {qkv(d), 2 * qw, k * c, c}, {out(d), 0, 3 * c, c}, lse(d), heads, k == 3);
+    });
+    expect_close(dqkv, "dqkv of both pairs");
+  }
+  Twin packed = f32({B, c, 2 * qw}, 18), grads = f32({B, T, row}, 19);
+  both([&](const Stream& s, Side d) {
+    attention_rows_copy(s, {packed(d), 0, 0, c}, {qkv(d), qw, c, c}, 2 * qw, false);
+    attention_rows_copy(s, {grads(d), qw, c, c}, {packed(d), 0, 0, c}, 2 * qw, true);
+  });
+  expect_bitwise(packed, "packed key/value block");
+  expect_bitwise(grads, "added key/value gradients");
 }
 
 // The three steps of the loss, gradient in place and not, over GPT-2's vocabulary of 50257 words
