@@ -65,6 +65,10 @@ struct TrainConfig {
   AttentionImpl attention_backend = AttentionImpl::automatic;
   Recompute recompute = Recompute::none;  // model/recompute.h
   int recompute_layers = 0;               // full: blocks per stage, from its first; 0 = all
+  // bf16 on a CPU: the GEMM-facing activations kept in bf16 (model/stage.h [Note: activation
+  // dtype]); false keeps them float32, as context parallelism and the device kernels do — the
+  // like-with-like reference for those.
+  bool bf16_activations = true;
   // Stop early, after a save, with exit code 10 (trainer/stop_request.h); 0 = never.
   double exit_duration_mins = 0.0;        // wall minutes since this run started
   int64_t exit_after_steps = 0;           // steps of this run

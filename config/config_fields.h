@@ -90,7 +90,7 @@ void for_each_field(C& c, V&& v) {
   v("train", "seed", t.seed), v("train", "eval_interval", t.eval_interval);
   v("train", "eval_steps", t.eval_steps), v("train", "precision", t.precision), v("train", "device", t.device);
   v("train", "attention_backend", t.attention_backend), v("train", "recompute", t.recompute);
-  v("train", "recompute_layers", t.recompute_layers);
+  v("train", "recompute_layers", t.recompute_layers), v("train", "bf16_activations", t.bf16_activations);
   v("train", "exit_duration_mins", t.exit_duration_mins), v("train", "exit_after_steps", t.exit_after_steps);
   v("train", "max_consecutive_skips", t.max_consecutive_skips);
   auto& o = c.optimizer;

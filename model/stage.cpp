@@ -8,8 +8,9 @@
 
 namespace megatrain {
 
-ActivationDtype activation_dtype(Precision matmul, Device device, int cp) {
+ActivationDtype activation_dtype(Precision matmul, Device device, int cp, bool bf16_activations) {
   if (matmul != Precision::bf16) return {DType::f32, "float32 (the precision is not bf16)"};
+  if (!bf16_activations) return {DType::f32, "float32 (train.bf16_activations = false)"};
   if (device != Device::cpu) return {DType::f32, "float32 (the device kernels read float32)"};
   if (cp > 1) return {DType::f32, "float32 (context parallelism's block attention is float32)"};
   return {DType::bf16, "bf16 (norm outputs, q/k/v, attention output, MLP hidden; residual stream float32)"};
@@ -21,7 +22,8 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
     : cfg_(cfg), B_(micro_batch_size), T_(seq_len), range_(range), options_(options), tp_(std::move(tp)),
       local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})), layout_(layout),
       units_(gpt_param_units(layout_, range)), state_(state), stream_{options.device, nullptr, options.matmul},
-      act_(megatrain::activation_dtype(options.matmul, options.device, context.split.cp).dtype) {
+      act_(megatrain::activation_dtype(options.matmul, options.device, context.split.cp, options.bf16_activations)
+               .dtype) {
   MT_CHECK(layout.tp().rank == tp_.rank() && layout.tp().size == tp_.size(),
            "the layout is for tp rank {} of {}, the stage runs as rank {} of {}", layout.tp().rank, layout.tp().size,
            tp_.rank(), tp_.size());

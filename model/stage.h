@@ -50,6 +50,7 @@ struct StageOptions {
   // Where the stage computes: its activations live in that device's memory, and the UnitState's
   // parameters and gradients must too (tokens and targets come from the host).
   Device device = Device::cpu;
+  bool bf16_activations = true;  // [Note: activation dtype]
   // Plan the activations without allocating them (planner/plan_memory.h): activation_bytes() says
   // what the stage would hold; such a stage never runs, so its state and tp need no communicator.
   bool measure_only = false;
@@ -87,12 +88,13 @@ struct StageExperts {
 // read by bf16 GEMMs, so half the bytes and no rounding pass; the ops compute in float32 and round
 // each result once. The residual stream, the gradients flowing into float32 sums (norms, tp
 // reductions), statistics and log-sum-exp stay f32. float32 elsewhere: fp32 and fp16 runs, CUDA
-// streams (the device kernels read float32) and context parallelism (its block ops are float32).
+// streams (the device kernels read float32) and context parallelism (its block ops are float32),
+// and where train.bf16_activations = false asks for float32 (a like-with-like reference for those).
 struct ActivationDtype {
   DType dtype = DType::f32;
   const char* why = "";  // for the start-up log
 };
-ActivationDtype activation_dtype(Precision matmul, Device device, int cp);
+ActivationDtype activation_dtype(Precision matmul, Device device, int cp, bool bf16_activations = true);
 
 // Context parallelism (parallel.cp > 1, model/context_attention.h): the group, its algorithm and
 // this rank's split of each sequence. split.cp = 1: none.

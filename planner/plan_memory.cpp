@@ -50,7 +50,7 @@ PlannedMemory plan_memory(const Config& c, int pp_rank) {
   const int64_t rows = int64_t{c.train.micro_batch_size} * split.local_len();
   for (size_t k = 0; k < ranges.size(); ++k) {
     StageOptions options{peak_held(steps, static_cast<int>(k)), splits_backward(steps), c.train.recompute,
-                         c.train.recompute_layers, c.train.precision, c.train.device};
+                         c.train.recompute_layers, c.train.precision, c.train.device, c.train.bf16_activations};
     options.measure_only = true;
     const Stage stage(c.model, c.train.micro_batch_size, split.local_len(), layout, ranges[k], options, none,
                       TensorParallel(0, p.tp, tp_options, rows, c.model.d_model), {},

@@ -107,7 +107,7 @@ RankRun::RankRun(const Config& c, const Comm& world_comm, ParamsAt params)
     }
     slots.push_back(peak_held(steps, static_cast<int>(k)));
     const StageOptions options{slots.back(), split_backward_, c.train.recompute, c.train.recompute_layers,
-                               c.train.precision, c.train.device};
+                               c.train.precision, c.train.device, c.train.bf16_activations};
     TensorParallel tp(groups.tp(), tp_options, rows, c.model.d_model);
     StageContext context{split.cp > 1 ? std::optional<Comm>(groups.cp()) : std::nullopt, c.parallel.cp_comm, split};
     ch.stage = std::make_unique<Stage>(c.model, c.train.micro_batch_size, T, layout, ranges[k], options,

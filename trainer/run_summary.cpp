@@ -17,7 +17,8 @@ void log_run_summary(const Config& cfg, RankRun& run, const RunState& at) {
                  "{1}; activations: {3}; gradients and optimizer state are float32{2}",
                  precision_name(cfg.train.precision), matmul_path(run.stream),
                  at.scaler ? fmt::format("; dynamic loss scale from {:g}", at.scaler->scale()) : "",
-                 activation_dtype(cfg.train.precision, cfg.train.device, cfg.parallel.cp).why);
+                 activation_dtype(cfg.train.precision, cfg.train.device, cfg.parallel.cp, cfg.train.bf16_activations)
+                     .why);
   if (cfg.train.device != Device::cpu) {
     const LocalDims local = local_dims(cfg.model, run.layout.tp());  // this rank's heads
     const AttentionPath attention = cuda_backend().attention_path(

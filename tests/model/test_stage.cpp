@@ -254,6 +254,8 @@ TEST(Stage, Bf16ActivationsHalveTheirBytesAndTrainLikeFloat32) {
   EXPECT_EQ(activation_dtype(Precision::fp16, Device::cpu, 1).dtype, DType::f32);
   EXPECT_EQ(activation_dtype(Precision::bf16, Device::cuda, 1).dtype, DType::f32);
   EXPECT_EQ(activation_dtype(Precision::bf16, Device::cpu, 2).dtype, DType::f32);
+  EXPECT_EQ(activation_dtype(Precision::bf16, Device::cpu, 1, false).dtype, DType::f32);  // train.bf16_activations
+  EXPECT_EQ(activation_dtype(Precision::bf16, Device::cpu, 1).dtype, DType::bf16);
   for (const ModelConfig& c : {test::gpt2_like(), test::llama_like()}) {
     const std::string what = c.norm == NormKind::rmsnorm ? "llama-like" : "gpt2-like";
     const auto in = test::tokens(kB * kT, c.vocab_size, 1), tg = test::tokens(kB * kT, c.vocab_size, 2);
