@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -39,16 +40,19 @@ inline std::vector<double> metrics_field(const std::filesystem::path& file, cons
 }
 
 // Two runs' metrics line by line — loss, grad_norm and val_loss within `rel` relative, or bitwise at
-// rel = 0 — as test failures naming `what`; returns how many values were compared.
+// rel = 0 — as test failures naming `what`; prints the largest relative difference seen (the figure
+// a bound is judged by); returns how many values were compared.
 inline int compare_runs(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b, double rel,
                         const std::string& what) {
   EXPECT_EQ(a.size(), b.size()) << what;
   int compared = 0;
+  double largest = 0.0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     EXPECT_EQ(a[i]["step"], b[i]["step"]) << what;
     for (const char* k : {"loss", "grad_norm", "val_loss"}) {
       if (!a[i].contains(k)) continue;
       const double x = a[i][k].get<double>(), y = b[i][k].get<double>();
+      if (x != 0.0) largest = std::max(largest, std::fabs(x - y) / std::fabs(x));
       if (rel == 0.0)
         EXPECT_EQ(x, y) << what << ": " << k << " at step " << a[i]["step"];
       else
@@ -56,6 +60,7 @@ inline int compare_runs(const std::vector<nlohmann::json>& a, const std::vector<
       ++compared;
     }
   }
+  std::printf("%s: %d values, largest relative difference %.2e\n", what.c_str(), compared, largest);
   return compared;
 }
 
