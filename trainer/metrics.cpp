@@ -172,8 +172,7 @@ void MetricsLog::step(const StepMetrics& m) {
   j["skipped_steps"] = m.skipped_steps;
   if (!m.moe.empty()) {
     j["moe"] = nlohmann::json::array();
-    if (m.cp_comm_ms > 0.0) fmt::print("  cp comm {:.1f} ms ({:.1f} exposed)\n", m.cp_comm_ms, m.cp_exposed_ms);
-  for (const MoeLayerMetrics& e : m.moe)
+    for (const MoeLayerMetrics& e : m.moe)
       j["moe"].push_back({{"layer", e.layer},
                           {"tokens_per_expert", {{"min", e.tokens_min}, {"mean", e.tokens_mean}, {"max", e.tokens_max}}},
                           {"dropped_fraction", e.dropped_fraction},

@@ -27,6 +27,13 @@ inline fs::path fortunes_dir() {
   return dir != nullptr && *dir != 0 ? fs::path(dir) : fs::path("/usr/share/games/fortunes");
 }
 
+// The Llama shape of the parity tests (RoPE, RMSNorm, SwiGLU, no biases, untied, GQA with 2
+// key/value heads for 4 query heads), dropout off.
+inline constexpr const char* kLlamaFlags =
+    "--set model.dropout=0 --set model.norm='\"rmsnorm\"' --set model.position='\"rope\"' "
+    "--set model.activation='\"swiglu\"' --set model.bias=false --set model.tie_embeddings=false "
+    "--set model.n_kv_heads=2";
+
 class TrainE2E : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -83,6 +90,15 @@ interval = 1
     const auto r = test::run_shell(cmd);
     EXPECT_EQ(r.code, 0) << cmd << "\n" << r.output;
     return test::metrics_lines(metrics);
+  }
+
+  // The parity tests' run: `np` ranks for 10 steps, micro-batches of 4 (unless `extra` says
+  // otherwise) from a global batch of 16, validation after 5 and 10, small gradient buckets.
+  std::vector<nlohmann::json> train_parity(int np, const std::string& extra, const std::string& name) {
+    return train_mpi(np,
+                     "--set train.steps=10 --set train.micro_batch_size=4 --set train.eval_interval=5 "
+                     "--set parallel.bucket_size_mb=0.05 " + extra,
+                     name);
   }
 
   // The bytes of model.safetensors that `megatrain export` writes for CHECKPOINT (a step folder):

@@ -7,20 +7,15 @@
 //   an MoE model at cp 2 × ep 2 (dp 4, edp 2) at ZeRO 3, and at ep 2 with the
 //   all-to-all expert exchange beside tensor and pipeline parallelism (tp 2 × pp 2 × dp 2);
 // and a Llama-shaped model (RoPE, GQA) at cp 2 × tp 2 × pp 2.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/e2e/e2e_fixture.h"
 
 namespace megatrain {
 namespace {
-using json = nlohmann::json;
 
 constexpr const char* kGpt = "--set model.dropout=0";
-constexpr const char* kLlama =
-    "--set model.dropout=0 --set model.norm='\"rmsnorm\"' --set model.position='\"rope\"' "
-    "--set model.activation='\"swiglu\"' --set model.bias=false --set model.tie_embeddings=false "
-    "--set model.n_kv_heads=2";
+constexpr const char* kLlama = test::kLlamaFlags;
 // The aux loss is per micro-batch: the one process takes micro-batches of the same size.
 constexpr const char* kMoe =
     "--set model.dropout=0 --set moe.n_experts=4 --set moe.top_k=2 --set moe.d_ff_expert=64 "
@@ -47,24 +42,13 @@ const std::vector<Composition> kCompositions = {
                                   "--set parallel.pp=2"},
 };
 
-class CompositionE2E : public test::TrainE2E, public ::testing::WithParamInterface<Composition> {
- protected:
-  // np ranks for 10 steps, micro-batches of 4 (unless `extra` says otherwise) from a global batch
-  // of 16, validation after 5 and 10.
-  std::vector<json> run(int np, const std::string& extra, const std::string& name) {
-    return train_mpi(np,
-                     fmt::format("--set train.steps=10 --set train.micro_batch_size=4 --set train.eval_interval=5 "
-                                 "--set parallel.bucket_size_mb=0.05 {}",
-                                 extra),
-                     name);
-  }
-};
+class CompositionE2E : public test::TrainE2E, public ::testing::WithParamInterface<Composition> {};
 
 TEST_P(CompositionE2E, EightRanksTrainLikeOneProcess) {
   const Composition& c = GetParam();
-  const auto single = run(1, c.model, "single");
+  const auto single = train_parity(1, c.model, "single");
   ASSERT_EQ(single.size(), 12u);  // 10 steps + 2 validations
-  const auto eight = run(8, std::string(c.model) + " " + c.layout, c.name);
+  const auto eight = train_parity(8, std::string(c.model) + " " + c.layout, c.name);
   EXPECT_EQ(test::compare_runs(single, eight, 1e-5, std::string(c.name) + " vs one process"), 10 * 2 + 2);
 }
 

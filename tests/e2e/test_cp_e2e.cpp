@@ -18,20 +18,12 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 constexpr const char* kGpt = "--set model.dropout=0";
-constexpr const char* kLlama =
-    "--set model.dropout=0 --set model.norm='\"rmsnorm\"' --set model.position='\"rope\"' "
-    "--set model.activation='\"swiglu\"' --set model.bias=false --set model.tie_embeddings=false "
-    "--set model.n_kv_heads=2";
+constexpr const char* kLlama = test::kLlamaFlags;
 
 class CpE2E : public test::TrainE2E {
  protected:
-  // np ranks for 10 steps, micro-batches of 4 from a global batch of 16, validation after 5 and 10.
   std::vector<json> run(int np, const std::string& extra, const std::string& name) {
-    return train_mpi(np,
-                     fmt::format("--set train.steps=10 --set train.micro_batch_size=4 --set train.eval_interval=5 "
-                                 "--set parallel.bucket_size_mb=0.05 {}",
-                                 extra),
-                     name);
+    return train_parity(np, extra, name);
   }
 
   void layouts_match_one_process(const std::string& model, const std::string& tag) {
