@@ -67,8 +67,8 @@ def main(mode, out):
         lost = spent["recoveries"] + sum(r["lost"] for r in rows) * end["median_iter_ms"] / 1e3
         print(f"lost to the faults (recoveries and steps lost): {lost:.1f} s, {100 * lost / end['wall_s']:.1f} % of the "
               f"wall time")
-    json.dump({"mode": mode, "ettr": end["ettr"], "ettr_by_layout": end.get("ettr_by_layout"), "kept_share": kept / end["wall_s"], "end": end, "faults": rows,
-               "wall": spent},
+    json.dump({"mode": mode, "ettr": end["ettr"], "ettr_by_layout": end.get("ettr_by_layout"),
+               "kept_share": kept / end["wall_s"], "end": end, "faults": rows, "wall": spent},
               open(os.path.join(out, "summary.json"), "w"), indent=1)
 
 

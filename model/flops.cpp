@@ -16,10 +16,8 @@ double block_forward_flops(const ModelConfig& m, int layer, int seq_len) {
   return 2.0 * weights + 2.0 * 2.0 * seq_len * H * D / 2.0;
 }
 
-double head_forward_flops(const ModelConfig& m) { return 2.0 * static_cast<double>(m.padded_vocab(1)) * m.d_model; }
-
 double model_flops_per_token(const ModelConfig& m, int seq_len) {
-  double forward = head_forward_flops(m);
+  double forward = 2.0 * static_cast<double>(m.padded_vocab(1)) * m.d_model;  // the LM head
   for (int l = 0; l < m.n_layers; ++l) forward += block_forward_flops(m, l, seq_len);
   return 3.0 * forward;
 }

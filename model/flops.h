@@ -16,9 +16,8 @@ namespace megatrain {
 
 // Forward FLOPs per token of block `layer`'s matrix multiplies and attention (a third of training's).
 double block_forward_flops(const ModelConfig& m, int layer, int seq_len);
-// Forward FLOPs per token of the LM head (the unsplit padded vocabulary).
-double head_forward_flops(const ModelConfig& m);
-// Model FLOPs per trained token, forward + backward: 3 × (every block's + the head's forward).
+// Model FLOPs per trained token, forward + backward: 3 × (every block's forward + the LM head's,
+// over the unsplit padded vocabulary).
 double model_flops_per_token(const ModelConfig& m, int seq_len);
 
 }  // namespace megatrain

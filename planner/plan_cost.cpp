@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "model/flops.h"
-#include "model/gpt.h"
 #include "model/params.h"
 #include "parallel/pipeline_schedule.h"
 #include "optim/zero_plan.h"

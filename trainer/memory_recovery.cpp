@@ -139,9 +139,10 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
   std::deque<std::string> mine, outbox;                 // deques: the posted buffers do not move
   std::vector<std::pair<int, std::string*>> ins, outs;  // peer, text
   int64_t totals[4] = {0, 0, 0, 0};                     // read on the own host, fetched, bytes, failed
+  std::vector<bool> experts_too;                        // of `mine`, in order
   for (int m = 0; m < n; ++m)
-    for (const auto& need : needs(m)) {
-      const int r = need.first;
+    for (const auto& [r, experts] : needs(m)) {
+      if (m == me) experts_too.push_back(experts);
       const std::vector<int>& h = set.holders.at(r);
       const bool at_home = std::binary_search(h.begin(), h.end(), m);
       if (m == me && at_home) {
@@ -175,8 +176,6 @@ std::optional<CheckpointMeta> load_memory_snapshot(const Config& cfg, const Chec
       fmt::format("memory snapshots for rank {} at step {} ({})", me, set.step, store.dir().string());
   SnapshotHeader header;
   try {
-    std::vector<bool> experts_too;
-    for (const auto& need : needs(me)) experts_too.push_back(need.second);
     header = restore_snapshots(snapshots, t, source, experts_too);
   } catch (const CheckpointError& e) {
     spdlog::warn("memory snapshots: {}", e.what());
