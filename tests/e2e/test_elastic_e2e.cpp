@@ -82,11 +82,15 @@ void ElasticE2E::continue_at(int from, int to) {
   EXPECT_TRUE(step == 24 || step == 23) << step;  // 23 when step 24's snapshot was still in flight
   EXPECT_EQ(m["resharded_from_dp"], std::to_string(from));
   EXPECT_EQ(m["dp"], std::to_string(to));
-  // Each new rank needs every old snapshot; a host holds its rank's and its buddy's copy (every
-  // host of the old layout both, as buddies pair two hosts), the new host none.
-  const int local = std::min(from, to) * 2, fetched = to * from - local;
-  EXPECT_EQ(m["read_local"], std::to_string(local));
-  EXPECT_EQ(m["fetched"], std::to_string(fetched));
+  // Each new rank reads every old snapshot once, from its own host where that holds it, else over
+  // MPI. A surviving old host holds its rank's snapshot and its buddy's copy, the new host none; the
+  // killed rank's writes of the restored step may have been in flight when it died (seen on CI: its
+  // host then held none of that step), so an old host reads one or two locally, the new host none.
+  const int local = std::stoi(m["read_local"].get<std::string>()), fetched = std::stoi(m["fetched"].get<std::string>());
+  EXPECT_EQ(local + fetched, to * from) << m.dump();
+  EXPECT_GE(local, std::min(from, to) - 1) << m.dump();
+  EXPECT_LE(local, std::min(from, to) * 2) << m.dump();
+  if (to > from) EXPECT_GE(fetched, from) << "the new host's rank fetches every snapshot: " << m.dump();
   EXPECT_CONTAINS(r.output, fmt::format("dp = {}", to));
 
   const auto want = lines(dir_ / "clean_samples.jsonl"), got = lines(dir_ / "samples.jsonl");
