@@ -22,7 +22,7 @@ enum class DecayKind { cosine, linear, constant };
 
 struct ParallelConfig {
   int tp = 1, pp = 1, cp = 1;
-  CpComm cp_comm = CpComm::ring;  // ring | all_to_all: how a cp group attends (model/context_attention.h)
+  CpComm cp_comm = CpComm::ring;  // ring | all_to_all: how a cp group attends (model/ring_attention.h, model/ulysses_attention.h)
   int ep = 1;  // expert-parallel ranks inside each data-parallel group (Megatron's expert-model-parallel-size)
   int dp = 0;  // 0 = world / (tp·cp·pp) (parallel/groups.h resolve_dims); a multiple of ep
   int zero_stage = 0;               // 0 | 1 | 2 | 3 (optim/zero_plan.h)
@@ -65,7 +65,7 @@ struct TrainConfig {
   AttentionImpl attention_backend = AttentionImpl::automatic;
   Recompute recompute = Recompute::none;  // model/recompute.h
   int recompute_layers = 0;               // full: blocks per stage, from its first; 0 = all
-  // bf16 on a CPU: the GEMM-facing activations kept in bf16 (model/stage.h [Note: activation
+  // bf16 on a CPU: the GEMM-facing activations kept in bf16 (model/attention_parts.h [Note: activation
   // dtype]); false keeps them float32, as context parallelism and the device kernels do — the
   // like-with-like reference for those.
   bool bf16_activations = true;

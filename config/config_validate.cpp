@@ -41,7 +41,7 @@ void check_expert_parallel(const Config& c) {
                  "holds n_experts / ep whole experts; pick ep from the divisors of n_experts", f, ep, n);
 }
 
-// Context parallelism (parallel/context_parallel.h, model/context_attention.h): the balanced split
+// Context parallelism (parallel/context_parallel.h, model/ring_attention.h, model/ulysses_attention.h): the balanced split
 // needs 2·cp equal chunks per sequence; what is not built with it yet is refused naming the fix.
 void check_context_parallel(const Config& c) {
   const std::string& f = c.source;

@@ -106,7 +106,7 @@ void attention_forward(const Stream& s, Tensor out,  // (B, T, H·D)
 void attention_backward(const Stream& s, Tensor dqkv,  // (B, T, (H + 2·Hkv)·D) =
                         Tensor dout,                   // (B, T, H·D)
                         Tensor qkv, Tensor out, Tensor lse, int n_heads, int n_kv_heads);
-// ---- attention of one block of rows against another (context parallelism: model/context_attention.h) ----
+// ---- attention of one block of rows against another (context parallelism: model/ring_attention.h, model/ulysses_attention.h) ----
 // Rows [t0, t0 + n) of every sequence of a float32 (B, T, width) tensor, head h at column col + h·D;
 // a log-sum-exp tensor (B, H, T) goes with it, read and written at the same rows.
 struct AttnRows {

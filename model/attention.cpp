@@ -4,7 +4,7 @@
 
 namespace megatrain {
 
-AttentionActivations attention_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
+AttentionActivations attention_activations(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B,
                                            int T, bool core, DType act) {
   const LocalDims L = local_of(cfg, tp);
   const int64_t N = static_cast<int64_t>(B) * T, D = cfg.head_dim();
@@ -17,7 +17,7 @@ AttentionActivations attention_activations(Arena& arena, const ModelConfig& cfg,
   return a;
 }
 
-WeightGradInputs attention_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
+WeightGradInputs attention_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B,
                                               int T, DType act) {
   Arena shapes_only = Arena::measuring();
   const AttentionActivations like = attention_activations(shapes_only, cfg, tp, B, T);
@@ -25,20 +25,12 @@ WeightGradInputs attention_weight_grad_inputs(Arena& arena, const ModelConfig& c
 }
 
 void attention_in(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, AttentionActivations& a,
-                  BlockScratch& sc, Tensor inp, const AttentionWeights& w, int first_position) {
+                  BlockScratch& sc, Tensor inp, const AttentionWeights& w, const RowPositions& positions) {
   const LocalDims L = local_of(cfg, tp);
   norm_forward(s, cfg, a.norm, inp, w.norm);
   column_parallel_forward(s, a.qkv, enter_region(tp, a.norm, sc.gathered), w.qkv_w, w.qkv_b);
-  if (cfg.position != PositionKind::rope) return;
-  if (sc.cp) return sc.cp->rope(s, a.qkv, cfg.rope_theta, RopeDirection::forward);
-  rope_apply(s, a.qkv, L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::forward, first_position);
-}
-
-void attention_core_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, AttentionActivations& a,
-                            BlockScratch& sc) {
-  const LocalDims L = local_of(cfg, tp);
-  if (sc.cp) return sc.cp->forward(s, a.att, a.lse, a.qkv);
-  attention_forward(s, a.att, a.lse, a.qkv, L.heads, L.kv_heads);
+  if (cfg.position == PositionKind::rope)
+    rope_at(s, a.qkv, positions, L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::forward);
 }
 
 void attention_out(const Stream& s, const TensorParallel& tp, Tensor x_mid, BlockScratch& sc, Tensor att, Tensor inp,
@@ -50,16 +42,16 @@ void attention_out(const Stream& s, const TensorParallel& tp, Tensor x_mid, Bloc
 
 void attention_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor x_mid,
                                 AttentionActivations& a, BlockScratch& sc, Tensor inp, const AttentionWeights& w,
-                                const DropoutSite& drop) {
-  attention_in(s, cfg, tp, a, sc, inp, w);
-  attention_core_forward(s, cfg, tp, a, sc);
+                                AttentionCore& core, const DropoutSite& drop) {
+  attention_in(s, cfg, tp, a, sc, inp, w, core.positions());
+  core.forward(s, a.att, a.lse, a.qkv);
   attention_out(s, tp, x_mid, sc, a.att, inp, w, drop);
 }
 
 void attention_sublayer_backward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor dinp,
                                  const AttentionWeights& grad, Tensor dmid, const AttentionActivations& a,
-                                 BlockScratch& sc, Tensor inp, const AttentionWeights& w, const DropoutSite& drop,
-                                 const WeightGradInputs& defer) {
+                                 BlockScratch& sc, Tensor inp, const AttentionWeights& w, AttentionCore& core,
+                                 const DropoutSite& drop, const WeightGradInputs& defer) {
   const LocalDims L = local_of(cfg, tp);
   const bool now = !defer.deferred();
   const Tensor dattp = through_dropout(s, dmid, sc.proj, drop, kSiteAttn);
@@ -67,14 +59,9 @@ void attention_sublayer_backward(const Stream& s, const ModelConfig& cfg, const 
   row_parallel_backward(s, tp, sc.datt, now ? grad.proj_w : Tensor{}, grad.proj_b, dproj_full, dattp, a.att,
                         w.proj_w);
   if (!now) copy(s, defer.d_out_proj, dproj_full);
-  if (sc.cp) {
-    sc.cp->backward(s, sc.dqkv, sc.datt, a.qkv, a.att, a.lse);
-    if (cfg.position == PositionKind::rope) sc.cp->rope(s, sc.dqkv, cfg.rope_theta, RopeDirection::backward);
-  } else {
-    attention_backward(s, sc.dqkv, sc.datt, a.qkv, a.att, a.lse, L.heads, L.kv_heads);
-    if (cfg.position == PositionKind::rope)
-      rope_apply(s, sc.dqkv, L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::backward);
-  }
+  core.backward(s, sc.dqkv, sc.datt, a.qkv, a.att, a.lse);
+  if (cfg.position == PositionKind::rope)
+    rope_at(s, sc.dqkv, core.positions(), L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::backward);
   column_parallel_backward(s, tp, sc.dnorm, full_rows(tp, sc.dnorm, sc.dfull), now ? grad.qkv_w : Tensor{},
                            grad.qkv_b, sc.dqkv, enter_region(tp, a.norm, sc.gathered), w.qkv_w);
   if (!now) copy(s, defer.d_in_proj, sc.dqkv);

@@ -50,7 +50,7 @@ void bind_expert_weights(BlockWeights& w, const ParamLayout& layout, const Block
   w.experts.proj = layout.view_in(data, data_begin, x.expert_proj, device);
 }
 
-BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
+BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B, int T,
                                    const AttentionActivations* shared_core, BlockKinds kinds, DType act) {
   BlockActivations a;
   a.attn = attention_activations(arena, cfg, tp, B, T, shared_core == nullptr, act);
@@ -64,7 +64,7 @@ BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const T
   return a;
 }
 
-BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T, DType act) {
+BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B, int T, DType act) {
   Arena shapes_only = Arena::measuring();
   const BlockActivations like = block_activations(shapes_only, cfg, tp, B, T);
   const Shape full{static_cast<int64_t>(B) * T, cfg.d_model};
@@ -82,16 +82,16 @@ BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorPar
   return sc;
 }
 
-BlockWeightGradInputs block_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
+BlockWeightGradInputs block_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B,
                                                int T, DType act) {
   return {attention_weight_grad_inputs(arena, cfg, tp, B, T, act),
           mlp_weight_grad_inputs(arena, cfg, tp, int64_t{B} * T, act)};
 }
 
 void block_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,
-                   BlockActivations& a, BlockScratch& sc, Tensor inp, const BlockWeights& w, const DropoutSite& drop,
-                   const MoeRuntime* moe) {
-  attention_sublayer_forward(s, cfg, tp, a.x_mid, a.attn, sc, inp, w.attn, drop);
+                   BlockActivations& a, BlockScratch& sc, Tensor inp, const BlockWeights& w, AttentionCore& core,
+                   const DropoutSite& drop, const MoeRuntime* moe) {
+  attention_sublayer_forward(s, cfg, tp, a.x_mid, a.attn, sc, inp, w.attn, core, drop);
   if (w.moe)
     moe_sublayer_forward(s, cfg, tp, *moe, out, a.moe, sc, a.x_mid, w.experts, drop);
   else
@@ -100,13 +100,13 @@ void block_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel
 
 void block_backward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor dinp,
                     const BlockWeights& grad, Tensor dout, const BlockActivations& a, BlockScratch& sc, Tensor inp,
-                    const BlockWeights& w, const DropoutSite& drop, const BlockWeightGradInputs& defer,
-                    const MoeRuntime* moe) {
+                    const BlockWeights& w, AttentionCore& core, const DropoutSite& drop,
+                    const BlockWeightGradInputs& defer, const MoeRuntime* moe) {
   if (w.moe)
     moe_sublayer_backward(s, cfg, tp, *moe, sc.dmid, grad.experts, dout, a.moe, sc, a.x_mid, w.experts, drop);
   else
     mlp_sublayer_backward(s, cfg, tp, sc.dmid, grad.mlp, dout, a.mlp, sc, a.x_mid, w.mlp, drop, defer.mlp);
-  attention_sublayer_backward(s, cfg, tp, dinp, grad.attn, sc.dmid, a.attn, sc, inp, w.attn, drop, defer.attn);
+  attention_sublayer_backward(s, cfg, tp, dinp, grad.attn, sc.dmid, a.attn, sc, inp, w.attn, core, drop, defer.attn);
 }
 
 void block_weight_backward(const Stream& s, const TensorParallel& tp, const BlockWeights& grad,

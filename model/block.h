@@ -54,30 +54,31 @@ struct BlockKinds {
 // `shared_core`, the attention core's output and log-sum-exp are that block's, not allocated. `act`:
 // the dtype of the attention and MLP sublayers' GEMM-facing activations (Stage::activation_dtype);
 // x_mid, the residual stream, and the MoE sublayer's activations are f32.
-BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
+BlockActivations block_activations(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B, int T,
                                    const AttentionActivations* shared_core = nullptr, BlockKinds kinds = {},
                                    DType act = DType::f32);
 // dqkv and dfc in `act` (the gradients the GEMMs read), the others f32.
-BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B, int T,
+BlockScratch block_scratch(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B, int T,
                            DType act = DType::f32);
 
 // What a split backward keeps of one block for its deferred weight-gradient step (model/linear.h).
 struct BlockWeightGradInputs {
   WeightGradInputs attn, mlp;
 };
-BlockWeightGradInputs block_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int B,
+BlockWeightGradInputs block_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B,
                                                int T, DType act = DType::f32);
 
-// `moe`: how MoE blocks run (needed when w.moe).
+// `core`: the stage's attention core (model/attention_parts.h); `moe`: how MoE blocks run (needed
+// when w.moe).
 void block_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,
-                   BlockActivations& a, BlockScratch& sc, Tensor inp, const BlockWeights& w, const DropoutSite& drop,
-                   const MoeRuntime* moe = nullptr);
+                   BlockActivations& a, BlockScratch& sc, Tensor inp, const BlockWeights& w, AttentionCore& core,
+                   const DropoutSite& drop, const MoeRuntime* moe = nullptr);
 // With `defer`, the four projections' weight and bias gradients are left to block_weight_backward()
 // (an MoE sublayer's gradients are always added at once).
 void block_backward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor dinp,
                     const BlockWeights& grad, Tensor dout, const BlockActivations& a, BlockScratch& sc, Tensor inp,
-                    const BlockWeights& w, const DropoutSite& drop, const BlockWeightGradInputs& defer = {},
-                    const MoeRuntime* moe = nullptr);
+                    const BlockWeights& w, AttentionCore& core, const DropoutSite& drop,
+                    const BlockWeightGradInputs& defer = {}, const MoeRuntime* moe = nullptr);
 void block_weight_backward(const Stream& s, const TensorParallel& tp, const BlockWeights& grad,
                            const BlockActivations& a, BlockScratch& sc, const BlockWeightGradInputs& defer);
 

@@ -35,6 +35,9 @@ struct MoeConfig {
   bool residual = false;         // DeepSpeed PR-MoE: a dense MLP beside the experts, mixed by a learned coefficient
 
   bool enabled() const { return n_experts > 0; }
+  // The units of the dense branch beside the experts (model/moe_dense_branch.h; 0: no branch): the
+  // residual MoE's MLP as wide as one expert, or the shared experts side by side.
+  int dense_branch_units(int expert_units) const { return residual ? expert_units : n_shared_experts * expert_units; }
   bool is_moe_layer(int layer) const {
     if (!enabled()) return false;
     if (!layers.empty()) {

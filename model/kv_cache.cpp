@@ -36,7 +36,8 @@ MoeActivations first_rows(const MoeActivations& a, int64_t m) {
 
 GptDecoder::GptDecoder(const GptModel& model, int max_chunk)
     : model_(model), cfg_(model.config()),
-      R_(max_chunk > 0 ? std::min(max_chunk, cfg_.max_seq_len) : cfg_.max_seq_len) {
+      R_(max_chunk > 0 ? std::min(max_chunk, cfg_.max_seq_len) : cfg_.max_seq_len),
+      whole_(1, R_, AttnHeads{cfg_.n_heads, cfg_.kv_heads(), cfg_.head_dim()}) {
   // Generation routes dropless: capacity bounds a training micro-batch's load, and with it a chunk
   // would keep other tokens than the whole sequence does (the logits would depend on the chunking).
   cfg_.moe.capacity_factor = 0.0f;
@@ -121,7 +122,7 @@ void GptDecoder::block(int layer, int m, const TensorParallel& rows) {
   BlockScratch sc;
   sc.proj = sc.partial = first_rows(sc_.block.proj, m);
   // Project and rotate at the absolute positions, append K and V to the cache, attend over it.
-  attention_in(s, cfg_, rows, attn, sc, x, w.attn, pos_);
+  attention_in(s, cfg_, rows, attn, sc, x, w.attn, RowPositions::identity(1, m, pos_));
   float* kc = sc_.k[static_cast<size_t>(layer)].f32();
   float* vc = sc_.v[static_cast<size_t>(layer)].f32();
   for (int i = 0; i < m; ++i) {
@@ -135,7 +136,7 @@ void GptDecoder::block(int layer, int m, const TensorParallel& rows) {
   attention_out(s, rows, x_mid, sc, attn.att, x, w.attn, DropoutSite{});
   if (w.moe) {
     MoeActivations moe = first_rows(sc_.moe, m);
-    const MoeRuntime runtime{router_spec(cfg_.moe), &*dispatch_, 0.0f, 0.0f, 0.0f, &sc_.moe_scratch, nullptr};
+    const MoeRuntime runtime{router_spec(cfg_.moe), &*dispatch_, 0.0f, 0.0f, 0.0f, &sc_.moe_scratch, nullptr, &whole_};
     moe_sublayer_forward(s, cfg_, rows, runtime, x, moe, sc, x_mid, w.experts, DropoutSite{});
     return;
   }

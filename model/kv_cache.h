@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "model/local_attention.h"
 
 namespace megatrain {
 
@@ -64,6 +65,7 @@ class GptDecoder {
   std::vector<float> logits_;
   Stream stream_ = Stream::cpu();
   std::optional<ExpertDispatch> dispatch_;  // MoE models: the local token exchange
+  LocalAttention whole_;  // the sequence is on this rank (an MoE block's aux sums need nothing added)
 };
 
 }  // namespace megatrain

@@ -4,7 +4,7 @@
 
 namespace megatrain {
 
-MlpActivations mlp_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows,
+MlpActivations mlp_activations(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int64_t rows,
                                DType act) {
   const LocalDims L = local_of(cfg, tp);
   const int64_t fc = cfg.activation == ActivationKind::swiglu ? 2 * L.ffn : L.ffn;
@@ -15,7 +15,7 @@ MlpActivations mlp_activations(Arena& arena, const ModelConfig& cfg, const Tenso
   return a;
 }
 
-WeightGradInputs mlp_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows,
+WeightGradInputs mlp_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int64_t rows,
                                         DType act) {
   Arena shapes_only = Arena::measuring();
   const MlpActivations like = mlp_activations(shapes_only, cfg, tp, rows);

@@ -18,9 +18,9 @@ struct MlpActivations {
   Tensor fc;             // (N, Fl) or (N, 2·Fl) for SwiGLU
   Tensor act;            // (N, Fl)
 };
-MlpActivations mlp_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows,
+MlpActivations mlp_activations(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int64_t rows,
                                DType act = DType::f32);
-WeightGradInputs mlp_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows,
+WeightGradInputs mlp_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int64_t rows,
                                         DType act = DType::f32);
 
 void mlp_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, Tensor out,

@@ -33,7 +33,7 @@ class DispatchTimer {
   std::chrono::steady_clock::time_point t0_;
 };
 
-int64_t local_units(const ModelConfig& cfg, const TensorParallel& tp) { return cfg.expert_ffn_dim() / tp.size(); }
+int64_t local_units(const ModelConfig& cfg, const TpShape& tp) { return cfg.expert_ffn_dim() / tp.size(); }
 
 // [Note: host routing] The router and the permutation plan run on the host. A CPU stage's
 // tensors are host memory and are read and written in place; a device stage's come down into the
@@ -118,7 +118,7 @@ int64_t moe_max_received(const ModelConfig& cfg, int ep, int64_t n_tokens) {
   return std::min(dropless, int64_t{ep} * local * expert_capacity(router_spec(cfg.moe), n_tokens));
 }
 
-MoeActivations moe_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int ep, int64_t rows) {
+MoeActivations moe_activations(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int ep, int64_t rows) {
   const int64_t E = cfg.moe.n_experts, k = cfg.moe.top_k, C = cfg.d_model, R = moe_max_received(cfg, ep, rows);
   const int64_t F = local_units(cfg, tp);
   MoeActivations a;
@@ -135,11 +135,11 @@ MoeActivations moe_activations(Arena& arena, const ModelConfig& cfg, const Tenso
   a.out_send = arena.tensor(Shape{rows * k, C});
   a.counts.all.reserve(static_cast<size_t>(E * ep));
   a.stats.tokens.resize(static_cast<size_t>(E));
-  if (dense_branch_units(cfg.moe, cfg.expert_ffn_dim()) > 0) a.dense = dense_branch_activations(arena, cfg, tp, rows);
+  if (cfg.moe.dense_branch_units(cfg.expert_ffn_dim()) > 0) a.dense = dense_branch_activations(arena, cfg, tp, rows);
   return a;
 }
 
-MoeScratch moe_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int ep, int64_t rows) {
+MoeScratch moe_scratch(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int ep, int64_t rows) {
   const int64_t E = cfg.moe.n_experts, k = cfg.moe.top_k, C = cfg.d_model, R = moe_max_received(cfg, ep, rows);
   const int64_t F = local_units(cfg, tp);
   MoeScratch m;
@@ -152,7 +152,7 @@ MoeScratch moe_scratch(Arena& arena, const ModelConfig& cfg, const TensorParalle
   m.dlogits = arena.tensor(Shape{rows, E});
   m.send_counts.resize(static_cast<size_t>(E));
   m.dx = arena.tensor(Shape{rows, C});
-  if (dense_branch_units(cfg.moe, cfg.expert_ffn_dim()) > 0) {
+  if (cfg.moe.dense_branch_units(cfg.expert_ffn_dim()) > 0) {
     m.dense = dense_branch_scratch(arena, cfg, tp, rows);
     m.dy_experts = arena.tensor(Shape{rows, C});
   }
@@ -180,13 +180,13 @@ void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorP
   a.stats.router = router_forward(moe.spec, N, down(s, a.logits, h.logits),
                                   w.router_bias.data ? down(s, w.router_bias, h.bias) : nullptr,
                                   target(a.scores, h.scores), expert, gates, kept, a.stats.tokens.data());
-  if (moe.cp) {
+  {  // the aux loss is the whole sequences': its sums added over the ranks that hold them
     RouterAuxSums& t = a.aux_totals;
     t = router_aux_sums(moe.spec, N, target(a.scores, h.scores), expert);
     std::vector<double> all(t.counts);
     all.insert(all.end(), t.p_sums.begin(), t.p_sums.end());
     all.push_back(t.n_tokens);
-    moe.cp->all_reduce(all.data(), static_cast<int64_t>(all.size())).wait();
+    moe.sequence->sum_over_sequence(all);
     const auto E = static_cast<ptrdiff_t>(t.counts.size());
     t.counts.assign(all.begin(), all.begin() + E);
     t.p_sums.assign(all.begin() + E, all.begin() + 2 * E);
@@ -250,12 +250,12 @@ void moe_sublayer_backward(const Stream& s, const ModelConfig& cfg, const Tensor
   // Router: dlogits, its weight gradient (the same on every tp rank), and its input gradient —
   // counted once, by tp rank 0, before the sum over tp.
   MoeHostRouting& h = ms.host;  // [Note: host routing]
-  // With cp, loss_grad weighs this rank's share of a micro-batch (1/cp of its tokens); the aux loss
-  // is the whole micro-batch's, so its weight is cp times that.
-  const float cp = moe.cp ? static_cast<float>(moe.cp->size()) : 1.0f;
+  // loss_grad weighs this rank's share of a micro-batch (with cp, 1/cp of its tokens); the aux loss
+  // is the whole micro-batch's, so its weight is sequence_ranks() times that.
+  const auto ranks = static_cast<float>(moe.sequence->sequence_ranks());
   router_backward(moe.spec, N, down(s, a.logits, h.logits), down(s, a.scores, h.scores), down(s, a.expert, h.expert),
-                  down(s, a.kept, h.kept), down(s, ms.dgates, h.dgates), moe.aux_coef * moe.loss_grad * cp,
-                  moe.z_coef * moe.loss_grad, target(ms.dlogits, h.dlogits), moe.cp ? &a.aux_totals : nullptr);
+                  down(s, a.kept, h.kept), down(s, ms.dgates, h.dgates), moe.aux_coef * moe.loss_grad * ranks,
+                  moe.z_coef * moe.loss_grad, target(ms.dlogits, h.dlogits), &a.aux_totals);
   up(s, ms.dlogits, h.dlogits);
   matmul_backward(s, tp.rank() == 0 ? ms.dx : Tensor{}, grad.router, Tensor{}, ms.dlogits, x, w.router);
   if (tp.rank() == 0) add_forward(s, dfull, dfull, ms.dx);

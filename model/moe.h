@@ -19,6 +19,7 @@
 #pragma once
 #include <vector>
 
+#include "model/attention_core.h"
 #include "model/moe_dense_branch.h"
 #include "model/moe_router.h"
 #include "model/sublayer.h"
@@ -54,7 +55,7 @@ struct MoeActivations {
   DispatchCounts counts;
   MoeForwardStats stats;
   DenseBranchActivations dense;
-  RouterAuxSums aux_totals;  // context parallelism: the aux loss's sums over the cp group's tokens
+  RouterAuxSums aux_totals;  // the aux loss's sums over the tokens of the whole sequences
 };
 
 // The router runs on the host (model/moe_router.h) on a device stage too: its inputs come down
@@ -89,10 +90,11 @@ struct MoeRuntime {
   float aux_coef = 0.0f, z_coef = 0.0f, loss_grad = 0.0f;
   MoeScratch* scratch = nullptr;
   double* dispatch_ms = nullptr;  // when set, the time spent moving tokens is added to it
-  // Context parallelism: the cp group, whose ranks hold the rest of each sequence. The aux loss is
-  // the whole sequences' (its sums added over the group; every cp rank then has the same value and
-  // adds its own tokens' share of the gradient); capacity stays per rank (Megatron's too).
-  const Comm* cp = nullptr;
+  // The stage's attention core (model/attention_core.h): the ranks that hold the rest of each
+  // sequence. The aux loss is the whole sequences' (its sums added over them; every such rank then
+  // has the same value and adds its own tokens' share of the gradient); capacity stays per rank
+  // (Megatron's too).
+  const AttentionCore* sequence = nullptr;
 };
 
 // DeepSeek-V3's auxiliary-loss-free balancing, after an update: every expert's selection bias moves
@@ -102,8 +104,8 @@ void moe_update_bias(float* bias, const int64_t* load, int n_experts, float rate
 
 // Rows a rank may receive for its experts (see the top of this file), for N tokens per rank.
 int64_t moe_max_received(const ModelConfig& cfg, int ep, int64_t n_tokens);
-MoeActivations moe_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int ep, int64_t rows);
-MoeScratch moe_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int ep, int64_t rows);
+MoeActivations moe_activations(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int ep, int64_t rows);
+MoeScratch moe_scratch(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int ep, int64_t rows);
 
 // out = x_mid + Dropout(MoE(Norm(x_mid))); fills a.stats.
 void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorParallel& tp, const MoeRuntime& moe,

@@ -11,18 +11,13 @@ int64_t fc_rows(const ModelConfig& cfg, int64_t units) {
   return cfg.activation == ActivationKind::swiglu ? 2 * units : units;
 }
 
-int64_t local_units(const ModelConfig& cfg, const TensorParallel& tp) {
-  return dense_branch_units(cfg.moe, cfg.expert_ffn_dim()) / tp.size();
+int64_t local_units(const ModelConfig& cfg, const TpShape& tp) {
+  return cfg.moe.dense_branch_units(cfg.expert_ffn_dim()) / tp.size();
 }
 
 }  // namespace
 
-int dense_branch_units(const MoeConfig& moe, int expert_units) {
-  if (moe.residual) return expert_units;
-  return moe.n_shared_experts * expert_units;
-}
-
-DenseBranchActivations dense_branch_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp,
+DenseBranchActivations dense_branch_activations(Arena& arena, const ModelConfig& cfg, const TpShape& tp,
                                                 int64_t rows) {
   const int64_t F = local_units(cfg, tp), C = cfg.d_model;
   DenseBranchActivations a;
@@ -36,7 +31,7 @@ DenseBranchActivations dense_branch_activations(Arena& arena, const ModelConfig&
   return a;
 }
 
-DenseBranchScratch dense_branch_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows) {
+DenseBranchScratch dense_branch_scratch(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int64_t rows) {
   const int64_t F = local_units(cfg, tp);
   DenseBranchScratch sc;
   sc.dfc = arena.tensor(Shape{rows, fc_rows(cfg, F)});

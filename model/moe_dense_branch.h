@@ -33,11 +33,9 @@ struct DenseBranchScratch {
   Tensor dcoef;      // (N, 2)
 };
 
-// The units of the branch's MLP (0: no branch).
-int dense_branch_units(const MoeConfig& moe, int expert_units);
-DenseBranchActivations dense_branch_activations(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp,
+DenseBranchActivations dense_branch_activations(Arena& arena, const ModelConfig& cfg, const TpShape& tp,
                                                 int64_t rows);
-DenseBranchScratch dense_branch_scratch(Arena& arena, const ModelConfig& cfg, const TensorParallel& tp, int64_t rows);
+DenseBranchScratch dense_branch_scratch(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int64_t rows);
 
 // partial (N, C) holds the experts' combined partial output; it becomes the sublayer's partial output.
 void dense_branch_forward(const Stream& s, const ModelConfig& cfg, Tensor partial, DenseBranchActivations& a,

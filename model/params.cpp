@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "kernels/rng.h"
-#include "model/moe_dense_branch.h"
 
 namespace megatrain {
 namespace {
@@ -226,7 +225,7 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
     if (cfg.moe.aux_free_bias > 0.0f)
       p.push_back({prefix + ".router.bias", Shape{E}, TpSplit::replicated, {}, ParamGroup::state, InitKind::zeros});
     // The dense branch beside the experts (model/moe_dense_branch.h): tp-split like the MLP, no biases.
-    const int64_t Fd = dense_branch_units(cfg.moe, static_cast<int>(Fe));
+    const int64_t Fd = cfg.moe.dense_branch_units(static_cast<int>(Fe));
     if (Fd > 0) {
       std::vector<RowPart> parts(expert_parts.size(), RowPart{Fd, tp.size});
       p.push_back({prefix + ".shared.fc.weight", Shape{Fd * static_cast<int64_t>(parts.size()), C}, TpSplit::rows, parts,

@@ -29,7 +29,7 @@ Tensor through_dropout(const Stream& s, Tensor dout, Tensor scratch, const Dropo
   return scratch;
 }
 
-LocalDims local_of(const ModelConfig& cfg, const TensorParallel& tp) {
+LocalDims local_of(const ModelConfig& cfg, const TpShape& tp) {
   return local_dims(cfg, TpCoord{tp.rank(), tp.size()});
 }
 

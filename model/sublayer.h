@@ -4,7 +4,6 @@
 #pragma once
 #include "kernels/ops.h"
 #include "model/config.h"
-#include "model/context_attention.h"
 #include "model/norm.h"
 #include "model/params.h"
 #include "parallel/mappings.h"
@@ -43,8 +42,6 @@ struct BlockScratch {
   Tensor dqkv;     // like the attention's qkv (shape and dtype)
   Tensor dfc;      // like the MLP's fc (shape and dtype)
   Tensor dact;     // (N, Fl)
-  // The attention core under context parallelism (its group and buffers), nullptr at cp = 1.
-  ContextAttention* cp = nullptr;
 };
 
 // A norm output entered into the tp region: gathered into `gathered` with sequence parallelism
@@ -57,6 +54,6 @@ void apply_dropout(const Stream& s, Tensor x, const DropoutSite& drop, uint32_t 
 // The gradient through that dropout: dout itself when off, else the masked copy in `scratch`.
 Tensor through_dropout(const Stream& s, Tensor dout, Tensor scratch, const DropoutSite& drop, uint32_t site);
 // This rank's heads, key/value heads and MLP units.
-LocalDims local_of(const ModelConfig& cfg, const TensorParallel& tp);
+LocalDims local_of(const ModelConfig& cfg, const TpShape& tp);
 
 }  // namespace megatrain

@@ -145,7 +145,7 @@ struct ZeroMemory {
 };
 
 // The order in which a step's backward asks for and hands back unit gradients, for the replay
-// of the working buffers (model/stage.h [Note: unit order]). Per micro-batch, the chunks from the
+// of the working buffers (model/unit_binder.h [Note: unit order]). Per micro-batch, the chunks from the
 // last: the head unit (with the tied embedding's, which the head writes first and the embedding's
 // backward finishes last), the blocks from the last, then the embedding.
 struct UnitOrder {

@@ -20,32 +20,18 @@
 
 #include "kernels/tensor.h"
 #include "parallel/comm.h"
+#include "parallel/tp_shape.h"
 
 namespace megatrain {
 
-struct TpOptions {
-  bool sequence_parallel = false;
-  // Column-parallel backward computes the weight gradient while its input gradient is reduced
-  // (model/linear.h); off: the reduction is waited for first (to measure what overlap hides).
-  bool overlap = true;
-};
-
-class TensorParallel {
+// A tp rank's shape (parallel/tp_shape.h) with its group: the collectives below.
+class TensorParallel : public TpShape {
  public:
   // tp = 1, no communicator; rows × width as below.
-  TensorParallel(int64_t rows, int64_t width) : rows_(rows), width_(width) {}
+  TensorParallel(int64_t rows, int64_t width) : TpShape(rows, width) {}
   // `tp`: the tensor-parallel group; rows × width: the boundary activations' global shape (N, C).
   TensorParallel(const Comm& tp, const TpOptions& options, int64_t rows, int64_t width);
-  // Rank `rank` of `size` without a communicator: the shapes alone, for planning a stage's memory
-  // (StageOptions::measure_only); communicating through it throws.
-  TensorParallel(int rank, int size, const TpOptions& options, int64_t rows, int64_t width);
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  bool sequence_parallel() const { return sequence_parallel_; }
-  bool overlap() const { return overlap_; }
-  int64_t local_rows() const { return sequence_parallel_ ? rows_ / size_ : rows_; }
-  int64_t first_row() const { return sequence_parallel_ ? rank_ * local_rows() : 0; }
   // The communicator (only when size() > 1).
   const Comm& comm() const;
 
@@ -63,9 +49,6 @@ class TensorParallel {
   void check(const Tensor& full, const Tensor& local, const char* what) const;
 
   std::optional<Comm> comm_;
-  bool sequence_parallel_ = false, overlap_ = true;
-  int rank_ = 0, size_ = 1;
-  int64_t rows_ = 0, width_ = 0;
   std::vector<int64_t> counts_;  // floats of each rank's row shard
 };
 

@@ -5,22 +5,11 @@
 
 #include "config/optim_groups.h"
 #include "kernels/check.h"
-#include "model/stage.h"
+#include "model/stage_plan.h"
 #include "parallel/pipeline.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace megatrain {
-namespace {
-
-// The state a measuring stage is built over: it never runs, so nothing is ever asked of it.
-class NoUnitState final : public UnitState {
- public:
-  float* unit_params(int) override { throw Error("a measuring stage does not run"); }
-  float* unit_grads(int) override { throw Error("a measuring stage does not run"); }
-};
-
-}  // namespace
-
 PlannedMemory plan_memory(const Config& c, int pp_rank) {
   const ParallelConfig& p = c.parallel;
   MT_CHECK(p.dp > 0 && c.train.global_batch_size > 0, "plan_memory needs a resolved config (resolve_config)");
@@ -43,19 +32,16 @@ PlannedMemory plan_memory(const Config& c, int pp_rank) {
     m.optimizer += 2 * z.optimizer_padded * static_cast<int64_t>(sizeof(float));  // AdamW's m and v
   }
 
-  // Activations: each chunk's stage planned on a measuring arena, with the slots the schedule holds.
-  NoUnitState none;
-  const TpOptions tp_options{p.sequence_parallel, p.overlap_tp_comm};
+  // Activations: each chunk's stage plan (model/stage_plan.h), with the slots the schedule holds.
+  const TpShape tp(0, p.tp, TpOptions{p.sequence_parallel, p.overlap_tp_comm},
+                   int64_t{c.train.micro_batch_size} * (c.train.seq_len / p.cp), c.model.d_model);
   const CpSplit split{p.cp, 0, c.train.seq_len};  // every cp rank holds as many rows
-  const int64_t rows = int64_t{c.train.micro_batch_size} * split.local_len();
   for (size_t k = 0; k < ranges.size(); ++k) {
-    StageOptions options{peak_held(steps, static_cast<int>(k)), splits_backward(steps), c.train.recompute,
-                         c.train.recompute_layers, c.train.precision, c.train.device, c.train.bf16_activations};
-    options.measure_only = true;
-    const Stage stage(c.model, c.train.micro_batch_size, split.local_len(), layout, ranges[k], options, none,
-                      TensorParallel(0, p.tp, tp_options, rows, c.model.d_model), {},
-                      StageContext{std::nullopt, p.cp_comm, split});
-    m.activations += static_cast<int64_t>(stage.activation_bytes());
+    const StageOptions options{peak_held(steps, static_cast<int>(k)), splits_backward(steps), c.train.recompute,
+                               c.train.recompute_layers, c.train.precision, c.train.device, c.train.bf16_activations};
+    const StageSpec spec = stage_spec(c.model, c.train.micro_batch_size, c.train.seq_len / p.cp, ranges[k], options,
+                                      tp, p.ep, split, p.cp_comm);
+    m.activations += static_cast<int64_t>(plan_stage(spec).bytes);
   }
   return out;
 }

@@ -3,8 +3,8 @@
 // sizing — the parameter layout and units (model/params.h), each optimizer group's ZeRO plan
 // (optim/zero_plan.h: the buffers the run allocates from it, and its working buffers from one replay
 // of the backward's unit order) and AdamW's moments, the pipeline schedule's micro-batches in flight
-// (parallel/pipeline.h) and each stage's activation plan run on a measuring arena
-// (StageOptions::measure_only) — so the prediction is RankRun::memory() by construction, not a
+// (parallel/pipeline.h) and each stage's activation plan (model/stage_plan.h: plan_stage, what
+// Stage allocates) — so the prediction is RankRun::memory() by construction, not a
 // formula beside it. GEMM scratch (16-bit operand copies) and the process's RSS are not predicted.
 #pragma once
 #include <cstdint>

@@ -109,7 +109,7 @@ RankRun::RankRun(const Config& c, const Comm& world_comm, ParamsAt params)
     const StageOptions options{slots.back(), split_backward_, c.train.recompute, c.train.recompute_layers,
                                c.train.precision, c.train.device, c.train.bf16_activations};
     TensorParallel tp(groups.tp(), tp_options, rows, c.model.d_model);
-    StageContext context{split.cp > 1 ? std::optional<Comm>(groups.cp()) : std::nullopt, c.parallel.cp_comm, split};
+    StageContext context{groups.cp(), c.parallel.cp_comm, split};
     ch.stage = std::make_unique<Stage>(c.model, c.train.micro_batch_size, T, layout, ranges[k], options,
                                        *ch.units.front(), std::move(tp), stage_experts, std::move(context));
     chunks_.push_back(std::move(ch));
@@ -213,7 +213,7 @@ double RankRun::forward_backward(int64_t batch, double loss_scale) {
   feed_.loss_sum = 0.0;
   for (Chunk& ch : chunks_) {
     ch.backwards_left = data.train().micro_batches_per_step();
-    ch.stage->reset_step_tokens();
+    ch.stage->moe_stats().reset_step_tokens();
   }
   for (OptimGroup& g : optim_) g.step_begin();
   pipeline_->run(steps, *this);
@@ -297,7 +297,7 @@ std::vector<StateStep> RankRun::router_bias_steps() {
   std::vector<StateStep> out;
   if (moe.aux_free_bias <= 0.0f) return out;
   for (Chunk& ch : chunks_)
-    for (const MoeLayerStats& m : ch.stage->moe_stats()) {
+    for (const MoeLayerStats& m : ch.stage->moe_stats().layers()) {
       std::vector<int64_t> load = m.step_tokens;
       if (groups.dp_cp().size() > 1) groups.dp_cp().all_reduce(load.data(), moe.n_experts).wait();
       const size_t i = layout.index_of("layers." + std::to_string(m.layer) + ".moe.router.bias");
@@ -362,7 +362,7 @@ MemoryMetrics RankRun::memory() const {
 
 double RankRun::moe_dispatch_ms() const {
   double ms = 0.0;
-  for (const Chunk& ch : chunks_) ms += ch.stage->moe_dispatch_ms();
+  for (const Chunk& ch : chunks_) ms += ch.stage->moe_stats().dispatch_ms();
   return ms;
 }
 
@@ -377,7 +377,7 @@ std::vector<MoeLayerStats> RankRun::moe_stats() {
   const size_t E = static_cast<size_t>(cfg.model.moe.n_experts), per = E + 5;
   std::vector<double> sums(all.size() * per, 0.0);
   for (Chunk& ch : chunks_) {
-    for (const MoeLayerStats& m : ch.stage->moe_stats()) {
+    for (const MoeLayerStats& m : ch.stage->moe_stats().layers()) {
       size_t i = 0;
       while (all[i].layer != m.layer) ++i;
       double* v = sums.data() + i * per;
@@ -387,7 +387,7 @@ std::vector<MoeLayerStats> RankRun::moe_stats() {
         v[E + 2] = m.aux, v[E + 3] = m.z, v[E + 4] = static_cast<double>(m.micro_batches);
       }
     }
-    ch.stage->reset_moe_stats();
+    ch.stage->moe_stats().reset();
   }
   world.all_reduce(sums.data(), static_cast<int64_t>(sums.size())).wait();
   for (size_t i = 0; i < all.size(); ++i) {

@@ -6,7 +6,7 @@
 // Grouped-query attention: query head h reads kv head h / (H / Hkv). Backward runs one task per
 // (batch, kv head) so the dK/dV sums over the heads of a group have a fixed order.
 // Written once for a block: query rows of one tensor against key/value rows of another, with the
-// causal mask or none (context parallelism's ring, model/context_attention.h); the packed op is the
+// causal mask or none (context parallelism's ring, model/ring_attention.h, model/ulysses_attention.h); the packed op is the
 // block of a sequence against itself.
 // q/k/v, the output and dqkv are float32 or bf16 (kernels/cpu/bf16.h); the softmax, its statistics
 // and every block product's sums are float32 either way. [Note: bf16 block products] In the bf16 op

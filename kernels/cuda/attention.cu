@@ -13,7 +13,7 @@
 //
 // Written for a block: query rows of one operand against key/value rows of others (strided views,
 // kernels/attention_block.h), causal or unmasked, the backward writing the packed op's dqkv or
-// adding into a block's dq, dk, dv (context parallelism's ring, model/context_attention.h).
+// adding into a block's dq, dk, dv (context parallelism's ring, model/ring_attention.h, model/ulysses_attention.h).
 //
 // Determinism: no atomics. The forward and dQ blocks each own their output rows; a dK/dV block
 // owns a (batch, kv head, key tile) and walks its group's query heads, then the query tiles, in a

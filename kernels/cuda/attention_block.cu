@@ -1,4 +1,4 @@
-// The two row operations of context parallelism's attention on the GPU (model/context_attention.h):
+// The two row operations of context parallelism's attention on the GPU (model/ring_attention.h, model/ulysses_attention.h):
 // merging a block's partial attention into the running one by their log-sum-exps, and copying (or
 // adding) rows of one strided view into another (packing key/value blocks, adding their gradients).
 // A block per row (sequence b, row t), its threads along the row; each value is computed by the same

@@ -1,4 +1,4 @@
-// Context parallelism end to end (parallel.cp, model/context_attention.h): a GPT-2-like and a
+// Context parallelism end to end (parallel.cp, model/ring_attention.h, model/ulysses_attention.h): a GPT-2-like and a
 // Llama-like model (RoPE, GQA with 2 key/value heads for 4 query heads) trained with each sequence
 // split over cp ranks — ring and all-to-all attention, cp 2 and 4, and cp 2 with tensor (and
 // sequence) parallelism, with pipeline stages, with data parallelism under ZeRO 3, with recompute —

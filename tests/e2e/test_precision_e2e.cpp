@@ -2,7 +2,7 @@
 // but not identical (the rounding is on); bf16 on (dp, ZeRO) = (2, 1), (2, 3) and on
 // (tp, pp) = (2, 2) with sequence parallelism against the single-process bf16 run (40 steps); 16-bit
 // parameter gathers and bf16 gradient reductions move half the bytes. bf16 runs keep their
-// GEMM-facing activations in bf16 (model/stage.h [Note: activation dtype]). Tolerance there: the parallel runs sum in another float32 order (1e-5 relative in fp32,
+// GEMM-facing activations in bf16 (model/attention_parts.h [Note: activation dtype]). Tolerance there: the parallel runs sum in another float32 order (1e-5 relative in fp32,
 // see the fp32 parity tests), and bf16 rounding turns a float32 difference at a rounding boundary
 // into a whole bf16 step (2^-8 relative) of that value, so the runs drift apart by more than in
 // fp32: the first step within 1e-4 relative, every step's loss within 1 %, the mean loss of the

@@ -40,9 +40,9 @@ TEST_P(GradCheck, EveryTensorMatchesDirectionalFiniteDifferences) {
   // The objective: the mean token loss plus, in MoE blocks, the coefficients times the aux and z
   // losses (their gradient scale is dloss_scale·B·T = 1).
   const auto objective = [&] {
-    model.stage().reset_moe_stats();
+    model.stage().moe_stats().reset();
     double f = model.forward(in.data(), tg.data(), training(B, T));
-    for (const MoeLayerStats& m : model.stage().moe_stats()) f += cfg.moe.aux_loss_coef * m.aux + cfg.moe.z_loss_coef * m.z;
+    for (const MoeLayerStats& m : model.stage().moe_stats().layers()) f += cfg.moe.aux_loss_coef * m.aux + cfg.moe.z_loss_coef * m.z;
     return f;
   };
   model.zero_grads();

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "model/local_attention.h"
 #include "model/moe.h"
 #include "tests/model/moe_router_reference.h"
 #include "tests/model/tiny_models.h"
@@ -70,7 +71,8 @@ LayerRun run_layer(const ModelConfig& cfg, Weights& w, std::vector<float> x) {
   Arena arena(measure.used());
   plan(arena, a, ms, sc, out);
   const ExpertDispatch dispatch(std::nullopt, static_cast<int>(E), C);
-  const MoeRuntime rt{router_spec(cfg.moe), &dispatch, 0.0f, 0.0f, 0.0f, &ms, nullptr};
+  const LocalAttention whole(1, static_cast<int>(kN), AttnHeads{cfg.n_heads, cfg.kv_heads(), cfg.head_dim()});
+  const MoeRuntime rt{router_spec(cfg.moe), &dispatch, 0.0f, 0.0f, 0.0f, &ms, nullptr, &whole};
   MoeWeights mw;
   mw.norm = {Tensor(w.norm_w.data(), Shape{C}), w.norm_b.empty() ? Tensor{} : Tensor(w.norm_b.data(), Shape{C})};
   mw.router = Tensor(w.router.data(), Shape{E, C});

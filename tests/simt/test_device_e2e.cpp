@@ -135,7 +135,7 @@ TEST_F(DeviceE2E, TwoRankLayoutsMatchOneCpuProcess) {
   }
 }
 
-// Context parallelism on the device (model/context_attention.h): each sequence split over 2 ranks,
+// Context parallelism on the device (model/ring_attention.h, model/ulysses_attention.h): each sequence split over 2 ranks,
 // the ring (key/value blocks and their gradients sent round with send_recv, the block attention
 // kernels with and without the causal mask, the LSE merge) and all-to-all, a Llama-style model
 // with grouped key/value heads, against one CPU process. Dropout off: a cp rank keys its own masks.

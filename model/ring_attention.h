@@ -1,0 +1,61 @@
+// Context parallelism's ring attention (parallel.cp > 1, parallel.cp_comm = "ring";
+// model/attention_core.h). Each rank of a cp group holds 1/cp of every sequence (the balanced
+// split, parallel/context_parallel.h); the key/value heads of each rank's rows travel once around
+// the ring (GQA: only the n_kv_heads). At step i rank r holds the block of rank j = r − i (mod cp)
+// and attends to it while the block is already being sent on and the next received (the sends
+// overlap the block's attention). Which pairs see each other follows from the split (chunks r,
+// 2cp−1−r against j, 2cp−1−j): step 0 is the rank's own rows with the causal mask; for j < r every
+// local query sees the block's first chunk and not its second; for j > r only the second local chunk
+// sees anything, and it sees the whole block. Each step's output and log-sum-exp are merged into the
+// running ones (attention_merge). Backward passes the blocks around again, each with the gradient of
+// its keys and values: rank r adds its contribution to block j's dK/dV and sends the sum on, so after
+// cp steps every block's gradient returns to its owner.
+//
+// The group's communicator counts the time its messages were in flight and the time the attention
+// waited for them (CommStats busy_ms, exposed_ms: the step's cp_comm_ms and cp_exposed_ms).
+#pragma once
+#include "model/attention_core.h"
+#include "parallel/comm.h"
+
+namespace megatrain {
+
+// What a cp part is for: this rank's split of each sequence, B sequences, this rank's
+// (tensor-parallel) heads.
+struct CpAttentionSpec {
+  CpSplit split;
+  int B = 1;
+  AttnHeads heads{};
+};
+
+class RingAttention final : public AttentionCore {
+ public:
+  // Key/value blocks in flight, their gradients, one block's output and lse.
+  struct Buffers {
+    Tensor kv[2], dkv[2], dkv_in, part, part_lse;
+  };
+  static Buffers plan(Arena& arena, const CpAttentionSpec& spec);
+
+  RingAttention(Comm cp, const CpAttentionSpec& spec, const Buffers& buffers);
+
+  const RowPositions& positions() const override { return positions_; }
+  void forward(const Stream& s, Tensor att, Tensor lse, Tensor qkv) override;  // lse (B, H, Tl)
+  void backward(const Stream& s, Tensor dqkv, Tensor datt, Tensor qkv, Tensor att, Tensor lse) override;
+  int sequence_ranks() const override { return comm_.size(); }
+  void sum_over_sequence(std::span<double> values) const override;
+
+ private:
+  int next() const { return (split_.rank + 1) % split_.cp; }
+  int prev() const { return (split_.rank + split_.cp - 1) % split_.cp; }
+
+  Comm comm_;
+  CpSplit split_;
+  int B_;
+  AttnHeads heads_;
+  RowPositions positions_;
+  Buffers buf_;
+};
+
+// The checks every cp part makes of its group and split.
+void check_cp_attention(const Comm& cp, const CpAttentionSpec& spec);
+
+}  // namespace megatrain
