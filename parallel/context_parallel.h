@@ -7,7 +7,7 @@
 // chunks 0 and 1: the whole sequence in order.
 //
 // Pure functions of (cp, rank, T): the data loader's rows, the positions (learned and RoPE) and the
-// ring attention's masks (model/context_attention.h) all read them.
+// ring attention's masks (model/ring_attention.h, model/ulysses_attention.h) all read them.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -8,7 +8,7 @@
 #include "trainer/rank_run.h"
 #include "trainer/step_log.h"
 #include "trainer/step_observer.h"
-#include "trainer/train.h"
+#include "trainer/step_types.h"
 
 namespace megatrain {
 

@@ -14,7 +14,7 @@
 #include "parallel/comm_gather.h"
 #include "parallel/groups.h"
 #include "trainer/checkpoint.h"
-#include "trainer/memory_snapshots.h"
+#include "trainer/memory_hosts.h"
 
 namespace megatrain {
 namespace {

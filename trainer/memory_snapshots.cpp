@@ -10,40 +10,15 @@
 
 #include "health/fault_inject.h"
 #include "health/median.h"
-#include "parallel/launch_env.h"
 #include "trainer/checkpoint.h"
+#include "trainer/memory_hosts.h"
 
 namespace megatrain {
 namespace {
 
 constexpr int kTag = 9101;
 
-std::string default_memory_dir(const Config& cfg) {
-  std::string name = std::filesystem::absolute(cfg.checkpoint.dir).lexically_normal().string();
-  for (char& c : name)
-    if (c == '/') c = '_';
-  return "/dev/shm/megatrain/" + name;
-}
-
 }  // namespace
-
-MemoryStore memory_store_for(const Config& cfg, const Comm& world) {
-  const int per_node = ranks_per_node_from_env();
-  const bool virtual_hosts = int_from_env("MEGATRAIN_RANKS_PER_NODE", 1, 0) > 0;
-  const std::string node = virtual_hosts ? fmt::format("vnode{}", world.rank() / per_node) : host_name();
-  return MemoryStore(cfg.checkpoint.memory_dir.empty() ? default_memory_dir(cfg) : cfg.checkpoint.memory_dir, node,
-                     layout_json(cfg, world.size()));
-}
-
-int memory_buddy(int rank, int world) {
-  const int per_node = ranks_per_node_from_env();
-  return world <= per_node ? -1 : (rank + per_node) % world;
-}
-
-int memory_ward(int rank, int world) {
-  const int per_node = ranks_per_node_from_env();
-  return world <= per_node ? -1 : (rank - per_node % world + world) % world;
-}
 
 MemorySnapshots::MemorySnapshots(const Config& cfg, RankRun& run, const RunState& at) : cfg_(cfg), run_(run), at_(at) {
   if (cfg.checkpoint.memory_interval <= 0) return;

@@ -28,15 +28,6 @@
 
 namespace megatrain {
 
-// The memory store of this rank's host for `cfg`'s run at the layout of `world`: checkpoint.memory_dir,
-// or /dev/shm/megatrain/<checkpoint.dir as one name>; the host is host_name(), or vnodeN with
-// MEGATRAIN_RANKS_PER_NODE (virtual hosts on one machine).
-MemoryStore memory_store_for(const Config& cfg, const Comm& world);
-// The rank holding `rank`'s copy: rank + ranks per host, modulo the world; -1 on one host.
-int memory_buddy(int rank, int world);
-// The rank whose copy `rank` holds (memory_buddy's inverse); -1 on one host.
-int memory_ward(int rank, int world);
-
 class MemorySnapshots final : public StepObserver {
  public:
   // Collective over the run's world when memory snapshots are on (the thread's communicator).

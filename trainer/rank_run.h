@@ -44,7 +44,7 @@
 #include "parallel/pipeline.h"
 #include "trainer/checkpoint.h"
 #include "trainer/metrics.h"
-#include "trainer/sample_log.h"
+#include "trainer/sample_digest.h"
 #include "trainer/train_data.h"
 
 namespace megatrain {
@@ -86,7 +86,7 @@ class RankRun final : public PipelineWork {
   // After the parameters were written through held_params_host() or checkpoint_tensors(), or at
   // initialisation: on a device, send the host copy of the parameters up; then hand them to ZeRO.
   void params_written();
-  // With log.samples_file: what this rank read of global batch `batch` (trainer/sample_log.h),
+  // With log.samples_file: what this rank read of global batch `batch` (trainer/sample_digest.h, trainer/sample_log.h),
   // forgotten once taken; nothing when it read none of it.
   SampleDigest take_samples(int64_t batch);
   // After a load wrote parameters and moments through checkpoint_tensors(): on a device, send the

@@ -4,7 +4,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "trainer/memory_recovery.h"
-#include "trainer/train.h"
+#include "trainer/step_types.h"
 
 namespace megatrain {
 namespace {

@@ -2,18 +2,10 @@
 
 #include <fmt/format.h>
 
-#include "kernels/fnv1a.h"
 #include "trainer/rank_run.h"
 #include "trainer/run_state.h"
 
 namespace megatrain {
-
-void SampleDigest::add(int64_t index, const int32_t* inputs, int64_t S, int32_t last_target) {
-  uint64_t h = fnv1a(&index, sizeof index);
-  h = fnv1a(inputs, static_cast<size_t>(S) * sizeof(int32_t), h);
-  sum += fnv1a(&last_target, sizeof last_target, h);
-  ++samples;
-}
 
 SampleLog::SampleLog(const Config& cfg, RankRun& run, const RunState& at)
     : run_(run), at_(at), on_(!cfg.log.samples_file.empty()),

@@ -3,9 +3,7 @@
 // — so that a run that went through recoveries or a change of layout can be checked against a
 // fault-free run's log: no sample skipped, none repeated, none in another step.
 //
-// A sample's digest is FNV-1a over its global sample index (int64) and its tokens (the S inputs and
-// the last target, int32); a batch's is the sum of its samples' digests modulo 2^64, which does not
-// depend on which rank read which sample, so logs of different layouts compare equal. The ranks of
+// Each line's digest is the batch's (trainer/sample_digest.h). The ranks of
 // the last pipeline stage with tensor- and context-parallel rank 0 read each sample once; the sums
 // meet in one all-reduce of the two 32-bit halves (exact in int64). Like the metrics file, a resumed
 // run keeps the lines through its step and appends: the log is what the final model trained on.
@@ -13,6 +11,7 @@
 #include <cstdint>
 
 #include "trainer/metrics.h"
+#include "trainer/sample_digest.h"
 #include "trainer/step_observer.h"
 
 namespace megatrain {
@@ -20,13 +19,6 @@ namespace megatrain {
 class RankRun;
 struct RunState;
 struct Config;
-
-struct SampleDigest {
-  int64_t samples = 0;
-  uint64_t sum = 0;
-  // Sample `index` whose S inputs are `inputs` and whose last target is `last_target`.
-  void add(int64_t index, const int32_t* inputs, int64_t S, int32_t last_target);
-};
 
 class SampleLog final : public StepObserver {
  public:

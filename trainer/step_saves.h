@@ -12,7 +12,7 @@
 #include "trainer/run_state.h"
 #include "trainer/step_observer.h"
 #include "trainer/stop_request.h"
-#include "trainer/train.h"
+#include "trainer/step_types.h"
 
 namespace megatrain {
 

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "trainer/train.h"
+#include "trainer/step_types.h"
 
 namespace megatrain {
 
