@@ -34,7 +34,8 @@ std::unique_ptr<AttentionCore> make_attention(const AttentionSpec& spec, const A
   MT_CHECK(cp.has_value(), "a context-parallel stage (cp = {}) needs its cp group", spec.split.cp);
   if (spec.algorithm == CpComm::ring)
     return std::make_unique<RingAttention>(std::move(*cp), cp_spec(spec), std::get<RingAttention::Buffers>(buffers));
-  return std::make_unique<UlyssesAttention>(std::move(*cp), cp_spec(spec), std::get<UlyssesAttention::Buffers>(buffers));
+  return std::make_unique<UlyssesAttention>(std::move(*cp), cp_spec(spec),
+                                            std::get<UlyssesAttention::Buffers>(buffers));
 }
 
 }  // namespace megatrain

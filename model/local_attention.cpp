@@ -2,7 +2,8 @@
 
 namespace megatrain {
 
-LocalAttention::LocalAttention(int B, int T, AttnHeads heads) : positions_(RowPositions::identity(B, T)), heads_(heads) {}
+LocalAttention::LocalAttention(int B, int T, AttnHeads heads)
+    : positions_(RowPositions::identity(B, T)), heads_(heads) {}
 
 void LocalAttention::forward(const Stream& s, Tensor att, Tensor lse, Tensor qkv) {
   attention_forward(s, att, lse, qkv, heads_.n_heads, heads_.n_kv_heads);

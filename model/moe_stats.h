@@ -17,7 +17,7 @@ struct MoeLayerStats {
   std::vector<int64_t> tokens;       // per expert: kept assignments
   std::vector<int64_t> step_tokens;  // the same over the running step only (reset_step_tokens)
   int64_t dropped = 0, assignments = 0;
-  double aux = 0.0, z = 0.0;         // sums of the micro-batches' losses
+  double aux = 0.0, z = 0.0;  // sums of the micro-batches' losses
   int64_t micro_batches = 0;
 };
 

@@ -19,8 +19,9 @@ RowPositions RowPositions::of_split(const CpSplit& split, int B) {
   p.local_len_ = split.local_len();
   p.seq_len_ = split.seq_len;
   p.rows_before_ = int64_t{split.rank} * split.local_len();
-  for_each_position_run(split, 0, int64_t{B} * split.local_len(),
-                        [&](int64_t first, int64_t count, int position) { p.runs_.push_back({first, count, position}); });
+  for_each_position_run(split, 0, int64_t{B} * split.local_len(), [&](int64_t first, int64_t count, int position) {
+    p.runs_.push_back({first, count, position});
+  });
   return p;
 }
 
@@ -44,8 +45,8 @@ void rope_at(const Stream& s, Tensor qkv, const RowPositions& positions, int n_h
   } batch;
   const auto flush = [&] {
     if (batch.sequences > 0)
-      rope_apply(s, qkv.part(batch.first * w, Shape{batch.sequences, batch.count, w}), n_heads, n_kv_heads, theta,
-                 dir, batch.position);
+      rope_apply(s, qkv.part(batch.first * w, Shape{batch.sequences, batch.count, w}), n_heads, n_kv_heads, theta, dir,
+                 batch.position);
   };
   positions.for_each_run(0, rows, [&](int64_t first, int64_t count, int position) {
     const bool extends = batch.sequences > 0 && count == batch.count && count == positions.local_len() &&

@@ -28,8 +28,12 @@ RingAttention::Buffers RingAttention::plan(Arena& arena, const CpAttentionSpec& 
 }
 
 RingAttention::RingAttention(Comm cp, const CpAttentionSpec& spec, const Buffers& buffers)
-    : comm_(std::move(cp)), split_(spec.split), B_(spec.B), heads_(spec.heads),
-      positions_(RowPositions::of_split(spec.split, spec.B)), buf_(buffers) {
+    : comm_(std::move(cp)),
+      split_(spec.split),
+      B_(spec.B),
+      heads_(spec.heads),
+      positions_(RowPositions::of_split(spec.split, spec.B)),
+      buf_(buffers) {
   check_cp_attention(comm_, spec);
 }
 
@@ -51,17 +55,19 @@ void RingAttention::forward(const Stream& s, Tensor att, Tensor lse, Tensor qkv)
       cur ^= 1;
     }
     if (i + 1 < P)  // the block on to the next rank, the following one in, during this block's attention
-      moving = comm_.send_recv(buf_.kv[cur].f32(), buf_.kv[cur ^ 1].f32(), buf_.kv[cur].numel(), next(), prev(), kKvTag);
+      moving =
+          comm_.send_recv(buf_.kv[cur].f32(), buf_.kv[cur ^ 1].f32(), buf_.kv[cur].numel(), next(), prev(), kKvTag);
     const int j = (r - i + P) % P;
     const Tensor kv = buf_.kv[cur];
     if (i == 0) {
       attention_block_forward(s, {out, 0, 0, Tl}, lse, q_all, {qkv, qw, 0, Tl}, {qkv, qw + kvw, 0, Tl}, heads_, true);
     } else if (j < r) {
-      attention_block_forward(s, {buf_.part, 0, 0, Tl}, buf_.part_lse, q_all, {kv, 0, 0, c}, {kv, kvw, 0, c}, heads_, false);
+      attention_block_forward(s, {buf_.part, 0, 0, Tl}, buf_.part_lse, q_all, {kv, 0, 0, c}, {kv, kvw, 0, c}, heads_,
+                              false);
       attention_merge(s, {out, 0, 0, Tl}, lse, {buf_.part, 0, 0, Tl}, buf_.part_lse, heads_);
     } else {
-      attention_block_forward(s, {buf_.part, 0, c, c}, buf_.part_lse, {qkv, 0, c, c}, {kv, 0, 0, Tl}, {kv, kvw, 0, Tl}, heads_,
-                              false);
+      attention_block_forward(s, {buf_.part, 0, c, c}, buf_.part_lse, {qkv, 0, c, c}, {kv, 0, 0, Tl}, {kv, kvw, 0, Tl},
+                              heads_, false);
       attention_merge(s, {out, 0, c, c}, lse, {buf_.part, 0, c, c}, buf_.part_lse, heads_);
     }
   }
@@ -81,24 +87,26 @@ void RingAttention::backward(const Stream& s, Tensor dqkv, Tensor datt, Tensor q
   zero_fill(s, dqkv);
   attention_rows_copy(s, {buf_.kv[0], 0, 0, Tl}, {qkv, qw, 0, Tl}, 2 * kvw, false);
   // The key/value blocks, and the gradients (the sum sent on, the next one in).
-  Work moving = comm_.send_recv(buf_.kv[0].f32(), buf_.kv[1].f32(), buf_.kv[0].numel(), next(), prev(), kKvTag), grads[2];
+  Work moving = comm_.send_recv(buf_.kv[0].f32(), buf_.kv[1].f32(), buf_.kv[0].numel(), next(), prev(), kKvTag),
+       grads[2];
   own(1, 0, false);  // the own block's off-diagonal part while the first block comes in
   int cur = 0;
   for (int i = 1; i < P; ++i) {
     moving.wait();
     cur ^= 1;
     if (i + 1 < P)
-      moving = comm_.send_recv(buf_.kv[cur].f32(), buf_.kv[cur ^ 1].f32(), buf_.kv[cur].numel(), next(), prev(), kKvTag);
+      moving =
+          comm_.send_recv(buf_.kv[cur].f32(), buf_.kv[cur ^ 1].f32(), buf_.kv[cur].numel(), next(), prev(), kKvTag);
     const int j = (r - i + P) % P;
     const Tensor kv = buf_.kv[cur], dkv = buf_.dkv[i % 2];
     grads[i % 2].wait();  // this buffer's sum of two steps ago has left
     zero_fill(s, dkv);
     if (j < r) {
-      attention_block_backward(s, {dqkv, 0, 0, Tl}, {dkv, 0, 0, c}, {dkv, kvw, 0, c}, {dout, 0, 0, Tl},
-                               {qkv, 0, 0, Tl}, {kv, 0, 0, c}, {kv, kvw, 0, c}, {out, 0, 0, Tl}, lse, heads_, false);
+      attention_block_backward(s, {dqkv, 0, 0, Tl}, {dkv, 0, 0, c}, {dkv, kvw, 0, c}, {dout, 0, 0, Tl}, {qkv, 0, 0, Tl},
+                               {kv, 0, 0, c}, {kv, kvw, 0, c}, {out, 0, 0, Tl}, lse, heads_, false);
     } else {
-      attention_block_backward(s, {dqkv, 0, c, c}, {dkv, 0, 0, Tl}, {dkv, kvw, 0, Tl}, {dout, 0, c, c},
-                               {qkv, 0, c, c}, {kv, 0, 0, Tl}, {kv, kvw, 0, Tl}, {out, 0, c, c}, lse, heads_, false);
+      attention_block_backward(s, {dqkv, 0, c, c}, {dkv, 0, 0, Tl}, {dkv, kvw, 0, Tl}, {dout, 0, c, c}, {qkv, 0, c, c},
+                               {kv, 0, 0, Tl}, {kv, kvw, 0, Tl}, {out, 0, c, c}, lse, heads_, false);
     }
     if (i > 1) {  // the block's gradient so far, from the ranks it visited before this one
       grads[(i + 1) % 2].wait();

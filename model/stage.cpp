@@ -12,9 +12,12 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
              StageContext context)
     : spec_(stage_spec(cfg, micro_batch_size, seq_len, range, options, tp, layout.ep().size, context.split,
                        context.algorithm)),
-      layout_(layout), tp_(std::move(tp)), local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})),
+      layout_(layout),
+      tp_(std::move(tp)),
+      local_(local_dims(cfg, TpCoord{tp_.rank(), tp_.size()})),
       stream_{options.device, nullptr, options.matmul},
-      binder_(cfg, layout, range, state, experts.state, options.device), moe_stats_(cfg, range) {
+      binder_(cfg, layout, range, state, experts.state, options.device),
+      moe_stats_(cfg, range) {
   MT_CHECK(layout.tp().rank == tp_.rank() && layout.tp().size == tp_.size(),
            "the layout is for tp rank {} of {}, the stage runs as rank {} of {}", layout.tp().rank, layout.tp().size,
            tp_.rank(), tp_.size());
@@ -127,8 +130,7 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
   column_parallel_forward(s, a.logits, a.head_in, w.head, Tensor{});
   binder_.release_params(binder_.head_unit());
   if (binder_.shares_embedding()) binder_.release_params(binder_.embedding_unit());
-  vocab_parallel_cross_entropy(s, tp_, local_, a.losses, a.logits, a.row_max, a.sums, a.targets, o.grad,
-                               o.dloss_scale);
+  vocab_parallel_cross_entropy(s, tp_, local_, a.losses, a.logits, a.row_max, a.sums, a.targets, o.grad, o.dloss_scale);
   const float* losses = a.losses.f32();
   if (s.device != Device::cpu) {  // read back from the device; on CPU the losses are host memory already
     copy_to_host(s, host_losses_.data(), a.losses);

@@ -32,10 +32,10 @@ namespace megatrain {
 
 struct ForwardOptions {
   LossGrad grad = LossGrad::none;
-  float dloss_scale = 0.0f;     // ∂(global loss)/∂(token loss)
-  bool dropout = false;         // training mode
+  float dloss_scale = 0.0f;  // ∂(global loss)/∂(token loss)
+  bool dropout = false;      // training mode
   uint64_t dropout_seed = 0;
-  uint64_t first_sample = 0;    // global index of the micro-batch's first sample (keys dropout)
+  uint64_t first_sample = 0;  // global index of the micro-batch's first sample (keys dropout)
 };
 
 // Activation recompute (model/recompute.h): full covers recompute_layers blocks, the first ones of
@@ -130,7 +130,7 @@ class Stage {
   StageBuffers buf_;
   std::vector<ForwardOptions> slot_options_;  // of each slot's forward, for its backward
   std::unique_ptr<AttentionCore> attention_;
-  std::vector<float> host_losses_;  // the last stage's token losses, read back from the stream's device
+  std::vector<float> host_losses_;          // the last stage's token losses, read back from the stream's device
   std::optional<ExpertDispatch> dispatch_;  // MoE blocks: the token exchange
   MoeStats moe_stats_;
 };

@@ -20,7 +20,7 @@ struct StageOptions {
   int slots = 1;                // micro-batches in flight: forward(slot, …) fills a slot, backward consumes it
   bool split_backward = false;  // keep what backward_input() leaves to backward_weights()
   Recompute recompute = Recompute::none;
-  int recompute_layers = 0;     // full recompute: blocks covered, from the stage's first; 0: all
+  int recompute_layers = 0;            // full recompute: blocks covered, from the stage's first; 0: all
   Precision matmul = Precision::fp32;  // what the linear layers multiply (kernels/device.h)
   // Where the stage computes: its activations live in that device's memory, and the UnitState's
   // parameters and gradients must too (tokens and targets come from the host).
@@ -53,26 +53,26 @@ StageSpec stage_spec(const ModelConfig& cfg, int B, int T, StageRange range, con
 
 // One micro-batch slot's saved activations.
 struct SlotActivations {
-  Tensor tokens, targets;              // (B, T) i32
-  std::vector<Tensor> residual;        // layers + 1 of (Nl, C): block inputs, then the last output
+  Tensor tokens, targets;        // (B, T) i32
+  std::vector<Tensor> residual;  // layers + 1 of (Nl, C): block inputs, then the last output
   std::vector<BlockActivations> blocks;
-  NormActivations final_norm;          // (Nl, C)
-  Tensor head_in;                      // (N, C) final norm output entered into the tp region
-  Tensor logits;                       // (N, Vl) this rank's vocabulary, dlogits after a training forward
-  Tensor losses;                       // (N)
-  Tensor row_max;                      // (N)
-  Tensor sums;                         // (2, N): exp-sums, then target logits (one reduction)
+  NormActivations final_norm;                   // (Nl, C)
+  Tensor head_in;                               // (N, C) final norm output entered into the tp region
+  Tensor logits;                                // (N, Vl) this rank's vocabulary, dlogits after a training forward
+  Tensor losses;                                // (N)
+  Tensor row_max;                               // (N)
+  Tensor sums;                                  // (2, N): exp-sums, then target logits (one reduction)
   std::vector<BlockWeightGradInputs> deferred;  // per block, with split_backward
 };
 // Buffers reused by every block and slot (not saved).
 struct StageScratch {
   BlockScratch block;
-  Tensor dres_a, dres_b;         // (Nl, C) residual-stream gradients, ping-pong
-  BlockActivations recomputed;   // what recomputed blocks save while they run (full), or only the
-                                 // attention core's att and lse (selective)
-  Tensor recomputed_out;         // (Nl, C) a full-recompute block's output, rerun in backward
-  MoeScratch moe;                // a stage with MoE blocks
-  AttentionBuffers attention;    // the attention part's (model/attention_parts.h)
+  Tensor dres_a, dres_b;        // (Nl, C) residual-stream gradients, ping-pong
+  BlockActivations recomputed;  // what recomputed blocks save while they run (full), or only the
+                                // attention core's att and lse (selective)
+  Tensor recomputed_out;        // (Nl, C) a full-recompute block's output, rerun in backward
+  MoeScratch moe;               // a stage with MoE blocks
+  AttentionBuffers attention;   // the attention part's (model/attention_parts.h)
 };
 struct StageBuffers {
   std::vector<SlotActivations> slots;
@@ -85,7 +85,7 @@ struct StagePlanItem {
   size_t bytes = 0;
 };
 struct StagePlan {
-  size_t bytes = 0;  // the arena a stage allocates (64-byte aligned)
+  size_t bytes = 0;                  // the arena a stage allocates (64-byte aligned)
   std::vector<StagePlanItem> items;  // in allocation order; their bytes add up to `bytes`'s used part
 };
 

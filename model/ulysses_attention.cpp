@@ -18,8 +18,12 @@ UlyssesAttention::Buffers UlyssesAttention::plan(Arena& arena, const CpAttention
 }
 
 UlyssesAttention::UlyssesAttention(Comm cp, const CpAttentionSpec& spec, const Buffers& buffers)
-    : comm_(std::move(cp)), split_(spec.split), B_(spec.B), heads_(spec.heads),
-      positions_(RowPositions::of_split(spec.split, spec.B)), buf_(buffers) {
+    : comm_(std::move(cp)),
+      split_(spec.split),
+      B_(spec.B),
+      heads_(spec.heads),
+      positions_(RowPositions::of_split(spec.split, spec.B)),
+      buf_(buffers) {
   check_cp_attention(comm_, spec);
   MT_CHECK(heads_.n_heads % split_.cp == 0 && heads_.n_kv_heads % split_.cp == 0,
            "all_to_all context parallelism needs cp {} to divide this rank's {} query and {} key/value heads",
@@ -55,14 +59,18 @@ void UlyssesAttention::exchange(const Stream& s, Tensor local, std::span<const C
     }
   };
   for (int p = 0; p < P; ++p) {  // pack
-    if (to_full) columns(segment(buf_.send, p), p, true);
-    else chunks(segment(buf_.send, p), p, true);
+    if (to_full)
+      columns(segment(buf_.send, p), p, true);
+    else
+      chunks(segment(buf_.send, p), p, true);
   }
   const std::vector<int64_t> counts(static_cast<size_t>(P), seg);
   comm_.all_to_all(buf_.recv.f32(), counts, buf_.send.f32(), counts).wait();
   for (int p = 0; p < P; ++p) {  // unpack what rank p sent
-    if (to_full) chunks(segment(buf_.recv, p), p, false);
-    else columns(segment(buf_.recv, p), p, false);
+    if (to_full)
+      chunks(segment(buf_.recv, p), p, false);
+    else
+      columns(segment(buf_.recv, p), p, false);
   }
 }
 
@@ -88,8 +96,8 @@ void UlyssesAttention::backward(const Stream& s, Tensor dqkv, Tensor datt, Tenso
   exchange(s, qkv, qkv_cols, buf_.full_qkv, true);
   exchange(s, att.reshaped(Shape{B_, Tl, qw}), att_cols, buf_.full_att, true);
   exchange(s, datt.reshaped(Shape{B_, Tl, qw}), att_cols, buf_.full_dout, true);
-  attention_backward(s, buf_.full_dqkv, buf_.full_dout, buf_.full_qkv, buf_.full_att, lse.reshaped(Shape{B_, heads_.n_heads / P, T}),
-                     heads_.n_heads / P, heads_.n_kv_heads / P);
+  attention_backward(s, buf_.full_dqkv, buf_.full_dout, buf_.full_qkv, buf_.full_att,
+                     lse.reshaped(Shape{B_, heads_.n_heads / P, T}), heads_.n_heads / P, heads_.n_kv_heads / P);
   exchange(s, dqkv, qkv_cols, buf_.full_dqkv, false);
 }
 

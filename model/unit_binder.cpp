@@ -4,9 +4,14 @@ namespace megatrain {
 
 UnitBinder::UnitBinder(const ModelConfig& cfg, const ParamLayout& layout, StageRange range, UnitState& state,
                        UnitState* experts, Device device)
-    : layout_(layout), range_(range), device_(device),
-      shares_embedding_(range.head && range.embedding && cfg.tie_embeddings), state_(state), experts_(experts),
-      units_(gpt_param_units(layout, range)), expert_units_(moe_expert_units(layout, {range})) {
+    : layout_(layout),
+      range_(range),
+      device_(device),
+      shares_embedding_(range.head && range.embedding && cfg.tie_embeddings),
+      state_(state),
+      experts_(experts),
+      units_(gpt_param_units(layout, range)),
+      expert_units_(moe_expert_units(layout, {range})) {
   for (int l = 0; l < range_.layers; ++l) block_index_.push_back(block_param_index(layout_, range_.first_layer + l));
   for (int l = 0, k = 0; l < range_.layers; ++l) {
     const bool moe = block_index_[static_cast<size_t>(l)].router != BlockParamIndex::kAbsent;
@@ -60,7 +65,9 @@ void UnitBinder::bind(int unit, bool grads) {
   float* p = grads ? state_.unit_grads(unit) : state_.unit_params(unit);
   StageWeights& v = grads ? g_ : w_;
   const int64_t begin = units_[static_cast<size_t>(unit)].begin;
-  auto view = [&](size_t i) { return i == BlockParamIndex::kAbsent ? Tensor{} : layout_.view_in(p, begin, i, device_); };
+  auto view = [&](size_t i) {
+    return i == BlockParamIndex::kAbsent ? Tensor{} : layout_.view_in(p, begin, i, device_);
+  };
   if (range_.embedding && unit == embedding_unit()) {
     v.wte = view(wte_index_);
     v.wpe = view(wpe_index_);

@@ -28,8 +28,8 @@ class UnitBinder {
  public:
   // `state` provides the units of gpt_param_units(layout, range); `experts` those of
   // moe_expert_units(layout, {range}) (needed when the range has MoE blocks).
-  UnitBinder(const ModelConfig& cfg, const ParamLayout& layout, StageRange range, UnitState& state,
-             UnitState* experts, Device device);
+  UnitBinder(const ModelConfig& cfg, const ParamLayout& layout, StageRange range, UnitState& state, UnitState* experts,
+             Device device);
 
   const std::vector<FlatRange>& units() const { return units_; }
   bool has_experts() const { return !expert_units_.empty(); }

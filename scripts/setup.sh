@@ -23,6 +23,8 @@ packages=(
   # Debian's CPU-only 1.13 is a 130 MB download; PyPI's torch wheel would pull gigabytes of CUDA libraries.
   python3-torch
   time
+  # .clang-format: the house style, for the lines a change touches (docs/architecture.md).
+  clang-format
   # scripts/simhosts, the simulated hosts of tests/e2e/test_simhosts.sh: ip netns, veth, tc tbf.
   iproute2
   # scripts/slurm/simcluster, a Slurm cluster of simulated hosts for tests/e2e/test_slurm_multinode.sh;

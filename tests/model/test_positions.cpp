@@ -16,7 +16,8 @@ using PositionRun = std::tuple<int64_t, int64_t, int>;
 
 std::vector<PositionRun> runs(const RowPositions& p, int64_t first_row, int64_t rows) {
   std::vector<PositionRun> out;
-  p.for_each_run(first_row, rows, [&](int64_t first, int64_t n, int position) { out.emplace_back(first, n, position); });
+  p.for_each_run(first_row, rows,
+                 [&](int64_t first, int64_t n, int position) { out.emplace_back(first, n, position); });
   return out;
 }
 
@@ -60,7 +61,8 @@ TEST(RowPositions, ASplitsRowsSitWhereTheSplitSays) {
 // qkv (B, T, (H + 2·Hkv)·D) with seeded values.
 std::vector<float> seeded(int64_t n) {
   std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = 2.0f * rng_uniform(RngKey{3, 1, 0, 0}, static_cast<uint64_t>(i)) - 1.0f;
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = 2.0f * rng_uniform(RngKey{3, 1, 0, 0}, static_cast<uint64_t>(i)) - 1.0f;
   return v;
 }
 

@@ -30,7 +30,8 @@ TEST(CpSplit, EveryRankDoesTheSameCausalWork) {
       balanced.push_back(work);
       contiguous.push_back(naive);
     }
-    for (int r = 1; r < cp; ++r) EXPECT_EQ(balanced[static_cast<size_t>(r)], balanced[0]) << "cp " << cp << " rank " << r;
+    for (int r = 1; r < cp; ++r)
+      EXPECT_EQ(balanced[static_cast<size_t>(r)], balanced[0]) << "cp " << cp << " rank " << r;
     EXPECT_GT(contiguous.back(), 2 * contiguous.front()) << "cp " << cp;
   }
 }
