@@ -3,29 +3,20 @@
 #include <algorithm>
 #include <vector>
 
-#include "config/optim_groups.h"
-#include "kernels/check.h"
+#include "config/rank_layout.h"
 #include "model/stage_plan.h"
-#include "parallel/pipeline.h"
-#include "parallel/pipeline_schedule.h"
 
 namespace megatrain {
+
 PlannedMemory plan_memory(const Config& c, int pp_rank) {
   const ParallelConfig& p = c.parallel;
-  MT_CHECK(p.dp > 0 && c.train.global_batch_size > 0, "plan_memory needs a resolved config (resolve_config)");
-  const int micro = c.train.global_batch_size / (c.train.micro_batch_size * p.dp);
-  std::vector<StageRange> ranges;
-  for (int k = 0; k < p.virtual_stages; ++k) ranges.push_back(virtual_stage_range(c, k * p.pp + pp_rank));
-  const std::vector<PipeStep> steps =
-      pipeline_schedule(p.pipeline_schedule, pp_rank, PipeShape{p.pp, micro, p.virtual_stages});
-  const ParamLayout layout =
-      gpt_param_layout(c.model, TpCoord{0, p.tp}, p.sequence_parallel, ranges, EpCoord{0, p.ep});
+  const RankLayout r = rank_layout(c, 0, pp_rank, 0);  // every tp and ep rank holds as much
 
   // Each optimizer group's ZeRO state and AdamW moments, as the run makes them (config/optim_groups.h).
   PlannedMemory out;
   out.pp_rank = pp_rank;
   MemoryMetrics& m = out.bytes;
-  for (const OptimGroupSpec& g : optim_group_specs(c, layout, ranges)) {
+  for (const OptimGroupSpec& g : r.groups) {
     const ZeroPlan z = plan_zero(g.units, g.dp, 0, g.zero, g.breaks, g.order);
     const ZeroMemory zm = z.memory();
     m.params += zm.params, m.master_params += zm.master_params, m.grads += zm.grads, m.comm_buffers += zm.comm_buffers;
@@ -36,10 +27,10 @@ PlannedMemory plan_memory(const Config& c, int pp_rank) {
   const TpShape tp(0, p.tp, TpOptions{p.sequence_parallel, p.overlap_tp_comm},
                    int64_t{c.train.micro_batch_size} * (c.train.seq_len / p.cp), c.model.d_model);
   const CpSplit split{p.cp, 0, c.train.seq_len};  // every cp rank holds as many rows
-  for (size_t k = 0; k < ranges.size(); ++k) {
-    const StageOptions options{peak_held(steps, static_cast<int>(k)), splits_backward(steps), c.train.recompute,
-                               c.train.recompute_layers, c.train.precision, c.train.device, c.train.bf16_activations};
-    const StageSpec spec = stage_spec(c.model, c.train.micro_batch_size, c.train.seq_len / p.cp, ranges[k], options,
+  for (size_t k = 0; k < r.ranges.size(); ++k) {
+    const StageOptions options{r.slots[k], r.split_backward, c.train.recompute, c.train.recompute_layers,
+                               c.train.precision, c.train.device, c.train.bf16_activations};
+    const StageSpec spec = stage_spec(c.model, c.train.micro_batch_size, c.train.seq_len / p.cp, r.ranges[k], options,
                                       tp, p.ep, split, p.cp_comm);
     m.activations += static_cast<int64_t>(plan_stage(spec).bytes);
   }

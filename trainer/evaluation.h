@@ -19,7 +19,7 @@ class Evaluation final : public StepObserver {
 
   void end(const StepOutcome& out) override {
     const int64_t every = cfg_.train.eval_interval;
-    if (!run_.data.valid() || every <= 0 || (out.step % every != 0 && !out.last)) return;
+    if (!run_.data().valid() || every <= 0 || (out.step % every != 0 && !out.last)) return;
     progress_.enter(Section::eval, out.step);
     const double v = run_.evaluate();
     result_.val_losses.push_back(v);

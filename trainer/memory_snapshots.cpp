@@ -22,8 +22,8 @@ constexpr int kTag = 9101;
 
 MemorySnapshots::MemorySnapshots(const Config& cfg, RankRun& run, const RunState& at) : cfg_(cfg), run_(run), at_(at) {
   if (cfg.checkpoint.memory_interval <= 0) return;
-  store_.emplace(memory_store_for(cfg, run.world));
-  comm_.emplace(run.world.split(0, run.world.rank(), "memory-snapshot"));
+  store_.emplace(memory_store_for(cfg, run.world()));
+  comm_.emplace(run.world().split(0, run.world().rank(), "memory-snapshot"));
 }
 
 MemorySnapshots::~MemorySnapshots() {
@@ -48,7 +48,7 @@ void MemorySnapshots::updated(const StepOutcome& out) {
   const auto t0 = std::chrono::steady_clock::now();
   if (worker_.joinable()) worker_.join();
   waited(t0);
-  const Comm& world = run_.world;
+  const Comm& world = run_.world();
   // The state as the update left it (on a device, its host copy made now); nothing changes it
   // before the next update, which waits for the copy.
   SnapshotHeader header{world.rank(), world.size(), layout_json(cfg_, world.size()), at_.saved(out.step, cfg_)};

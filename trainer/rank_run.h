@@ -1,8 +1,9 @@
 // What one rank trains: its data loaders, its model chunks (one pipeline stage, or several virtual
 // stages of an interleaved pipeline, over one parameter layout), its optimizer groups (the dense
 // parameters, and an MoE model's experts: optim/optim_group.h), and the PipelineWork the executor
-// drives through a step's schedule. The step loop (trainer/train.cpp) calls train_step (or
-// stale_step), first_overflow, grad_norm, optimizer_step and evaluate.
+// drives through a step's schedule. The step loop (trainer/train.cpp) computes a step through a
+// StepCompute (trainer/step_compute.h: train_step, or forward_backward with bounded staleness),
+// then calls grad_norm, optimizer_step and evaluate.
 //
 // [Note: a run on a device] With train.device = "cuda" the rank's compute stream is the device's
 // default stream: the stages' activations, ZeRO's buffers (optim/zero_plan.h [Note: ZeRO on a
@@ -16,16 +17,6 @@
 // held_params_host(), which on a device are host copies made by the call (the parameters and
 // moments, or the parameters alone), and state_written() or params_written(), which send them back.
 //
-// [Note: stale-synchronous step] With s = parallel.max_staleness > 0 the update of step k (0-based)
-// is built from batch k's gradients, computed on the parameters after update k − s − 1: batch k + s
-// is computed just before update k is applied, so up to s reductions are in flight while a rank
-// computes (optim/zero_plan.h [Note: bounded staleness]). The first s steps after a start or a
-// horizon compute their batches on the same parameters (a warm-up of s + 1 batches in the first
-// step), and the s steps before a horizon compute none, so no reduction is in flight at a horizon:
-// a checkpoint saved there holds no in-flight state, and a run resumed from it continues exactly
-// as the uninterrupted run did (which drained at the same step). A step's loss sum and overflow
-// key are reduced with its gradients, so no collective of the step waits for a slower peer before
-// its update is due.
 #pragma once
 #include <deque>
 #include <map>
@@ -35,6 +26,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "config/rank_layout.h"
 #include "health/grad_nan_injector.h"
 #include "model/stage.h"
 #include "model/tp_shared.h"
@@ -45,6 +37,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/metrics.h"
 #include "trainer/sample_digest.h"
+#include "trainer/step_batch.h"
 #include "trainer/train_data.h"
 
 namespace megatrain {
@@ -63,18 +56,17 @@ class RankRun final : public PipelineWork {
   // reduced over the data-parallel ranks (optim/zero_state.h), the loss gradient multiplied by
   // loss_scale (fp16). Returns the mean loss over the global batch.
   double train_step(int64_t batch, double loss_scale = 1.0);
-  // [Note: stale-synchronous step], parallel.max_staleness = s > 0: the update of 0-based step
-  // `step` is built from global batch step + data_skip. Before it, every batch up to step + s not
-  // yet computed, and below `horizon` (the next step at which no reduction may be in flight: a
-  // save, the run's end), is computed on the current parameters and its reductions (gradients,
-  // loss, overflow key) queued; then the step's own are waited for and its reduced gradients
-  // become the optimizer's. Returns the step's mean loss.
-  double stale_step(int64_t step, int64_t data_skip, int64_t horizon);
-  // Waits for the queued reductions and drops them (a stop between two horizons).
-  void stale_discard();
-  // Where this step's first Inf/NaN came from (optim/clip.h [Note: overflow origin]); `loss_nonfinite`:
-  // this rank's own loss.
+  // Forward + backward of global batch `batch` through the pipeline, the gradients' reductions
+  // issued as their buckets fill; this rank's loss sum (train_step finishes and averages it).
+  double forward_backward(int64_t batch, double loss_scale);
+  int micro_batches_per_step() const { return data_.train().micro_batches_per_step(); }
+  // Where this step's first Inf/NaN came from (optim/clip.h [Note: overflow origin]), over the world;
+  // `loss_nonfinite`: this rank's own loss.
   Overflow first_overflow(bool loss_nonfinite = false);
+  // Whether this rank's gradients of the step hold an Inf/NaN: its own before their reduction, or
+  // the reduced ones (only once the reduction is complete).
+  bool own_nonfinite() const;
+  bool reduced_nonfinite() const;
   // MEGATRAIN_FAULT nan with element=E: one NaN in the dense gradients of the coming step
   // (health/grad_nan_injector.h); returns what the injection's log line says of it.
   std::string arm_grad_nan(const std::string& element) { return grad_nan_.arm(element); }
@@ -113,28 +105,29 @@ class RankRun final : public PipelineWork {
   // (the replica check, fault injection).
   FlatSlice held_params_host(size_t group = 0);
   const std::deque<OptimGroup>& optim_groups() const { return optim_; }
+  std::deque<OptimGroup>& optim_groups() { return optim_; }
   MemoryMetrics memory() const;
   size_t activation_bytes() const;
   int64_t tokens_per_step() const {
-    return static_cast<int64_t>(cfg.train.global_batch_size) * cfg.train.seq_len;
+    return static_cast<int64_t>(cfg_.train.global_batch_size) * cfg_.train.seq_len;
   }
   // The most micro-batches whose activations this rank holds at once (all chunks).
   int held_micro_batches() const { return peak_held_all_; }
-  bool on_device() const { return stream.device != Device::cpu; }
+  bool on_device() const { return stream_.device != Device::cpu; }
 
   Tensor forward(int chunk, int slot, int micro, Tensor input) override;
   Tensor backward(int chunk, int slot, Tensor dout) override;
   void weight(int chunk, int slot) override;
 
-  const Config& cfg;
-  const Stream stream;  // where this rank computes ([Note: a run on a device])
-  ProcessGroups groups;
-  const Comm world;
-  TrainData data;
-  std::vector<StageRange> ranges;  // per model chunk
-  std::vector<PipeStep> steps;     // this rank's schedule of one training step
-  ParamLayout layout;
-  ParamLayout stored_layout;  // the global tensors checkpoints hold
+  const Config& config() const { return cfg_; }
+  const Stream& stream() const { return stream_; }  // where this rank computes ([Note: a run on a device])
+  const ProcessGroups& groups() const { return groups_; }
+  const Comm& world() const { return world_; }
+  const TrainData& data() const { return data_; }
+  const ParamLayout& stored_layout() const { return stored_layout_; }  // the global tensors checkpoints hold
+  // What this rank holds (config/rank_layout.h): model chunks, schedule, parameter layout, groups.
+  const RankLayout& shape() const { return shape_; }
+  const ParamLayout& layout() const { return shape_.layout; }
 
  private:
   struct Chunk {
@@ -142,35 +135,19 @@ class RankRun final : public PipelineWork {
     std::unique_ptr<Stage> stage;
     int backwards_left = 0;  // in the running step
   };
-  // What the micro-batches read and add to: the tokens, the global batch, the loss.
+  // What the micro-batches read and add to: the step's batch, loaded before the schedule runs
+  // (trainer/step_batch.h), the loss.
   struct Feed {
-    std::vector<int32_t> inputs, targets;  // (B, seq_len): whole sequences as the loader gives them
-    std::vector<int32_t> local_inputs = {}, local_targets = {};  // context parallelism: this rank's rows of them
-    int64_t batch = 0;  // the global batch train_step trains on
+    std::optional<StepBatch> train, valid;  // the training and validation batches' buffers
+    const StepBatch* current = nullptr;     // the one the running schedule reads
+    bool digest = false;                    // log.samples_file, on the rank that reports what it read
     double loss_sum = 0.0, loss_scale = 1.0;
     bool evaluating = false;
-    int64_t eval_batch = 0;
     // With log.samples_file: what this rank read of each global batch not yet logged (the batches
-    // computed ahead of their step too: [Note: stale-synchronous step]).
+    // computed ahead of their step too: trainer/step_compute.h [Note: stale-synchronous step]).
     std::map<int64_t, SampleDigest> samples = {};
   };
-  // [Note: stale-synchronous step]: a queued step's loss sum and overflow key (first_overflow's),
-  // each reduced in place by its Work; a deque keeps their addresses while later ones are queued.
-  struct StaleScalars {
-    double loss = 0.0;
-    int64_t key = 0;
-    Work loss_work, key_work;
-  };
-  struct Stale {
-    std::deque<StaleScalars> queued;
-    int64_t next = 0;  // the next step whose batch is computed
-    int64_t key = 0;   // the retired step's reduced overflow key
-  };
   double mean_over_replicas(double sum, int micro) const;
-  // Adds micro-batch `micro` of global batch `batch`, just loaded, to feed_.samples.
-  void digest_samples(int64_t batch, int micro);
-  // Forward + backward of global batch `batch` through the pipeline; this rank's loss sum.
-  double forward_backward(int64_t batch, double loss_scale);
   // Each group's hook before the step that writes the chunk's final gradients of a micro-batch (its
   // backward, or its weight step when backwards are split); gradients_end() closes it.
   void gradients_begin(int chunk);
@@ -178,9 +155,15 @@ class RankRun final : public PipelineWork {
   // moe.aux_free_bias: each MoE block's router bias moved towards balance by the step's loads.
   std::vector<StateStep> router_bias_steps();
 
+  const Config& cfg_;
+  const Stream stream_;
+  ProcessGroups groups_;
+  const Comm world_;
+  TrainData data_;
+  ParamLayout stored_layout_;
+  RankLayout shape_;
   std::deque<OptimGroup> optim_;  // the dense parameters, then an MoE model's experts
   GradNanInjector grad_nan_;      // between the chunks' unit views and the dense group's state
-  bool split_backward_;           // the schedule has weight steps (zero-bubble)
   std::vector<Chunk> chunks_;
   TpSharedParams tp_shared_;
   std::unique_ptr<PipelineExecutor> pipeline_;
@@ -188,7 +171,6 @@ class RankRun final : public PipelineWork {
   // The first and last stage when a tied embedding spans them (Megatron's embedding group).
   std::optional<Comm> tied_;
   Feed feed_;
-  Stale stale_;
 };
 
 }  // namespace megatrain

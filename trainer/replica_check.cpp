@@ -28,21 +28,21 @@ ReplicaCheck::ReplicaCheck(const Config& cfg, RankRun& run, MemorySnapshots& sna
                                  "different parts of them",
                                  what, cfg.parallel.zero_stage, precision_name(cfg.train.precision)));
     } else {
-      Compared c{k, {}, all_gather_value<int32_t>(dp, run_.world.rank())};
+      Compared c{k, {}, all_gather_value<int32_t>(dp, run_.world().rank())};
       const FlatRange in_layout = held.shifted(g.spec().begin);
-      for (size_t i = 0; i < run_.layout.size(); ++i)
-        if (run_.layout.offset(i) >= in_layout.begin && run_.layout.offset(i) < in_layout.end) c.tensors.push_back(i);
+      for (size_t i = 0; i < run_.layout().size(); ++i)
+        if (run_.layout().offset(i) >= in_layout.begin && run_.layout().offset(i) < in_layout.end) c.tensors.push_back(i);
       said.push_back(fmt::format("{} compared over {} replicas", what, dp.size()));
       compared_.push_back(std::move(c));
     }
   }
-  if (run_.world.rank() == 0)
+  if (run_.world().rank() == 0)
     spdlog::info("replica check every {} steps: {}", interval_, fmt::join(said, "; "));
   if (compared_.empty()) interval_ = 0;
 }
 
 void ReplicaCheck::compare(const Compared& c, std::vector<int>& odd_ranks, std::vector<std::string>& odd_params) {
-  const ParamLayout& layout = run_.layout;
+  const ParamLayout& layout = run_.layout();
   const Comm& dp = run_.optim_groups()[c.group].zero().dp();
   const size_t n = c.tensors.size();
   const auto p = static_cast<size_t>(dp.size());
@@ -79,7 +79,7 @@ void ReplicaCheck::updated(const StepOutcome& out) {
   std::vector<std::string> odd_params;
   for (const Compared& c : compared_) compare(c, odd_ranks, odd_params);
   int64_t any = odd_params.empty() ? 0 : 1;
-  run_.world.all_reduce(&any, 1, ReduceOp::max).wait();
+  run_.world().all_reduce(&any, 1, ReduceOp::max).wait();
   if (any == 0) return;
   std::sort(odd_ranks.begin(), odd_ranks.end());
   snapshots_.discard("REPLICA_MISMATCH: taken after the corruption began, a restart must load the storage checkpoint");

@@ -14,8 +14,8 @@ StepLog::StepLog(const Config& cfg, RankRun& run, const RunState& at, TrainResul
       result_(result),
       first_step_(at.step + 1),
       flops_per_step_(model_flops_per_token(cfg.model, cfg.train.seq_len) * static_cast<double>(run.tokens_per_step())),
-      peak_(cfg, run.world),
-      log_(cfg.log.metrics_file, run.world.rank() == 0, at.step),
+      peak_(cfg, run.world()),
+      log_(cfg.log.metrics_file, run.world().rank() == 0, at.step),
       start_(std::chrono::steady_clock::now()) {
   StartupTimes::instance().mark("other set-up (MFU peak)");
 }
@@ -28,7 +28,7 @@ void StepLog::rewind(int64_t step) {
 
 double StepLog::seconds_at_peak() const {
   const double flops_per_s = peak_.peak_tflops() * 1e12;
-  return flops_per_s > 0.0 ? flops_per_step_ / run_.world.size() / flops_per_s : 0.0;
+  return flops_per_s > 0.0 ? flops_per_step_ / run_.world().size() / flops_per_s : 0.0;
 }
 
 void StepLog::begin(int64_t) { run_.reset_comm_stats(); }
@@ -45,7 +45,7 @@ void StepLog::end(const StepOutcome& out) {
   if (out.step == first_step_) {
     log_.memory(out.step, run_.memory());
     StartupTimes::instance().mark("first step");
-    if (run_.world.rank() == 0) spdlog::info("{}", StartupTimes::instance().summary());
+    if (run_.world().rank() == 0) spdlog::info("{}", StartupTimes::instance().summary());
   }
   if (out.step % cfg_.log.interval != 0 && !out.last) return;
   log_.step(averages(out));
@@ -73,7 +73,7 @@ StepMetrics StepLog::averages(const StepOutcome& out) {
   m.tp_exposed_ms = c.tp.exposed_ms / n;
   m.pp_comm_ms = c.pp.busy_ms / n;
   // Every stage's idle time (blocked on its neighbours), gathered over the pipeline group.
-  const Comm& pp = run_.groups.pp();
+  const Comm& pp = run_.groups().pp();
   m.pp_idle_ms.assign(static_cast<size_t>(pp.size()), 0.0);
   m.pp_idle_ms[static_cast<size_t>(pp.rank())] = c.pp.exposed_ms / n;
   if (pp.size() > 1) pp.all_reduce(m.pp_idle_ms.data(), pp.size()).wait();
@@ -86,11 +86,11 @@ StepMetrics StepLog::averages(const StepOutcome& out) {
                  c.pp.exposed_ms / n;
   m.memory = run_.memory();
   m.precision = precision_name(cfg_.train.precision);
-  m.world = run_.world.size();
+  m.world = run_.world().size();
   if (at_.scaler) m.loss_scale = out.loss_scale;
   m.skipped_steps = at_.skipped;
   m.moe = moe_metrics(run_.moe_stats(), logged_.steps);
-  m.mfu = peak_.at(flops_per_step_ / avg / run_.world.size());
+  m.mfu = peak_.at(flops_per_step_ / avg / run_.world().size());
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   m.eta_s = elapsed / static_cast<double>(out.step - first_step_ + 1) * static_cast<double>(cfg_.train.steps - out.step);
   return m;

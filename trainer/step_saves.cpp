@@ -16,8 +16,8 @@ StepSaves::StepSaves(const Config& cfg, RankRun& run, const RunState& at, Progre
       progress_(progress),
       result_(result),
       start_step_(at.step),
-      checkpointer_(cfg.checkpoint.dir.empty() ? nullptr : std::make_unique<Checkpointer>(cfg, run.world)),
-      stop_(cfg, run.world),
+      checkpointer_(cfg.checkpoint.dir.empty() ? nullptr : std::make_unique<Checkpointer>(cfg, run.world())),
+      stop_(cfg, run.world()),
       committed_(at.from_latest) {}
 
 int64_t StepSaves::horizon(int64_t step) const {
@@ -63,7 +63,6 @@ bool StepSaves::stop(const StepOutcome& out) {
 
 void StepSaves::finish() {
   progress_.enter(Section::checkpoint, progress_.step());
-  run_.stale_discard();  // a stop between two horizons leaves later steps' reductions in flight
   if (!checkpointer_) return;
   // Restored from memory at the last step (the launch before died during or before the last save):
   // no step runs, so the last step's checkpoint is written here, as the step would have.

@@ -20,7 +20,7 @@ class StepSaves final : public StepObserver {
  public:
   // Installs the stop signals' handlers; saves only with a checkpoint.dir.
   StepSaves(const Config& cfg, RankRun& run, const RunState& at, Progress& progress, TrainResult& result);
-  // [Note: stale-synchronous step] (trainer/rank_run.h): the first step from `step` (0-based) on
+  // [Note: stale-synchronous step] (trainer/step_compute.h): the first step from `step` (0-based) on
   // after which no gradient reduction may be in flight: a periodic save, exit_after_steps' stop,
   // the run's last step.
   int64_t horizon(int64_t step) const;

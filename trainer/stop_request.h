@@ -9,7 +9,7 @@
 // A signal arriving while the run saves and exits changes nothing (the flag is already set).
 // With parallel.max_staleness = s > 0 the all-reduce is not waited for: the flags agreed after a
 // step are acted on s steps later, so a slower peer does not hold up every step (trainer/
-// rank_run.h [Note: stale-synchronous step]); exit_after_steps, which every rank knows alike,
+// trainer/step_compute.h [Note: stale-synchronous step]); exit_after_steps, which every rank knows alike,
 // still acts at once.
 #pragma once
 #include <array>

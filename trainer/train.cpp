@@ -12,6 +12,7 @@
 #include "trainer/run_state.h"
 #include "trainer/run_summary.h"
 #include "trainer/sample_log.h"
+#include "trainer/step_compute.h"
 #include "trainer/step_faults.h"
 #include "trainer/step_log.h"
 #include "trainer/step_saves.h"
@@ -20,8 +21,9 @@
 namespace megatrain {
 
 // The training loop. A step: the rank's micro-batches forward and backward through the pipeline
-// schedule with the gradients reduced as their buckets fill (RankRun::train_step, or stale_step
-// with bounded staleness), the loss judged (spikes, Inf/NaN on any rank), the global gradient norm,
+// schedule with the gradients reduced as their buckets fill (a StepCompute, trainer/step_compute.h:
+// synchronous or with bounded staleness, the step's faults attached), the loss judged (spikes,
+// Inf/NaN on any rank), the global gradient norm,
 // and AdamW with clipping over each optimizer group (RankRun::optimizer_step); what watches the
 // steps (health, faults, the replica check, metrics, checkpoints and stops, evaluation) are step
 // observers (trainer/step_observer.h), called in that order.
@@ -47,16 +49,15 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   StepFaults step_faults(cfg, run, faults);
   Evaluation evaluation(cfg, run, health.progress(), log, result);
   const StepObservers observers{&health, &step_faults, &replicas, &snapshots, &samples, &log, &saves, &evaluation};
+  const std::unique_ptr<StepCompute> compute = step_faults.attach(
+      make_step_compute(cfg, run, at, [&saves](int64_t step) { return saves.horizon(step); }), at);
   health.set_first_step(at.step + 1);
   health.expect_first_step(log.seconds_at_peak());
   for (int64_t step = at.step; step < cfg.train.steps; ++step) {
     StepOutcome out = StepOutcome::beginning(step + 1, cfg.train.steps);
     observers.begin(out.step);
     out.loss_scale = at.loss_scale();
-    const double loss = cfg.parallel.max_staleness > 0
-                            ? run.stale_step(step, at.data_skip, saves.horizon(step))
-                            : run.train_step(step + at.data_skip, step_faults.grad_scale(out.loss_scale));
-    out.loss = step_faults.on_loss(out.step, out.step + at.data_skip, loss);
+    out.loss = compute->loss(step, out.loss_scale);
     const Verdict verdict = guard.judge(out.step, out.loss, saves.can_roll_back());
     observers.updating(out.step);
     if (verdict == Verdict::roll_back) {
@@ -67,7 +68,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       step = at.step - 1;  // the loop's ++step: the step after the checkpoint's
       continue;
     }
-    const Overflow overflow = run.first_overflow(step_faults.loss_nonfinite());  // Inf/NaN on any rank
+    const Overflow overflow = compute->first_overflow(false);  // Inf/NaN on any rank
     out.lr = lr.at(out.step - at.skipped);  // skipped steps do not advance the schedule (Megatron)
     out.updated = overflow.rank < 0 && verdict == Verdict::update;
     if (out.updated) {
@@ -81,6 +82,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     observers.end(out);
     if (out.last || saves.stop(out)) break;
   }
+  compute->finish();  // a stop between two horizons leaves later steps' reductions in flight
   saves.finish();
   snapshots.finish();
   return result;

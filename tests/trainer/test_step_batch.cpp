@@ -1,0 +1,69 @@
+// StepBatch (trainer/step_batch.h): a step's micro-batches loaded before the schedule, against the
+// loader read micro-batch by micro-batch — the whole sequences at cp = 1, each cp rank's rows
+// (CpSplit::take_local) under context parallelism, every rank's rows together the sequence — and the
+// digest, which is the samples' and not the layout's.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "data/loader.h"
+#include "trainer/step_batch.h"
+
+namespace megatrain {
+namespace {
+
+// Sample i's token t is 1000·i + t: where a token came from can be read off it.
+class Numbered final : public SampleSource {
+ public:
+  int seq_len() const override { return 8; }
+  int64_t num_samples() const override { return 1000; }
+  void sample(int64_t i, int32_t* out) const override {
+    for (int t = 0; t <= seq_len(); ++t) out[t] = static_cast<int32_t>(1000 * i + t);
+  }
+};
+
+TEST(StepBatch, HoldsEveryMicroBatchAsTheLoaderGivesItOrThisCpRanksRowsOfIt) {
+  const Numbered data;
+  const int B = 2, G = 8;  // 4 micro-batches at dp = 1
+  const BatchLoader loader(data, B, G, 0, 1);
+  const int S = data.seq_len(), micro = loader.micro_batches_per_step();
+  std::vector<int32_t> in(static_cast<size_t>(B * S)), tg(in.size());
+  for (int cp : {1, 2}) {
+    std::vector<int> seen(static_cast<size_t>(S), 0);
+    for (int rank = 0; rank < cp; ++rank) {
+      const CpSplit split{cp, rank, S};
+      StepBatch batch(split, B, micro, true);
+      batch.load(loader, 3, true);
+      EXPECT_EQ(batch.batch(), 3);
+      EXPECT_EQ(batch.digest().samples, G);
+      for (int m = 0; m < micro; ++m) {
+        loader.load(3, m, in.data(), tg.data());
+        for (int b = 0; b < B; ++b)
+          for (int t = 0; t < split.local_len(); ++t) {
+            const int at = cp == 1 ? t : split.position(t);
+            ASSERT_EQ(batch.tokens(m)[b * split.local_len() + t], in[static_cast<size_t>(b * S + at)]);
+            ASSERT_EQ(batch.targets(m)[b * split.local_len() + t], tg[static_cast<size_t>(b * S + at)]);
+            if (m == 0 && b == 0 && cp == 2) ++seen[static_cast<size_t>(at)];
+          }
+      }
+    }
+    if (cp == 2) {
+      for (int n : seen) EXPECT_EQ(n, 1);
+    }
+  }
+  // The digest depends on the samples, not on the split; another batch's differs; a rank that
+  // reads nothing holds nothing.
+  StepBatch a(CpSplit{1, 0, S}, B, micro, true), b(CpSplit{2, 1, S}, B, micro, true), c(CpSplit{1, 0, S}, B, micro, true);
+  a.load(loader, 5, true);
+  b.load(loader, 5, true);
+  c.load(loader, 6, true);
+  EXPECT_EQ(a.digest().sum, b.digest().sum);
+  EXPECT_NE(a.digest().sum, c.digest().sum);
+  StepBatch none(CpSplit{1, 0, S}, B, micro, false);
+  none.load(loader, 5, true);
+  EXPECT_EQ(none.tokens(0), nullptr);
+  EXPECT_EQ(none.digest().samples, 0);
+}
+
+}  // namespace
+}  // namespace megatrain

@@ -1,0 +1,41 @@
+// A step's micro-batches as this rank's stages read them, loaded before the pipeline schedule runs
+// (docs/architecture.md, one micro-batch through a step): every micro-batch's tokens and targets —
+// this rank's rows of each sequence with context parallelism (parallel/context_parallel.h) — and,
+// when asked, the digest of the samples read (trainer/sample_digest.h). The schedule's callbacks
+// then only index it. Ranks whose chunks neither embed nor compute the loss read nothing.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "data/loader.h"
+#include "parallel/context_parallel.h"
+#include "trainer/sample_digest.h"
+
+namespace megatrain {
+
+class StepBatch {
+ public:
+  // For `micro_batches` micro-batches of B sequences of split.seq_len tokens; `reads`: whether this
+  // rank reads data at all.
+  StepBatch(const CpSplit& split, int B, int micro_batches, bool reads);
+
+  // Global batch `batch` of `loader` (whose micro-batches this was built for); with `digest`, the
+  // samples' digest too.
+  void load(const BatchLoader& loader, int64_t batch, bool digest);
+  int64_t batch() const { return batch_; }
+  const int32_t* tokens(int micro) const { return reads_ ? tokens_.data() + micro * rows_ : nullptr; }
+  const int32_t* targets(int micro) const { return reads_ ? targets_.data() + micro * rows_ : nullptr; }
+  const SampleDigest& digest() const { return digest_; }
+
+ private:
+  CpSplit split_;
+  int B_, micro_batches_;
+  bool reads_;
+  int64_t rows_;  // B · this rank's rows of a sequence
+  int64_t batch_ = -1;
+  std::vector<int32_t> tokens_, targets_;            // micro-batches × rows_, back to back
+  std::vector<int32_t> full_inputs_, full_targets_;  // one micro-batch as the loader gives it
+  SampleDigest digest_;
+};
+
+}  // namespace megatrain
