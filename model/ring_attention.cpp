@@ -7,16 +7,6 @@ constexpr int kKvTag = 71, kGradTag = 72;  // the ring's key/value blocks and th
 
 }  // namespace
 
-void check_cp_attention(const Comm& cp, const CpAttentionSpec& spec) {
-  const CpSplit& split = spec.split;
-  MT_CHECK(split.cp > 1 && split.seq_len % (2 * split.cp) == 0,
-           "context attention needs cp > 1 and seq_len a multiple of 2·cp, got cp {} and seq_len {}", split.cp,
-           split.seq_len);
-  MT_CHECK(cp.size() == split.cp && cp.rank() == split.rank,
-           "the cp group has {} ranks (this one {}), the split says cp {} rank {}", cp.size(), cp.rank(), split.cp,
-           split.rank);
-}
-
 RingAttention::Buffers RingAttention::plan(Arena& arena, const CpAttentionSpec& spec) {
   const int64_t B = spec.B, Tl = spec.split.local_len(), D = spec.heads.head_dim;
   const int64_t H = spec.heads.n_heads, Hkv = spec.heads.n_kv_heads;
@@ -28,18 +18,7 @@ RingAttention::Buffers RingAttention::plan(Arena& arena, const CpAttentionSpec& 
 }
 
 RingAttention::RingAttention(Comm cp, const CpAttentionSpec& spec, const Buffers& buffers)
-    : comm_(std::move(cp)),
-      split_(spec.split),
-      B_(spec.B),
-      heads_(spec.heads),
-      positions_(RowPositions::of_split(spec.split, spec.B)),
-      buf_(buffers) {
-  check_cp_attention(comm_, spec);
-}
-
-void RingAttention::sum_over_sequence(std::span<double> values) const {
-  comm_.all_reduce(values.data(), static_cast<int64_t>(values.size())).wait();
-}
+    : CpAttention(std::move(cp), spec), buf_(buffers) {}
 
 void RingAttention::forward(const Stream& s, Tensor att, Tensor lse, Tensor qkv) {
   const int P = split_.cp, r = split_.rank, Tl = split_.local_len(), c = split_.chunk();

@@ -14,20 +14,11 @@
 // The group's communicator counts the time its messages were in flight and the time the attention
 // waited for them (CommStats busy_ms, exposed_ms: the step's cp_comm_ms and cp_exposed_ms).
 #pragma once
-#include "model/attention_core.h"
-#include "parallel/comm.h"
+#include "model/cp_attention.h"
 
 namespace megatrain {
 
-// What a cp part is for: this rank's split of each sequence, B sequences, this rank's
-// (tensor-parallel) heads.
-struct CpAttentionSpec {
-  CpSplit split;
-  int B = 1;
-  AttnHeads heads{};
-};
-
-class RingAttention final : public AttentionCore {
+class RingAttention final : public CpAttention {
  public:
   // Key/value blocks in flight, their gradients, one block's output and lse.
   struct Buffers {
@@ -37,25 +28,14 @@ class RingAttention final : public AttentionCore {
 
   RingAttention(Comm cp, const CpAttentionSpec& spec, const Buffers& buffers);
 
-  const RowPositions& positions() const override { return positions_; }
   void forward(const Stream& s, Tensor att, Tensor lse, Tensor qkv) override;  // lse (B, H, Tl)
   void backward(const Stream& s, Tensor dqkv, Tensor datt, Tensor qkv, Tensor att, Tensor lse) override;
-  int sequence_ranks() const override { return comm_.size(); }
-  void sum_over_sequence(std::span<double> values) const override;
 
  private:
   int next() const { return (split_.rank + 1) % split_.cp; }
   int prev() const { return (split_.rank + split_.cp - 1) % split_.cp; }
 
-  Comm comm_;
-  CpSplit split_;
-  int B_;
-  AttnHeads heads_;
-  RowPositions positions_;
   Buffers buf_;
 };
-
-// The checks every cp part makes of its group and split.
-void check_cp_attention(const Comm& cp, const CpAttentionSpec& spec);
 
 }  // namespace megatrain

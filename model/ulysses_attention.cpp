@@ -18,20 +18,10 @@ UlyssesAttention::Buffers UlyssesAttention::plan(Arena& arena, const CpAttention
 }
 
 UlyssesAttention::UlyssesAttention(Comm cp, const CpAttentionSpec& spec, const Buffers& buffers)
-    : comm_(std::move(cp)),
-      split_(spec.split),
-      B_(spec.B),
-      heads_(spec.heads),
-      positions_(RowPositions::of_split(spec.split, spec.B)),
-      buf_(buffers) {
-  check_cp_attention(comm_, spec);
+    : CpAttention(std::move(cp), spec), buf_(buffers) {
   MT_CHECK(heads_.n_heads % split_.cp == 0 && heads_.n_kv_heads % split_.cp == 0,
            "all_to_all context parallelism needs cp {} to divide this rank's {} query and {} key/value heads",
            split_.cp, heads_.n_heads, heads_.n_kv_heads);
-}
-
-void UlyssesAttention::sum_over_sequence(std::span<double> values) const {
-  comm_.all_reduce(values.data(), static_cast<int64_t>(values.size())).wait();
 }
 
 void UlyssesAttention::exchange(const Stream& s, Tensor local, std::span<const ColGroup> groups, Tensor full,

@@ -7,11 +7,11 @@
 #include <span>
 #include <vector>
 
-#include "model/ring_attention.h"
+#include "model/cp_attention.h"
 
 namespace megatrain {
 
-class UlyssesAttention final : public AttentionCore {
+class UlyssesAttention final : public CpAttention {
  public:
   // The exchange buffers and the whole-sequence q/k/v, output and their gradients.
   struct Buffers {
@@ -21,12 +21,9 @@ class UlyssesAttention final : public AttentionCore {
 
   UlyssesAttention(Comm cp, const CpAttentionSpec& spec, const Buffers& buffers);
 
-  const RowPositions& positions() const override { return positions_; }
   // lse (B, H/cp, T): this rank's heads over the whole sequence, what its backward reads.
   void forward(const Stream& s, Tensor att, Tensor lse, Tensor qkv) override;
   void backward(const Stream& s, Tensor dqkv, Tensor datt, Tensor qkv, Tensor att, Tensor lse) override;
-  int sequence_ranks() const override { return comm_.size(); }
-  void sum_over_sequence(std::span<double> values) const override;
 
  private:
   // The columns rank p's heads occupy in a local tensor: first + p·width, width wide.
@@ -38,11 +35,6 @@ class UlyssesAttention final : public AttentionCore {
   // at their positions; else the inverse, full → local.
   void exchange(const Stream& s, Tensor local, std::span<const ColGroup> groups, Tensor full, bool to_full);
 
-  Comm comm_;
-  CpSplit split_;
-  int B_;
-  AttnHeads heads_;
-  RowPositions positions_;
   Buffers buf_;
 };
 
