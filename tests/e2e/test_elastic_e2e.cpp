@@ -90,7 +90,9 @@ void ElasticE2E::continue_at(int from, int to) {
   EXPECT_EQ(local + fetched, to * from) << m.dump();
   EXPECT_GE(local, std::min(from, to) - 1) << m.dump();
   EXPECT_LE(local, std::min(from, to) * 2) << m.dump();
-  if (to > from) EXPECT_GE(fetched, from) << "the new host's rank fetches every snapshot: " << m.dump();
+  if (to > from) {
+    EXPECT_GE(fetched, from) << "the new host's rank fetches every snapshot: " << m.dump();
+  }
   EXPECT_CONTAINS(r.output, fmt::format("dp = {}", to));
 
   const auto want = lines(dir_ / "clean_samples.jsonl"), got = lines(dir_ / "samples.jsonl");

@@ -108,10 +108,11 @@ class WatchdogE2E : public test::TrainE2E {
     for (int r = 0; r < 4; ++r) {
       const auto hb = read_json(dir_ / "run" / "hb" / fmt::format("rank_{}.json", r));
       EXPECT_EQ(hb["rank"], r);
-      if (r == 1)
+      if (r == 1) {
         EXPECT_TRUE(hb["step"] == step || hb["step"] == step - 1) << name << " rank 1: " << hb.dump();
-      else
+      } else {
         EXPECT_EQ(hb["step"], step) << name << " rank " << r;
+      }
       EXPECT_GT(hb["coll_seq"].get<int64_t>(), 0);
     }
     std::printf("%s: hang detected %.2f s and the job ended %.2f s after the injection (timeout %.0f s)\n",
