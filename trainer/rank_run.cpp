@@ -41,9 +41,9 @@ RankRun::RankRun(const Config& c, const Comm& world_comm, ParamsAt params)
   const CpSplit split{groups_.cp().size(), groups_.cp().rank(), c.train.seq_len};
   const int T = split.local_len();
   const int64_t rows = int64_t{c.train.micro_batch_size} * T;
-  const bool reads = ranges.front().embedding || ranges.back().head;  // a chunk embeds or computes the loss
-  feed_.train.emplace(split, c.train.micro_batch_size, data_.train().micro_batches_per_step(), reads);
-  if (data_.valid()) feed_.valid.emplace(split, c.train.micro_batch_size, data_.valid()->micro_batches_per_step(), reads);
+  const bool ends = ranges.front().embedding || ranges.back().head;  // a chunk embeds or computes the loss
+  feed_.train.emplace(split, c.train.micro_batch_size, data_.train().micro_batches_per_step(), ends);
+  if (data_.valid()) feed_.valid.emplace(split, c.train.micro_batch_size, data_.valid()->micro_batches_per_step(), ends);
   feed_.digest = ranges.back().head && !c.log.samples_file.empty() && groups_.tp().rank() == 0 && groups_.cp().rank() == 0;
   for (size_t k = 0; k < ranges.size(); ++k) {
     Chunk ch;
@@ -64,7 +64,6 @@ RankRun::RankRun(const Config& c, const Comm& world_comm, ParamsAt params)
   for (int n : shape_.slots) peak_held_all_ += n;
   pipeline_ =
       std::make_unique<PipelineExecutor>(groups_.pp(), chunks_[0].stage->output(0).numel(), shape_.slots, stream_);
-  const bool ends = ranges.front().embedding || ranges.back().head;
   if (c.model.tie_embeddings && groups_.pp().size() > 1) {
     Comm group = groups_.pp().split(ends ? 0 : 1, groups_.pp().rank(), "embedding");
     if (ends) tied_.emplace(std::move(group));

@@ -1,7 +1,5 @@
 #include "trainer/step_batch.h"
 
-#include <algorithm>
-
 #include "kernels/check.h"
 
 namespace megatrain {
@@ -11,6 +9,7 @@ StepBatch::StepBatch(const CpSplit& split, int B, int micro_batches, bool reads)
   if (!reads_) return;
   tokens_.resize(static_cast<size_t>(rows_ * micro_batches));
   targets_.resize(tokens_.size());
+  if (split.cp == 1) return;  // the loader writes the rows in place
   full_inputs_.resize(static_cast<size_t>(B) * static_cast<size_t>(split.seq_len));
   full_targets_.resize(full_inputs_.size());
 }
@@ -24,19 +23,17 @@ void StepBatch::load(const BatchLoader& loader, int64_t batch, bool digest) {
            loader.micro_batches_per_step(), loader.micro_batch_size());
   const int64_t S = loader.seq_len();
   for (int m = 0; m < micro_batches_; ++m) {
-    loader.load(batch, m, full_inputs_.data(), full_targets_.data());
+    int32_t *tokens = tokens_.data() + m * rows_, *targets = targets_.data() + m * rows_;
+    // Whole sequences: straight into the batch at cp = 1; else first whole, then this rank's rows.
+    const bool whole = split_.cp == 1;
+    int32_t *inputs = whole ? tokens : full_inputs_.data(), *outputs = whole ? targets : full_targets_.data();
+    loader.load(batch, m, inputs, outputs);
     if (digest)
       for (int b = 0; b < B_; ++b)
-        digest_.add(loader.sample_index(batch, m, b), full_inputs_.data() + b * S, S,
-                    full_targets_[static_cast<size_t>(b * S + S - 1)]);
-    int32_t *tokens = tokens_.data() + m * rows_, *targets = targets_.data() + m * rows_;
-    if (split_.cp > 1) {  // this rank's rows of the sequences
-      split_.take_local(full_inputs_.data(), tokens, B_);
-      split_.take_local(full_targets_.data(), targets, B_);
-    } else {
-      std::copy(full_inputs_.begin(), full_inputs_.end(), tokens);
-      std::copy(full_targets_.begin(), full_targets_.end(), targets);
-    }
+        digest_.add(loader.sample_index(batch, m, b), inputs + b * S, S, outputs[b * S + S - 1]);
+    if (whole) continue;
+    split_.take_local(inputs, tokens, B_);
+    split_.take_local(outputs, targets, B_);
   }
 }
 

@@ -34,7 +34,7 @@ class StepBatch {
   int64_t rows_;  // B · this rank's rows of a sequence
   int64_t batch_ = -1;
   std::vector<int32_t> tokens_, targets_;            // micro-batches × rows_, back to back
-  std::vector<int32_t> full_inputs_, full_targets_;  // one micro-batch as the loader gives it
+  std::vector<int32_t> full_inputs_, full_targets_;  // cp > 1: one micro-batch as the loader gives it
   SampleDigest digest_;
 };
 
