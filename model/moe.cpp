@@ -182,7 +182,7 @@ void moe_sublayer_forward(const Stream& s, const ModelConfig& cfg, const TensorP
                                   target(a.scores, h.scores), expert, gates, kept, a.stats.tokens.data());
   {  // the aux loss is the whole sequences': its sums added over the ranks that hold them
     RouterAuxSums& t = a.aux_totals;
-    t = router_aux_sums(moe.spec, N, target(a.scores, h.scores), expert);
+    t = std::move(a.stats.router.sums);  // this rank's, from the routing above
     std::vector<double> all(t.counts);
     all.insert(all.end(), t.p_sums.begin(), t.p_sums.end());
     all.push_back(t.n_tokens);

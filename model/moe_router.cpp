@@ -183,7 +183,8 @@ RouterStats router_forward(const RouterSpec& spec, int64_t n_tokens, const float
     else
       ++stats.dropped;
   }
-  stats.aux = router_aux_loss(spec, router_aux_sums(spec, n_tokens, scores, expert));
+  stats.sums = router_aux_sums(spec, n_tokens, scores, expert);
+  stats.aux = router_aux_loss(spec, stats.sums);
   double z_sum = 0.0;
   for (int64_t t = 0; t < n_tokens; ++t) z_sum += lse[t] * lse[t];
   stats.z = n_tokens > 0 ? z_sum / static_cast<double>(n_tokens) : 0.0;

@@ -40,19 +40,6 @@ RouterSpec router_spec(const MoeConfig& moe);
 // C for N tokens; N (every token fits) when dropless.
 int64_t expert_capacity(const RouterSpec& spec, int64_t n_tokens);
 
-// What a forward measured: the two loss values and how many assignments capacity dropped.
-struct RouterStats {
-  double aux = 0.0, z = 0.0;
-  int64_t dropped = 0;  // assignments dropped by capacity (of N · k)
-};
-
-// logits (N, E) → scores (N, E), expert (N, k), gates (N, k), kept (N, k: 1 kept, 0 dropped),
-// tokens_per_expert (E: kept assignments). bias: (E) or nullptr. Returns the stats. Gates, choice,
-// dropping and aux read the scores as stored (float), so router_backward is their exact derivative.
-RouterStats router_forward(const RouterSpec& spec, int64_t n_tokens, const float* logits, const float* bias,
-                           float* scores, int32_t* expert, float* gates, int32_t* kept,
-                           int64_t* tokens_per_expert);
-
 // The aux loss's sums over a set of tokens: c_e, Σ_t p_t,e (double each, per expert) and N. Sums
 // of several sets (context-parallel ranks' shares of the same sequences, model/moe.cpp) give the
 // aux loss of their union.
@@ -60,8 +47,22 @@ struct RouterAuxSums {
   std::vector<double> counts, p_sums;
   double n_tokens = 0.0;
 };
+// What a forward measured: the two loss values, how many assignments capacity dropped, and the aux
+// loss's sums over these tokens (aux is their loss; a cp group adds its ranks', model/moe.cpp).
+struct RouterStats {
+  double aux = 0.0, z = 0.0;
+  int64_t dropped = 0;  // assignments dropped by capacity (of N · k)
+  RouterAuxSums sums;
+};
 RouterAuxSums router_aux_sums(const RouterSpec& spec, int64_t n_tokens, const float* scores, const int32_t* expert);
 double router_aux_loss(const RouterSpec& spec, const RouterAuxSums& sums);
+
+// logits (N, E) → scores (N, E), expert (N, k), gates (N, k), kept (N, k: 1 kept, 0 dropped),
+// tokens_per_expert (E: kept assignments). bias: (E) or nullptr. Returns the stats. Gates, choice,
+// dropping and aux read the scores as stored (float), so router_backward is their exact derivative.
+RouterStats router_forward(const RouterSpec& spec, int64_t n_tokens, const float* logits, const float* bias,
+                           float* scores, int32_t* expert, float* gates, int32_t* kept,
+                           int64_t* tokens_per_expert);
 
 // dlogits (N, E) = ∂L/∂logits (overwritten), where L = Σ_t,j dgates_t,j · g_t,j + aux_grad · aux +
 // z_grad · z: dgates (N, k) is the gradient of the combine weights (ignored where dropped),
