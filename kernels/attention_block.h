@@ -31,10 +31,16 @@ AttnView<F> output_rows(F* out, int T, int H, int D) {
 }
 // Tq query rows against Tk key rows of each of B sequences; causal (Tq == Tk): key j is hidden from
 // query i when j > i, else every key is seen. lse element (b, h, t) at lse[(b·H + h)·lse_ld + t].
+// Document boundaries: with first_key, key j is hidden from query i also when first_base + j <
+// first_key[b·first_ld + i] (the first key of query i's document, numbered from first_base rows before
+// the block's first key); a row may then see no key of the block (output 0, lse −∞).
 struct AttnBlock {
   int B, Tq, Tk, H, Hkv, D;
   bool causal;
   int64_t lse_ld;
+  const int32_t* first_key = nullptr;
+  int64_t first_ld = 0;
+  int first_base = 0;
 };
 
 }  // namespace megatrain

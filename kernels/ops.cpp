@@ -207,11 +207,27 @@ cpu::AttnDims attn_dims(const Tensor& qkv, int H, int Hkv) {
   MT_CHECK(D * (H + 2 * Hkv) == qkv.shape[2], "qkv last dim {} is not (H + 2·Hkv)·D", qkv.shape[2]);
   return {static_cast<int>(qkv.shape[0]), static_cast<int>(qkv.shape[1]), H, Hkv, D};
 }
+
+// The (B, T) int32 first visible keys of document-masked attention, checked; null when empty.
+const int32_t* first_keys(DeviceBackend* dev, const Tensor& first_key, const cpu::AttnDims& d, const char* op) {
+  if (first_key.data == nullptr) return nullptr;
+  MT_CHECK(dev == nullptr,
+           "{} with document boundaries (data.reset_attention_mask) runs on the CPU backend only: the CUDA "
+           "flash and cuDNN kernels do not take them yet; set train.device = \"cpu\" or drop the option",
+           op);
+  MT_CHECK(first_key.dtype == DType::i32 && first_key.shape.ndim == 2 && first_key.shape[0] == d.B &&
+               first_key.shape[1] == d.T,
+           "{}: first_key must be int32 (B, T) = ({}, {}), got {} {}", op, d.B, d.T, dtype_name(first_key.dtype),
+           first_key.shape.str());
+  return first_key.i32();
+}
 }  // namespace
 
-void attention_forward(const Stream& s, Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) {
+void attention_forward(const Stream& s, Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads,
+                       Tensor first_key) {
   DeviceBackend* dev = backend_for(s, "attention_forward", {out, lse, qkv});
-  const auto d = attn_dims(qkv, n_heads, n_kv_heads);
+  auto d = attn_dims(qkv, n_heads, n_kv_heads);
+  d.first_key = first_keys(dev, first_key, d, "attention_forward");
   expect_activation(s, qkv, "qkv", qkv.numel());
   expect_activation(s, out, "out", static_cast<int64_t>(d.B) * d.T * d.H * d.D);
   expect_same_dtype(out, "out", qkv, "qkv");
@@ -222,9 +238,10 @@ void attention_forward(const Stream& s, Tensor out, Tensor lse, Tensor qkv, int 
 }
 
 void attention_backward(const Stream& s, Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_heads,
-                        int n_kv_heads) {
+                        int n_kv_heads, Tensor first_key) {
   DeviceBackend* dev = backend_for(s, "attention_backward", {dqkv, dout, qkv, out, lse});
-  const auto d = attn_dims(qkv, n_heads, n_kv_heads);
+  auto d = attn_dims(qkv, n_heads, n_kv_heads);
+  d.first_key = first_keys(dev, first_key, d, "attention_backward");
   expect_activation(s, qkv, "qkv", qkv.numel());
   expect_activation(s, dqkv, "dqkv", qkv.numel());
   expect_activation(s, out, "out", static_cast<int64_t>(d.B) * d.T * d.H * d.D);

@@ -99,13 +99,16 @@ void rope_apply(const Stream& s, Tensor qkv,  // (B, T, (H + 2·Hkv)·D)
 enum class AttentionImpl : uint8_t { automatic, flash, cudnn };
 // qkv as above; grouped-query when Hkv < H (query head h uses kv head h / (H / Hkv)). qkv, out and
 // dqkv are f32 | bf16 (one dtype), dout and lse f32; the softmax is float32 either way.
+// Document boundaries (several documents packed in a sequence): first_key, int32 (B, T), holds for
+// each row the first row of its document — query t then sees keys [first_key[b, t], t] only, and key
+// blocks before a query block's documents are skipped. Empty: one document per sequence. CPU streams only.
 void attention_forward(const Stream& s, Tensor out,  // (B, T, H·D)
                        Tensor lse,                   // (B, H, T) log-sum-exp saved for backward
                        Tensor qkv,                   // (B, T, (H + 2·Hkv)·D)
-                       int n_heads, int n_kv_heads);
+                       int n_heads, int n_kv_heads, Tensor first_key = {});
 void attention_backward(const Stream& s, Tensor dqkv,  // (B, T, (H + 2·Hkv)·D) =
                         Tensor dout,                   // (B, T, H·D)
-                        Tensor qkv, Tensor out, Tensor lse, int n_heads, int n_kv_heads);
+                        Tensor qkv, Tensor out, Tensor lse, int n_heads, int n_kv_heads, Tensor first_key = {});
 // ---- attention of one block of rows against another (context parallelism: model/ring_attention.h, model/ulysses_attention.h) ----
 // Rows [t0, t0 + n) of every sequence of a float32 (B, T, width) tensor, head h at column col + h·D;
 // a log-sum-exp tensor (B, H, T) goes with it, read and written at the same rows.
@@ -118,12 +121,15 @@ struct AttnHeads {
   int n_heads, n_kv_heads, head_dim;
 };
 // out's rows (and lse's) ← q's rows attending to k's and v's; causal (as many rows at the same
-// positions): key j is hidden from query i when j > i, else every key is seen.
+// positions): key j is hidden from query i when j > i, else every key is seen. first_key (document
+// boundaries; empty: none): int32 (B, T) at q's rows, like lse — query i sees no row of k's tensor
+// before row first_key[b, q.t0 + i] of it; a row may see none of k's rows (out 0, lse −∞).
 void attention_block_forward(const Stream& s, AttnRows out, Tensor lse, AttnRows q, AttnRows k, AttnRows v,
-                             AttnHeads heads, bool causal);
+                             AttnHeads heads, bool causal, Tensor first_key = {});
 // `+=` into dq, dk and dv from dout, with out and lse the final (merged) ones at q's rows.
 void attention_block_backward(const Stream& s, AttnRows dq, AttnRows dk, AttnRows dv, AttnRows dout, AttnRows q,
-                              AttnRows k, AttnRows v, AttnRows out, Tensor lse, AttnHeads heads, bool causal);
+                              AttnRows k, AttnRows v, AttnRows out, Tensor lse, AttnHeads heads, bool causal,
+                              Tensor first_key = {});
 // (out, lse) ← the softmax-weighted merge of (out, lse) with (part, part_lse): the attention over the
 // union of the two key sets, from each set's attention (FlashAttention's rescaling by the LSE).
 void attention_merge(const Stream& s, AttnRows out, Tensor lse, AttnRows part, Tensor part_lse, AttnHeads heads);
@@ -178,6 +184,7 @@ void dropout_apply(const Stream& s, Tensor x, float p, const RngKey& key);
 //   3. losses = log(sum_exp) + row_max − target_logit
 // With LossGrad::in_place, step 2 keeps the exponentials in the logits and step 3 turns them into
 // (softmax − onehot) · dlogits_scale, saving a (N, V) gradient buffer.
+// A negative target leaves its row out (a masked position: loss 0, gradient 0).
 enum class LossGrad { none, in_place };
 void cross_entropy_max(const Stream& s, Tensor row_max,  // (N)
                        Tensor logits,                    // (N, V)

@@ -29,6 +29,20 @@ float* lse_at(const Tensor& lse, const AttnRows& r, int H, const char* name) {
   return lse.f32() + r.t0;
 }
 
+// The first visible keys of q's rows (kernels/ops.h attention_block_forward), checked; null when empty.
+const int32_t* first_keys(DeviceBackend* dev, const Tensor& first_key, const AttnRows& q, const char* op) {
+  if (first_key.data == nullptr) return nullptr;
+  MT_CHECK(dev == nullptr,
+           "{} with document boundaries (data.reset_attention_mask) runs on the CPU backend only: the CUDA "
+           "kernels do not take them yet; set train.device = \"cpu\" or drop the option",
+           op);
+  MT_CHECK(first_key.dtype == DType::i32 && first_key.shape.ndim == 2 && first_key.shape[0] == q.t.shape[0] &&
+               first_key.shape[1] == q.t.shape[1],
+           "{}: first_key must be int32 (B, T) = ({}, {}), got {} {}", op, q.t.shape[0], q.t.shape[1],
+           dtype_name(first_key.dtype), first_key.shape.str());
+  return first_key.i32() + q.t0;
+}
+
 AttnBlock block(const AttnRows& q, const AttnRows& k, AttnHeads h, bool causal) {
   MT_CHECK(h.n_kv_heads >= 1 && h.n_heads % h.n_kv_heads == 0 && h.head_dim >= 1,
            "attention heads: n_heads {} must be a multiple of n_kv_heads {} (head_dim {})", h.n_heads, h.n_kv_heads,
@@ -40,9 +54,12 @@ AttnBlock block(const AttnRows& q, const AttnRows& k, AttnHeads h, bool causal) 
 }  // namespace
 
 void attention_block_forward(const Stream& s, AttnRows out, Tensor lse, AttnRows q, AttnRows k, AttnRows v,
-                             AttnHeads heads, bool causal) {
+                             AttnHeads heads, bool causal, Tensor first_key) {
   DeviceBackend* dev = dispatch::backend_for(s, "attention_block_forward", {out.t, lse, q.t, k.t, v.t});
   AttnBlock d = block(q, k, heads, causal);
+  d.first_key = first_keys(dev, first_key, q, "attention_block_forward");
+  d.first_ld = q.t.shape[1];
+  d.first_base = k.t0;
   const int64_t qw = int64_t{heads.n_heads} * heads.head_dim, kw = int64_t{heads.n_kv_heads} * heads.head_dim;
   MT_CHECK(out.t.shape[1] == q.t.shape[1], "out has {} rows per sequence, q {}", out.t.shape[1], q.t.shape[1]);
   float* l = lse_at(lse, out, heads.n_heads, "lse");
@@ -55,10 +72,14 @@ void attention_block_forward(const Stream& s, AttnRows out, Tensor lse, AttnRows
 }
 
 void attention_block_backward(const Stream& s, AttnRows dq, AttnRows dk, AttnRows dv, AttnRows dout, AttnRows q,
-                              AttnRows k, AttnRows v, AttnRows out, Tensor lse, AttnHeads heads, bool causal) {
+                              AttnRows k, AttnRows v, AttnRows out, Tensor lse, AttnHeads heads, bool causal,
+                              Tensor first_key) {
   DeviceBackend* dev =
       dispatch::backend_for(s, "attention_block_backward", {dq.t, dk.t, dv.t, dout.t, q.t, k.t, v.t, out.t, lse});
   AttnBlock d = block(q, k, heads, causal);
+  d.first_key = first_keys(dev, first_key, q, "attention_block_backward");
+  d.first_ld = q.t.shape[1];
+  d.first_base = k.t0;
   const int64_t qw = int64_t{heads.n_heads} * heads.head_dim, kw = int64_t{heads.n_kv_heads} * heads.head_dim;
   const float* l = lse_at(lse, out, heads.n_heads, "lse");
   d.lse_ld = lse.shape[2];

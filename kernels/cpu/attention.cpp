@@ -7,7 +7,9 @@
 // (batch, kv head) so the dK/dV sums over the heads of a group have a fixed order.
 // Written once for a block: query rows of one tensor against key/value rows of another, with the
 // causal mask or none (context parallelism's ring, model/ring_attention.h, model/ulysses_attention.h); the packed op is the
-// block of a sequence against itself.
+// block of a sequence against itself. Document boundaries (a packed sequence of several documents,
+// data.reset_attention_mask) come as each query row's first visible key: keys before it are masked
+// and key blocks before every row of a query block are skipped, forward and backward.
 // q/k/v, the output and dqkv are float32 or bf16 (kernels/cpu/bf16.h); the softmax, its statistics
 // and every block product's sums are float32 either way. [Note: bf16 block products] In the bf16 op
 // every block product multiplies bf16 values, as FlashAttention does on a GPU: q, k and v as they
@@ -127,13 +129,30 @@ bool native_bits() {
   return std::is_same_v<T, bf16> && native_bf16_gemm();
 }
 
-// S = scale · Q Kᵀ for rows [i0, i0+m) and keys [j0, j0+n); causal: the mask key > query → −inf.
-void scores(float* S, Operand q, Operand k, int m, int n, int D, float scale, int i0, int j0, bool causal) {
+// The first visible key (document boundaries) of the query rows of a block from row i0 on, as a
+// key row of the block; none without boundaries (every key from 0).
+struct FirstKeys {
+  const int32_t* p = nullptr;  // at row i0
+  int base = 0;                // the block's first key row in first_key's numbering
+  FirstKeys(const AttnBlock& d, int b, int i0)
+      : p(d.first_key ? d.first_key + b * d.first_ld + i0 : nullptr), base(d.first_base) {}
+  int at(int r) const { return p ? p[r] - base : 0; }
+  int min(int m) const { return p ? *std::min_element(p, p + m) - base : 0; }
+};
+
+// S = scale · Q Kᵀ for rows [i0, i0+m) and keys [j0, j0+n); causal: the mask key > query → −inf;
+// with document boundaries also key < the row's first visible key → −inf.
+void scores(float* S, Operand q, Operand k, int m, int n, int D, float scale, int i0, int j0, bool causal,
+            const FirstKeys& first) {
+  constexpr float kHidden = -std::numeric_limits<float>::infinity();
   product(Trans::no, Trans::yes, m, n, D, scale, q, k, 0.0f, S, kBlock);
   if (causal && j0 + n - 1 > i0) {
     for (int r = 0; r < m; ++r)
-      for (int c = std::max(0, i0 + r - j0 + 1); c < n; ++c) S[r * kBlock + c] = -std::numeric_limits<float>::infinity();
+      for (int c = std::max(0, i0 + r - j0 + 1); c < n; ++c) S[r * kBlock + c] = kHidden;
   }
+  if (first.p)
+    for (int r = 0; r < m; ++r)
+      for (int c = 0, end = std::min(n, first.at(r) - j0); c < end; ++c) S[r * kBlock + c] = kHidden;
 }
 
 template <typename T>
@@ -161,15 +180,22 @@ void forward(AttnView<T> out, float* lse, AttnView<const T> qv, AttnView<const T
         std::fill(m_run, m_run + m, -std::numeric_limits<float>::infinity());
         std::fill(l_run, l_run + m, 0.0f);
         const int j_end = d.causal ? i0 + m : d.Tk;
-        for (int j0 = 0; j0 < j_end; j0 += kBlock) {
+        const FirstKeys first(d, b, i0);
+        // Key blocks before every row's document are skipped (document boundaries: the work falls
+        // with the documents' length).
+        for (int j0 = std::max(0, first.min(m)) / kBlock * kBlock; j0 < j_end; j0 += kBlock) {
           const int n = std::min(kBlock, d.Tk - j0);
           const Operand k = input(kv.at(b, j0, kvh, d.D), kv.ld, n, d.D, w.k.data(), bits);
           const Operand v = input(vv.at(b, j0, kvh, d.D), vv.ld, n, d.D, w.v.data(), bits);
-          scores(S, q, k, m, n, d.D, scale, i0, j0, d.causal);
+          scores(S, q, k, m, n, d.D, scale, i0, j0, d.causal, first);
           for (int r = 0; r < m; ++r) {
             float* s = S + r * kBlock;
             float mx = m_run[r];
             for (int c = 0; c < n; ++c) mx = std::max(mx, s[c]);
+            if (mx == -std::numeric_limits<float>::infinity()) {  // nothing of the row's seen yet
+              std::fill(s, s + n, 0.0f);
+              continue;
+            }
             const float corr = fast_exp(m_run[r] - mx);
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -187,7 +213,9 @@ void forward(AttnView<T> out, float* lse, AttnView<const T> qv, AttnView<const T
         }
         for (int r = 0; r < m; ++r) {
           T* dst = out.at(b, i0 + r, h, d.D);
-          const float inv = 1.0f / l_run[r];
+          // A row that sees no key of the block (its document starts after them): output 0, lse −∞,
+          // which the merge with another block's weighs 0.
+          const float inv = l_run[r] > 0.0f ? 1.0f / l_run[r] : 0.0f;
           for (int c = 0; c < d.D; ++c) store(dst[c], O[r * d.D + c] * inv);
           lse[(static_cast<int64_t>(b) * d.H + h) * d.lse_ld + i0 + r] = m_run[r] + std::log(l_run[r]);
         }
@@ -235,12 +263,14 @@ void backward(AttnView<T> dqv, AttnView<T> dkv, AttnView<T> dvv, AttnView<const 
           float* dv = grad_rows(dvv, gv, j0, kvh);
           for (int i0 = d.causal ? (j0 / kBlock) * kBlock : 0; i0 < d.Tq; i0 += kBlock) {
             const int m = std::min(kBlock, d.Tq - i0);
+            const FirstKeys first(d, b, i0);
+            if (first.min(m) >= j0 + n) continue;  // every row's document starts after these keys
             const Operand q = input(qv.at(b, i0, h, d.D), qv.ld, m, d.D, w.q.data(), bits);
             float* dq = grad_rows(dqv, gq + (h - kvh * group) * q_rows, i0, h);
             const Rows o = rows_f32(outv.at(b, i0, h, d.D), outv.ld, m, d.D, w.o.data());
             const float* dob = dout.at(b, i0, h, d.D);
             // 1. P = exp(S − lse), recomputed.
-            scores(P, q, k, m, n, d.D, scale, i0, j0, d.causal);
+            scores(P, q, k, m, n, d.D, scale, i0, j0, d.causal, first);
             for (int r = 0; r < m; ++r) {
               const float l = lse_h[i0 + r];
               float* p = P + r * kBlock;
@@ -281,7 +311,7 @@ void backward(AttnView<T> dqv, AttnView<T> dkv, AttnView<T> dvv, AttnView<const 
     }
 }
 
-AttnBlock whole(const AttnDims& d) { return {d.B, d.T, d.T, d.H, d.Hkv, d.D, true, d.T}; }
+AttnBlock whole(const AttnDims& d) { return {d.B, d.T, d.T, d.H, d.Hkv, d.D, true, d.T, d.first_key, d.T, 0}; }
 
 template <typename T>
 void packed_forward(T* out, float* lse, const T* qkv, const AttnDims& d) {

@@ -54,6 +54,7 @@ void rope_apply(bf16* qkv, int B, int T, int H, int Hkv, int D, float theta, boo
 
 struct AttnDims {
   int B, T, H, Hkv, D;
+  const int32_t* first_key = nullptr;  // (B, T), or null: as AttnBlock's
 };
 void attention_forward(float* out, float* lse, const float* qkv, const AttnDims& d);
 void attention_forward(bf16* out, float* lse, const bf16* qkv, const AttnDims& d);

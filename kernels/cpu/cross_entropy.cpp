@@ -1,7 +1,8 @@
 // Softmax cross-entropy on CPU over a vocabulary shard, in the three steps of ops.h: row maxima,
 // then exp-sums and target logits, then losses and (softmax − onehot) · scale in place of the
 // logits, so no separate (N, V) gradient buffer is needed. Columns ≥ valid (padded vocabulary) are
-// excluded from the softmax and get zero gradient.
+// excluded from the softmax and get zero gradient. A row whose target is negative (a masked position,
+// data.eod_mask_loss or a loss mask) has loss 0 and gradient 0.
 #include <algorithm>
 #include <cmath>
 
@@ -48,9 +49,14 @@ void cross_entropy_finish(float* losses, float* dlogits, const float* row_max, c
                           int vocab_begin, float scale) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
-    losses[i] = std::log(sum_exp[i]) + row_max[i] - target_logit[i];
+    const bool counted = targets[i] >= 0;  // a target < 0 is left out: loss 0, gradient 0
+    losses[i] = counted ? std::log(sum_exp[i]) + row_max[i] - target_logit[i] : 0.0f;
     if (!dlogits) continue;
     float* x = dlogits + i * V;
+    if (!counted) {
+      std::fill(x, x + V, 0.0f);
+      continue;
+    }
     const float f = scale / sum_exp[i];
 #pragma omp simd
     for (int j = 0; j < valid; ++j) x[j] *= f;

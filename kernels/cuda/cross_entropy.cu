@@ -8,6 +8,7 @@
 // One block per row (a row is a vocabulary, tens of thousands of columns): threads stride the row
 // (coalesced), each thread's partial is reduced in a fixed order, so results are bitwise
 // reproducible. Columns ≥ valid (padded vocabulary) take no part in the softmax and get gradient 0.
+// A row whose target is negative (a masked position) has loss 0 and gradient 0.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -68,9 +69,9 @@ __global__ void cross_entropy_sums_kernel(float* sum_exp, float* target_logit, f
 }
 
 __global__ void cross_entropy_losses_kernel(float* losses, const float* row_max, const float* sum_exp,
-                                            const float* target_logit, int64_t N) {
+                                            const float* target_logit, const int32_t* targets, int64_t N) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < N) losses[i] = logf(sum_exp[i]) + row_max[i] - target_logit[i];
+  if (i < N) losses[i] = targets[i] >= 0 ? logf(sum_exp[i]) + row_max[i] - target_logit[i] : 0.0f;
 }
 
 // The exponentials stored by the sums step become (softmax − onehot)·scale; padding becomes 0.
@@ -78,9 +79,10 @@ __global__ void cross_entropy_finish_kernel(float* losses, float* dlogits, const
                                             const float* target_logit, const int32_t* targets, int V, int valid,
                                             int vocab_begin, float scale) {
   const int64_t row = blockIdx.x;
-  if (threadIdx.x == 0) losses[row] = logf(sum_exp[row]) + row_max[row] - target_logit[row];
+  const bool counted = targets[row] >= 0;
+  if (threadIdx.x == 0) losses[row] = counted ? logf(sum_exp[row]) + row_max[row] - target_logit[row] : 0.0f;
   float* x = dlogits + row * V;
-  const float f = scale / sum_exp[row];
+  const float f = counted ? scale / sum_exp[row] : 0.0f;
   const int64_t t = local_target(targets, row, valid, vocab_begin);
   for (int j = static_cast<int>(threadIdx.x); j < V; j += blockDim.x)
     x[j] = j < valid ? x[j] * f - (j == t ? scale : 0.0f) : 0.0f;
@@ -129,9 +131,10 @@ __global__ void cross_entropy_fused_kernel(float* losses, float* logits, const i
   m = warp_m[0];
   s = warp_s[0];
   for (int w = 1; w < static_cast<int>(blockDim.x) / warpSize; ++w) merge_max_sum(m, s, warp_m[w], warp_s[w]);
-  if (threadIdx.x == 0) losses[row] = logf(s) + m - target;
+  const bool counted = targets[row] >= 0;
+  if (threadIdx.x == 0) losses[row] = counted ? logf(s) + m - target : 0.0f;
   if (!grad) return;
-  const float f = scale / s;
+  const float f = counted ? scale / s : 0.0f;
   for (int j = static_cast<int>(threadIdx.x); j < V; j += blockDim.x)
     x[j] = j < valid ? expf(x[j] - m) * f - (j == t ? scale : 0.0f) : 0.0f;
 }
@@ -157,7 +160,7 @@ void cross_entropy_finish(cudaStream_t stream, float* losses, float* dlogits, co
   if (N == 0) return;
   if (!dlogits) {
     launch(cross_entropy_losses_kernel, dim3(ceil_div(N, kBlock)), dim3(kBlock), 0, stream, losses, row_max, sum_exp,
-           target_logit, N);
+           target_logit, targets, N);
     return;
   }
   launch(cross_entropy_finish_kernel, dim3(static_cast<unsigned>(N)), dim3(kBlock), 0, stream, losses, dlogits,
