@@ -105,6 +105,12 @@ struct DataConfig {
   std::string split;      // "98,1,1": documents split train/valid/test; "" = off (data/doc_split.h)
   bool shuffle = true;
   std::string cache_dir;  // sample-index cache; "" = PREFIX.megatrain-cache next to the first prefix
+  // Documents packed in a sample (data/packed_documents.h; Megatron's --reset-position-ids,
+  // --reset-attention-mask, --eod-mask-loss): positions restart after each end-of-document token,
+  // attention stays within each document, the position whose input is that token is not learned.
+  // eod_token: the end-of-document id preprocess appended (README "Documents in a sample"); -1 = unset.
+  bool reset_position_ids = false, reset_attention_mask = false, eod_mask_loss = false;
+  int64_t eod_token = -1;
   friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 

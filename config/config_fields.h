@@ -102,6 +102,8 @@ void for_each_field(C& c, V&& v) {
   v("optimizer", "decay_norms_and_biases", o.decay_norms_and_biases);
   v("data", "train", c.data.train), v("data", "valid", c.data.valid), v("data", "split", c.data.split);
   v("data", "shuffle", c.data.shuffle), v("data", "cache_dir", c.data.cache_dir);
+  v("data", "reset_position_ids", c.data.reset_position_ids), v("data", "reset_attention_mask", c.data.reset_attention_mask);
+  v("data", "eod_mask_loss", c.data.eod_mask_loss), v("data", "eod_token", c.data.eod_token);
   auto& k = c.checkpoint;
   v("checkpoint", "dir", k.dir), v("checkpoint", "save_interval", k.save_interval);
   v("checkpoint", "keep_last", k.keep_last), v("checkpoint", "load", k.load), v("checkpoint", "async", k.async);

@@ -375,6 +375,17 @@ void resolve_config(Config& c, int world_size) {
   MT_INPUT_CHECK(c.checkpoint.save_interval == 0 || !c.checkpoint.dir.empty(),
                  "{}: checkpoint.save_interval = {} needs checkpoint.dir; set checkpoint.dir or save_interval = 0", f,
                  c.checkpoint.save_interval);
+  const DataConfig& d = c.data;
+  const bool documents = d.reset_position_ids || d.reset_attention_mask || d.eod_mask_loss;
+  MT_INPUT_CHECK(!documents || (d.eod_token >= 0 && d.eod_token < c.model.vocab_size),
+                 "{}: data.reset_position_ids, reset_attention_mask and eod_mask_loss need data.eod_token, the "
+                 "end-of-document id preprocess appended after each document (256 for the bytes tokenizer, a "
+                 "tokenizer.json's <|endoftext|> id, e.g. 50256 for GPT-2), in [0, model.vocab_size = {}); got {}",
+                 f, c.model.vocab_size, d.eod_token);
+  MT_INPUT_CHECK(!d.reset_attention_mask || t.device == Device::cpu,
+                 "{}: data.reset_attention_mask runs on the CPU backend only: the CUDA flash and cuDNN attention "
+                 "kernels do not take document boundaries yet; set train.device = \"cpu\" or drop the option",
+                 f);
 }
 
 Config config_for_model(const ModelConfig& m, const std::string& source) {

@@ -184,8 +184,10 @@ void dropout_apply(const Stream& s, Tensor x, float p, const RngKey& key);
 //   3. losses = log(sum_exp) + row_max − target_logit
 // With LossGrad::in_place, step 2 keeps the exponentials in the logits and step 3 turns them into
 // (softmax − onehot) · dlogits_scale, saving a (N, V) gradient buffer.
-// A negative target leaves its row out (a masked position: loss 0, gradient 0).
+// A negative target leaves its row out (a masked position: loss 0, gradient 0); kMaskedTarget is
+// the one the data uses.
 enum class LossGrad { none, in_place };
+inline constexpr int32_t kMaskedTarget = -1;
 void cross_entropy_max(const Stream& s, Tensor row_max,  // (N)
                        Tensor logits,                    // (N, V)
                        int valid);

@@ -19,7 +19,7 @@ struct CpAttentionSpec {
 
 class CpAttention : public AttentionCore {
  public:
-  const RowPositions& positions() const override { return positions_; }
+  const RowPositions& base_positions() const override { return positions_; }
   int sequence_ranks() const override { return comm_.size(); }
   void sum_over_sequence(std::span<double> values) const override;
 

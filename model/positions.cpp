@@ -25,6 +25,23 @@ RowPositions RowPositions::of_split(const CpSplit& split, int B) {
   return p;
 }
 
+RowPositions RowPositions::restarted(const RowPositions& base, const int32_t* starts) {
+  RowPositions p = base;
+  p.runs_.clear();
+  for (const Run& r : base.runs_) {  // runs end where sequences do: the run's sequence is its first row's
+    const int32_t* s = starts + r.first / base.local_len_ * base.seq_len_;
+    int64_t first = r.first;
+    for (int64_t i = 1; i <= r.count; ++i) {
+      const int at = r.position + static_cast<int>(i);
+      if (i < r.count && s[at] != at) continue;  // the next row stays in the document
+      const int from = r.position + static_cast<int>(first - r.first);
+      p.runs_.push_back({first, r.first + i - first, from - s[from]});
+      first = r.first + i;
+    }
+  }
+  return p;
+}
+
 void RowPositions::for_each_run(int64_t first_row, int64_t rows,
                                 const std::function<void(int64_t, int64_t, int)>& f) const {
   const int64_t end = first_row + rows;

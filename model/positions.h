@@ -20,6 +20,10 @@ class RowPositions {
   static RowPositions identity(int B, int T, int first_position = 0);
   // B sequences of split.local_len() rows: this cp rank's chunks.
   static RowPositions of_split(const CpSplit& split, int B);
+  // `base`'s rows with positions restarting at each document (data.reset_position_ids, Megatron's
+  // semantics): position p of sequence b becomes p − starts[b·seq_len + p], starts (B, seq_len) being
+  // each position's document's first position. Runs break where documents start.
+  static RowPositions restarted(const RowPositions& base, const int32_t* starts);
 
   int local_len() const { return local_len_; }
   // T of the whole sequence: the rows of the position table in use.

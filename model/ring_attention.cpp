@@ -1,5 +1,7 @@
 #include "model/ring_attention.h"
 
+#include <algorithm>
+
 namespace megatrain {
 namespace {
 
@@ -20,6 +22,26 @@ RingAttention::Buffers RingAttention::plan(Arena& arena, const CpAttentionSpec& 
 RingAttention::RingAttention(Comm cp, const CpAttentionSpec& spec, const Buffers& buffers)
     : CpAttention(std::move(cp), spec), buf_(buffers) {}
 
+void RingAttention::use_documents(const int32_t* starts) {
+  const int P = split_.cp, Tl = split_.local_len(), T = split_.seq_len, c = split_.chunk();
+  if (!starts) return first_.clear();
+  first_.resize(static_cast<size_t>(P) * static_cast<size_t>(B_) * static_cast<size_t>(Tl));
+  for (int j = 0; j < P; ++j)
+    for (int b = 0; b < B_; ++b)
+      for (int t = 0; t < Tl; ++t) {
+        const int start = starts[int64_t{b} * T + split_.position(t)];
+        int rows = 0;  // rank j's rows before the document's start: of its two chunks, in order
+        for (int k = 0; k < 2; ++k) rows += std::clamp(start - split_.chunk_of(k, j) * c, 0, c);
+        first_[(static_cast<size_t>(j) * B_ + b) * Tl + t] = rows;
+      }
+}
+
+Tensor RingAttention::first_keys(int j) {
+  if (first_.empty()) return {};
+  const int64_t n = int64_t{B_} * split_.local_len();
+  return Tensor(first_.data() + j * n, Shape{B_, split_.local_len()});
+}
+
 void RingAttention::forward(const Stream& s, Tensor att, Tensor lse, Tensor qkv) {
   const int P = split_.cp, r = split_.rank, Tl = split_.local_len(), c = split_.chunk();
   const int64_t qw = int64_t{heads_.n_heads} * heads_.head_dim, kvw = int64_t{heads_.n_kv_heads} * heads_.head_dim;
@@ -38,15 +60,17 @@ void RingAttention::forward(const Stream& s, Tensor att, Tensor lse, Tensor qkv)
           comm_.send_recv(buf_.kv[cur].f32(), buf_.kv[cur ^ 1].f32(), buf_.kv[cur].numel(), next(), prev(), kKvTag);
     const int j = (r - i + P) % P;
     const Tensor kv = buf_.kv[cur];
+    const Tensor first = first_keys(j);
     if (i == 0) {
-      attention_block_forward(s, {out, 0, 0, Tl}, lse, q_all, {qkv, qw, 0, Tl}, {qkv, qw + kvw, 0, Tl}, heads_, true);
+      attention_block_forward(s, {out, 0, 0, Tl}, lse, q_all, {qkv, qw, 0, Tl}, {qkv, qw + kvw, 0, Tl}, heads_, true,
+                              first);
     } else if (j < r) {
       attention_block_forward(s, {buf_.part, 0, 0, Tl}, buf_.part_lse, q_all, {kv, 0, 0, c}, {kv, kvw, 0, c}, heads_,
-                              false);
+                              false, first);
       attention_merge(s, {out, 0, 0, Tl}, lse, {buf_.part, 0, 0, Tl}, buf_.part_lse, heads_);
     } else {
       attention_block_forward(s, {buf_.part, 0, c, c}, buf_.part_lse, {qkv, 0, c, c}, {kv, 0, 0, Tl}, {kv, kvw, 0, Tl},
-                              heads_, false);
+                              heads_, false, first);
       attention_merge(s, {out, 0, c, c}, lse, {buf_.part, 0, c, c}, buf_.part_lse, heads_);
     }
   }
@@ -58,10 +82,11 @@ void RingAttention::backward(const Stream& s, Tensor dqkv, Tensor datt, Tensor q
   const Tensor out = att.reshaped(Shape{B_, Tl, qw}), dout = datt.reshaped(Shape{B_, Tl, qw});
   // One pair of chunks of the own block: queries of local chunk a, keys of local chunk b, gradients
   // into dqkv (the own keys' and values' too).
+  const Tensor own_first = first_keys(r);
   const auto own = [&](int a, int b, bool causal) {
     attention_block_backward(s, {dqkv, 0, a * c, c}, {dqkv, qw, b * c, c}, {dqkv, qw + kvw, b * c, c},
                              {dout, 0, a * c, c}, {qkv, 0, a * c, c}, {qkv, qw, b * c, c}, {qkv, qw + kvw, b * c, c},
-                             {out, 0, a * c, c}, lse, heads_, causal);
+                             {out, 0, a * c, c}, lse, heads_, causal, own_first);
   };
   zero_fill(s, dqkv);
   attention_rows_copy(s, {buf_.kv[0], 0, 0, Tl}, {qkv, qw, 0, Tl}, 2 * kvw, false);
@@ -82,10 +107,10 @@ void RingAttention::backward(const Stream& s, Tensor dqkv, Tensor datt, Tensor q
     zero_fill(s, dkv);
     if (j < r) {
       attention_block_backward(s, {dqkv, 0, 0, Tl}, {dkv, 0, 0, c}, {dkv, kvw, 0, c}, {dout, 0, 0, Tl}, {qkv, 0, 0, Tl},
-                               {kv, 0, 0, c}, {kv, kvw, 0, c}, {out, 0, 0, Tl}, lse, heads_, false);
+                               {kv, 0, 0, c}, {kv, kvw, 0, c}, {out, 0, 0, Tl}, lse, heads_, false, first_keys(j));
     } else {
       attention_block_backward(s, {dqkv, 0, c, c}, {dkv, 0, 0, Tl}, {dkv, kvw, 0, Tl}, {dout, 0, c, c}, {qkv, 0, c, c},
-                               {kv, 0, 0, Tl}, {kv, kvw, 0, Tl}, {out, 0, c, c}, lse, heads_, false);
+                               {kv, 0, 0, Tl}, {kv, kvw, 0, Tl}, {out, 0, c, c}, lse, heads_, false, first_keys(j));
     }
     if (i > 1) {  // the block's gradient so far, from the ranks it visited before this one
       grads[(i + 1) % 2].wait();

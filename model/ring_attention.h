@@ -11,9 +11,15 @@
 // its keys and values: rank r adds its contribution to block j's dK/dV and sends the sum on, so after
 // cp steps every block's gradient returns to its owner.
 //
+// Documents (data.reset_attention_mask): a query row sees no row of a block before its document's
+// start; as the positions of a rank's rows rise with the row, that is a first visible row per query
+// row and source rank (first_keys), computed once per micro-batch from the whole sequences' starts.
+//
 // The group's communicator counts the time its messages were in flight and the time the attention
 // waited for them (CommStats busy_ms, exposed_ms: the step's cp_comm_ms and cp_exposed_ms).
 #pragma once
+#include <vector>
+
 #include "model/cp_attention.h"
 
 namespace megatrain {
@@ -32,10 +38,14 @@ class RingAttention final : public CpAttention {
   void backward(const Stream& s, Tensor dqkv, Tensor datt, Tensor qkv, Tensor att, Tensor lse) override;
 
  private:
+  void use_documents(const int32_t* starts) override;
+  // The first visible rows of rank j's block for each local query row, (B, Tl); empty without documents.
+  Tensor first_keys(int j);
   int next() const { return (split_.rank + 1) % split_.cp; }
   int prev() const { return (split_.rank + split_.cp - 1) % split_.cp; }
 
   Buffers buf_;
+  std::vector<int32_t> first_;  // cp × (B, Tl) while documents are in use, else empty
 };
 
 }  // namespace megatrain

@@ -24,6 +24,7 @@ Stage::Stage(const ModelConfig& cfg, int micro_batch_size, int seq_len, const Pa
   arena_ = Arena(plan_stage(spec_).bytes, stream_);
   buf_ = allocate_stage(arena_, spec_);
   slot_options_.resize(buf_.slots.size());
+  slot_documents_.resize(buf_.slots.size());
   attention_ = make_attention(spec_.attention, buf_.scratch.attention, std::move(context.cp));
   if (binder_.has_experts()) {
     dispatch_.emplace(experts.ep, cfg.moe.n_experts, cfg.d_model, stream_);
@@ -76,16 +77,21 @@ void Stage::recompute(int l, SlotActivations& a, const ForwardOptions& o) {
   }
 }
 
+void Stage::use_documents(int slot) {
+  const SlotDocuments& d = slot_documents_[static_cast<size_t>(slot)];
+  attention_->use(d.positions ? &*d.positions : nullptr, d.starts.empty() ? nullptr : d.starts.data());
+}
+
 Tensor Stage::logits(int slot) const {
   MT_CHECK(spec_.range.head && slot_options_[static_cast<size_t>(slot)].grad == LossGrad::none,
            "logits() needs the last stage and a preceding forward() with LossGrad::none");
   return buf_.slots[static_cast<size_t>(slot)].logits;
 }
 
-void Stage::check_ids(const int32_t* ids, const char* what) const {
+void Stage::check_ids(const int32_t* ids, const char* what, bool masked_allowed) const {
   const int64_t N = int64_t{spec_.B} * spec_.T;
   for (int64_t i = 0; i < N; ++i)
-    MT_CHECK(ids[i] >= 0 && ids[i] < spec_.cfg.vocab_size,
+    MT_CHECK((ids[i] >= 0 || (masked_allowed && ids[i] == kMaskedTarget)) && ids[i] < spec_.cfg.vocab_size,
              "{} id {} out of range [0, {}) at position {}: the dataset's tokenizer does not match model.vocab_size",
              what, ids[i], spec_.cfg.vocab_size, i);
 }
@@ -96,6 +102,15 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
   const StageRange& range = spec_.range;
   SlotActivations& a = buf_.slots[static_cast<size_t>(slot)];
   const ForwardOptions& o = slot_options_[static_cast<size_t>(slot)] = mb.options;
+  SlotDocuments& docs = slot_documents_[static_cast<size_t>(slot)];
+  docs.positions.reset();
+  if (mb.position_starts) docs.positions = RowPositions::restarted(attention_->base_positions(), mb.position_starts);
+  const int64_t whole = int64_t{spec_.B} * attention_->base_positions().seq_len();
+  if (mb.attention_starts)
+    docs.starts.assign(mb.attention_starts, mb.attention_starts + whole);
+  else
+    docs.starts.clear();
+  use_documents(slot);
   const int64_t N = int64_t{spec_.B} * spec_.T;
   BlockScratch& sc = buf_.scratch.block;
   const StageWeights& w = binder_.params();
@@ -122,7 +137,7 @@ float Stage::forward(int slot, const MicroBatch& mb, Tensor input) {
     if (spec_.moe[li] && o.grad != LossGrad::none) moe_stats_.add(l, a.blocks[li].moe.stats, N);
   }
   if (!range.head) return 0.0f;
-  check_ids(mb.targets, "target");
+  check_ids(mb.targets, "target", true);
   copy_from_host(s, a.targets, mb.targets);
   binder_.acquire_params(binder_.head_unit());
   norm_forward(s, cfg, a.final_norm, a.residual.back(), w.final_norm);
@@ -172,6 +187,7 @@ Tensor Stage::backward_pass(int slot, Tensor dout, bool defer) {
   const auto grads_done = [&](int unit) {
     if (!defer) binder_.release_grads(unit);
   };
+  use_documents(slot);
   const Stream& s = stream_;
   const StageRange& range = spec_.range;
   Tensor dres = buf_.scratch.dres_a, dnext = buf_.scratch.dres_b;

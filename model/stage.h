@@ -42,11 +42,17 @@ struct ForwardOptions {
 // the stage (all when 0). Results are bitwise those without: the recomputation runs the same
 // kernels on the same inputs, and dropout masks are keyed, not drawn.
 
-// One micro-batch: (B, T) token ids, read by the first stage, and targets, read by the last.
+// One micro-batch: (B, T) token ids, read by the first stage, and targets, read by the last (a
+// kMaskedTarget target is left out of the loss: a masked position). Several documents packed into each
+// sequence (data.reset_position_ids, reset_attention_mask): starts, (B, T) of whole sequences, the
+// first position of each position's document, read by every stage — positions restart at each
+// document where position_starts is set, attention stays within each where attention_starts is.
 struct MicroBatch {
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
   ForwardOptions options;
+  const int32_t* position_starts = nullptr;
+  const int32_t* attention_starts = nullptr;
 };
 
 // The expert parameters of a stage's MoE blocks ([Note: expert tensors] in model/params.h): their
@@ -117,8 +123,9 @@ class Stage {
   // Rebuilds in backward what the forward of block l did not keep.
   void recompute(int l, SlotActivations& a, const ForwardOptions& o);
   MoeRuntime moe_runtime(const ForwardOptions& o);
-  // Checks a micro-batch's ids (tokens or targets) against the vocabulary.
-  void check_ids(const int32_t* ids, const char* what) const;
+  // Checks a micro-batch's ids (tokens or targets) against the vocabulary; masked_allowed: targets,
+  // where kMaskedTarget leaves a position out.
+  void check_ids(const int32_t* ids, const char* what, bool masked_allowed = false) const;
 
   StageSpec spec_;
   const ParamLayout& layout_;
@@ -128,7 +135,16 @@ class Stage {
   UnitBinder binder_;
   Arena arena_;
   StageBuffers buf_;
+  // The micro-batch's documents, of each slot's forward for its backward (MicroBatch): the rows'
+  // restarted positions and the starts for the attention; empty where the micro-batch had none.
+  struct SlotDocuments {
+    std::optional<RowPositions> positions;
+    std::vector<int32_t> starts;
+  };
+  void use_documents(int slot);
+
   std::vector<ForwardOptions> slot_options_;  // of each slot's forward, for its backward
+  std::vector<SlotDocuments> slot_documents_;
   std::unique_ptr<AttentionCore> attention_;
   std::vector<float> host_losses_;          // the last stage's token losses, read back from the stream's device
   std::optional<ExpertDispatch> dispatch_;  // MoE blocks: the token exchange

@@ -24,6 +24,10 @@ UlyssesAttention::UlyssesAttention(Comm cp, const CpAttentionSpec& spec, const B
            split_.cp, heads_.n_heads, heads_.n_kv_heads);
 }
 
+void UlyssesAttention::use_documents(const int32_t* starts) {
+  first_key_ = starts ? Tensor(const_cast<int32_t*>(starts), Shape{B_, split_.seq_len}) : Tensor{};
+}
+
 void UlyssesAttention::exchange(const Stream& s, Tensor local, std::span<const ColGroup> groups, Tensor full,
                                 bool to_full) {
   const int P = split_.cp, Tl = split_.local_len(), c = split_.chunk();
@@ -75,7 +79,7 @@ void UlyssesAttention::forward(const Stream& s, Tensor att, Tensor lse, Tensor q
   const std::vector<ColGroup> qkv_cols = qkv_groups(), att_cols{{0, qw / P}};
   exchange(s, qkv, qkv_cols, buf_.full_qkv, true);
   attention_forward(s, buf_.full_att, lse.reshaped(Shape{B_, heads_.n_heads / P, T}), buf_.full_qkv, heads_.n_heads / P,
-                    heads_.n_kv_heads / P);
+                    heads_.n_kv_heads / P, first_key_);
   exchange(s, att.reshaped(Shape{B_, Tl, qw}), att_cols, buf_.full_att, false);
 }
 
@@ -87,7 +91,8 @@ void UlyssesAttention::backward(const Stream& s, Tensor dqkv, Tensor datt, Tenso
   exchange(s, att.reshaped(Shape{B_, Tl, qw}), att_cols, buf_.full_att, true);
   exchange(s, datt.reshaped(Shape{B_, Tl, qw}), att_cols, buf_.full_dout, true);
   attention_backward(s, buf_.full_dqkv, buf_.full_dout, buf_.full_qkv, buf_.full_att,
-                     lse.reshaped(Shape{B_, heads_.n_heads / P, T}), heads_.n_heads / P, heads_.n_kv_heads / P);
+                     lse.reshaped(Shape{B_, heads_.n_heads / P, T}), heads_.n_heads / P, heads_.n_kv_heads / P,
+                     first_key_);
   exchange(s, dqkv, qkv_cols, buf_.full_dqkv, false);
 }
 

@@ -26,6 +26,8 @@ class UlyssesAttention final : public CpAttention {
   void backward(const Stream& s, Tensor dqkv, Tensor datt, Tensor qkv, Tensor att, Tensor lse) override;
 
  private:
+  // The whole sequences are in order here: a row's first visible key is its document's first position.
+  void use_documents(const int32_t* starts) override;
   // The columns rank p's heads occupy in a local tensor: first + p·width, width wide.
   struct ColGroup {
     int64_t first, width;
@@ -36,6 +38,7 @@ class UlyssesAttention final : public CpAttention {
   void exchange(const Stream& s, Tensor local, std::span<const ColGroup> groups, Tensor full, bool to_full);
 
   Buffers buf_;
+  Tensor first_key_;  // (B, T) of whole sequences, or empty
 };
 
 }  // namespace megatrain

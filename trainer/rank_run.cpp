@@ -42,8 +42,11 @@ RankRun::RankRun(const Config& c, const Comm& world_comm, ParamsAt params)
   const int T = split.local_len();
   const int64_t rows = int64_t{c.train.micro_batch_size} * T;
   const bool ends = ranges.front().embedding || ranges.back().head;  // a chunk embeds or computes the loss
-  feed_.train.emplace(split, c.train.micro_batch_size, data_.train().micro_batches_per_step(), ends);
-  if (data_.valid()) feed_.valid.emplace(split, c.train.micro_batch_size, data_.valid()->micro_batches_per_step(), ends);
+  const DocumentRules rules{static_cast<int32_t>(c.data.eod_token), c.data.reset_position_ids,
+                            c.data.reset_attention_mask, c.data.eod_mask_loss};
+  feed_.train.emplace(split, c.train.micro_batch_size, data_.train().micro_batches_per_step(), ends, rules);
+  if (data_.valid())
+    feed_.valid.emplace(split, c.train.micro_batch_size, data_.valid()->micro_batches_per_step(), ends, rules);
   feed_.digest = ranges.back().head && !c.log.samples_file.empty() && groups_.tp().rank() == 0 && groups_.cp().rank() == 0;
   for (size_t k = 0; k < ranges.size(); ++k) {
     Chunk ch;
@@ -77,13 +80,18 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
   const StepBatch& b = *feed_.current;
   if (!feed_.evaluating) {
     opt.grad = LossGrad::in_place;
-    opt.dloss_scale = static_cast<float>(feed_.loss_scale / static_cast<double>(tokens_per_step()));
+    opt.dloss_scale = static_cast<float>(feed_.loss_scale / static_cast<double>(feed_.counted));
     opt.dropout = true;
     opt.dropout_seed = cfg_.train.seed;
     opt.first_sample = static_cast<uint64_t>(b.batch()) * G + static_cast<uint64_t>(groups_.dp().rank()) * (G / dp) +
                        static_cast<uint64_t>(micro) * B;
   }
-  feed_.loss_sum += stage.forward(slot, MicroBatch{b.tokens(micro), b.targets(micro), opt}, input);
+  const DataConfig& d = cfg_.data;
+  const MicroBatch mb{b.tokens(micro), b.targets(micro), opt, d.reset_position_ids ? b.starts(micro) : nullptr,
+                      d.reset_attention_mask ? b.starts(micro) : nullptr};
+  // The stage's mean over its rows, masked positions 0: the sum of its token losses.
+  feed_.loss_sum += static_cast<double>(stage.forward(slot, mb, input)) * static_cast<double>(B) *
+                    static_cast<double>(cfg_.train.seq_len / groups_.cp().size());
   return stage.output(slot);
 }
 
@@ -119,17 +127,25 @@ void RankRun::weight(int chunk, int slot) {
   gradients_end(chunk);
 }
 
-double RankRun::mean_over_replicas(double sum, int micro) const {
+double RankRun::mean_over_replicas(double sum, int64_t tokens) const {
   const Comm &pp = groups_.pp(), &dp = groups_.dp_cp();  // each cp rank's loss is over its share of the tokens
   if (pp.size() > 1) pp.all_reduce(&sum, 1).wait();  // only the last stage's is not 0
   if (dp.size() > 1) dp.all_reduce(&sum, 1).wait();
-  return sum / (micro * dp.size());
+  return sum / static_cast<double>(tokens);
+}
+
+int64_t RankRun::counted_tokens(const StepBatch& batch, int64_t all) const {
+  if (!cfg_.data.eod_mask_loss) return all;
+  int64_t n = batch.counted();  // this rank's rows; the tp and pp ranks of a replica read the same
+  if (groups_.dp_cp().size() > 1) groups_.dp_cp().all_reduce(&n, 1).wait();
+  return std::max<int64_t>(n, 1);  // a batch of masked positions only adds nothing
 }
 
 double RankRun::forward_backward(int64_t batch, double loss_scale) {
   feed_.train->load(data_.train(), batch, feed_.digest);
   if (feed_.digest) feed_.samples[batch] = feed_.train->digest();
   feed_.current = &*feed_.train;
+  feed_.counted = counted_tokens(*feed_.train, tokens_per_step());
   feed_.loss_scale = loss_scale;
   feed_.loss_sum = 0.0;
   for (Chunk& ch : chunks_) {
@@ -144,7 +160,7 @@ double RankRun::forward_backward(int64_t batch, double loss_scale) {
 double RankRun::train_step(int64_t batch, double loss_scale) {
   const double loss_sum = forward_backward(batch, loss_scale);
   for (OptimGroup& g : optim_) g.finish(tied_ ? &*tied_ : nullptr, tp_shared_);
-  return mean_over_replicas(loss_sum, data_.train().micro_batches_per_step());
+  return mean_over_replicas(loss_sum, feed_.counted);
 }
 
 bool RankRun::own_nonfinite() const {
@@ -265,12 +281,14 @@ double RankRun::evaluate() {
   feed_.evaluating = true;
   feed_.loss_sum = 0.0;
   feed_.current = &*feed_.valid;
+  int64_t tokens = 0;
   for (int64_t batch = 0; batch < cfg_.train.eval_steps; ++batch) {
     feed_.valid->load(*data_.valid(), batch, false);
+    tokens += counted_tokens(*feed_.valid, tokens_per_step());
     pipeline_->run_forward(micro, *this);
   }
   feed_.evaluating = false;
-  return mean_over_replicas(feed_.loss_sum, static_cast<int>(cfg_.train.eval_steps) * micro);
+  return mean_over_replicas(feed_.loss_sum, tokens);
 }
 
 void RankRun::reset_comm_stats() const {

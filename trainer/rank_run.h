@@ -141,13 +141,17 @@ class RankRun final : public PipelineWork {
     std::optional<StepBatch> train, valid;  // the training and validation batches' buffers
     const StepBatch* current = nullptr;     // the one the running schedule reads
     bool digest = false;                    // log.samples_file, on the rank that reports what it read
-    double loss_sum = 0.0, loss_scale = 1.0;
+    double loss_sum = 0.0, loss_scale = 1.0;  // the sum of token losses
+    int64_t counted = 1;                      // the step's tokens the loss counts, over every replica
     bool evaluating = false;
     // With log.samples_file: what this rank read of each global batch not yet logged (the batches
     // computed ahead of their step too: trainer/step_compute.h [Note: stale-synchronous step]).
     std::map<int64_t, SampleDigest> samples = {};
   };
-  double mean_over_replicas(double sum, int micro) const;
+  // The mean token loss from this rank's sum of token losses over `tokens` counted over all replicas.
+  double mean_over_replicas(double sum, int64_t tokens) const;
+  // The tokens the loss counts in `batch` over all replicas (data.eod_mask_loss; else `all`).
+  int64_t counted_tokens(const StepBatch& batch, int64_t all) const;
   // Each group's hook before the step that writes the chunk's final gradients of a micro-batch (its
   // backward, or its weight step when backwards are split); gradients_end() closes it.
   void gradients_begin(int chunk);

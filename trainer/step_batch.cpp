@@ -1,14 +1,22 @@
 #include "trainer/step_batch.h"
 
 #include "kernels/check.h"
+#include "kernels/ops.h"
 
 namespace megatrain {
 
-StepBatch::StepBatch(const CpSplit& split, int B, int micro_batches, bool reads)
-    : split_(split), B_(B), micro_batches_(micro_batches), reads_(reads), rows_(int64_t{B} * split.local_len()) {
+StepBatch::StepBatch(const CpSplit& split, int B, int micro_batches, bool reads, const DocumentRules& rules)
+    : split_(split),
+      B_(B),
+      micro_batches_(micro_batches),
+      reads_(reads || rules.finds_starts()),
+      rules_(rules),
+      rows_(int64_t{B} * split.local_len()) {
   if (!reads_) return;
   tokens_.resize(static_cast<size_t>(rows_ * micro_batches));
   targets_.resize(tokens_.size());
+  if (rules.finds_starts())
+    starts_.resize(static_cast<size_t>(micro_batches) * static_cast<size_t>(B) * static_cast<size_t>(split.seq_len));
   if (split.cp == 1) return;  // the loader writes the rows in place
   full_inputs_.resize(static_cast<size_t>(B) * static_cast<size_t>(split.seq_len));
   full_targets_.resize(full_inputs_.size());
@@ -17,6 +25,7 @@ StepBatch::StepBatch(const CpSplit& split, int B, int micro_batches, bool reads)
 void StepBatch::load(const BatchLoader& loader, int64_t batch, bool digest) {
   batch_ = batch;
   digest_ = {};
+  counted_ = 0;
   if (!reads_) return;
   MT_CHECK(loader.micro_batches_per_step() == micro_batches_ && loader.micro_batch_size() == B_,
            "a step batch of {} micro-batches of {} loaded from a loader of {} of {}", micro_batches_, B_,
@@ -31,9 +40,14 @@ void StepBatch::load(const BatchLoader& loader, int64_t batch, bool digest) {
     if (digest)
       for (int b = 0; b < B_; ++b)
         digest_.add(loader.sample_index(batch, m, b), inputs + b * S, S, outputs[b * S + S - 1]);
-    if (whole) continue;
-    split_.take_local(inputs, tokens, B_);
-    split_.take_local(outputs, targets, B_);
+    if (!starts_.empty())
+      for (int b = 0; b < B_; ++b)
+        find_document_starts(inputs + b * S, static_cast<int>(S), rules_.eod, starts_.data() + (m * B_ + b) * S);
+    if (!whole) {
+      split_.take_local(inputs, tokens, B_);
+      split_.take_local(outputs, targets, B_);
+    }
+    counted_ += rules_.mask_eod ? mask_eod_targets(tokens, targets, rows_, rules_.eod, kMaskedTarget) : rows_;
   }
 }
 

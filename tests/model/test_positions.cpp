@@ -84,5 +84,29 @@ TEST(RowPositions, RopeAtThePositionsIsTheKernelOnEachRowAtItsPosition) {
   }
 }
 
+// Documents (data.reset_position_ids): positions restart at each document's first position, in
+// every sequence on its own and under the context-parallel split (whose rows are out of order).
+TEST(RowPositions, RestartedPositionsAreEachRowsDistanceFromItsDocumentsStart) {
+  const int B = 2, T = 8;
+  // Sequence 0: documents [0, 3) [3, 4) [4, 8); sequence 1: one document.
+  const std::vector<int32_t> starts{0, 0, 0, 3, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0};
+  const RowPositions p = RowPositions::restarted(RowPositions::identity(B, T), starts.data());
+  EXPECT_EQ(expand(p, 0, B * T), (std::vector<int>{0, 1, 2, 0, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(runs(p, 0, B * T), (std::vector<PositionRun>{{0, 3, 0}, {3, 1, 0}, {4, 4, 0}, {8, 8, 0}}));
+  EXPECT_EQ(p.seq_len(), T);
+  for (int rank = 0; rank < 2; ++rank) {
+    const CpSplit split{2, rank, T};
+    const RowPositions cp = RowPositions::restarted(RowPositions::of_split(split, B), starts.data());
+    EXPECT_EQ(cp.rows_before(), rank * split.local_len());
+    const std::vector<int> got = expand(cp, 0, B * split.local_len());
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < split.local_len(); ++t) {
+        const int at = split.position(t);
+        EXPECT_EQ(got[static_cast<size_t>(b * split.local_len() + t)], at - starts[static_cast<size_t>(b * T + at)])
+            << "rank " << rank << " sequence " << b << " row " << t;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace megatrain

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/loader.h"
+#include "kernels/ops.h"
 #include "trainer/step_batch.h"
 
 namespace megatrain {
@@ -63,6 +64,42 @@ TEST(StepBatch, HoldsEveryMicroBatchAsTheLoaderGivesItOrThisCpRanksRowsOfIt) {
   none.load(loader, 5, true);
   EXPECT_EQ(none.tokens(0), nullptr);
   EXPECT_EQ(none.digest().samples, 0);
+}
+
+// Documents (data/packed_documents.h): each micro-batch's starts over its whole sequences, the
+// targets whose input is the end-of-document token masked — at cp = 1 and on each cp rank's rows —
+// and the count of the targets left; a rank that neither embeds nor computes the loss reads them too.
+TEST(StepBatch, FindsEachSequencesDocumentsAndMasksTheTargetsAfterAnEndOfDocument) {
+  const Numbered data;
+  const int B = 2, G = 4, S = data.seq_len();
+  const BatchLoader loader(data, B, G, 0, 1);
+  const int micro = loader.micro_batches_per_step();
+  const int32_t eod = 3003;  // sample 3's token 3: the documents of sample 3 are [0, 4) [4, 8)
+  std::vector<int32_t> in(static_cast<size_t>(B * S)), tg(in.size());
+  for (int cp : {1, 2}) {
+    int64_t counted = 0;
+    for (int rank = 0; rank < cp; ++rank) {
+      const CpSplit split{cp, rank, S};
+      StepBatch batch(split, B, micro, false, DocumentRules{eod, true, true, true});
+      batch.load(loader, 0, false);  // samples 0 … 3
+      ASSERT_NE(batch.tokens(0), nullptr) << "a rank without the ends reads the documents too";
+      counted += batch.counted();
+      for (int m = 0; m < micro; ++m) {
+        loader.load(0, m, in.data(), tg.data());
+        for (int b = 0; b < B; ++b) {
+          const bool has_eod = loader.sample_index(0, m, b) == 3;
+          for (int t = 0; t < S; ++t)
+            EXPECT_EQ(batch.starts(m)[b * S + t], has_eod && t >= 4 ? 4 : 0);
+          for (int t = 0; t < split.local_len(); ++t) {
+            const int at = cp == 1 ? t : split.position(t);
+            const int32_t want = in[static_cast<size_t>(b * S + at)] == eod ? kMaskedTarget : tg[static_cast<size_t>(b * S + at)];
+            EXPECT_EQ(batch.targets(m)[b * split.local_len() + t], want);
+          }
+        }
+      }
+    }
+    EXPECT_EQ(counted, G * S - 1) << "cp " << cp;  // sample 3's target after its end of document
+  }
 }
 
 }  // namespace

@@ -1,0 +1,296 @@
+"""Documents packed into samples (data.reset_position_ids, reset_attention_mask, eod_mask_loss)
+against an independent PyTorch trainer: 10 steps of `megatrain train` from a model that
+transformers made at random (`megatrain import`), against the same 10 steps in float64 PyTorch
+written here from the published definitions and Megatron-LM's semantics, not from megatrain's code:
+
+  data      documents of 1 to 40 random tokens, each ending with the end-of-document token EOD,
+            written as a Megatron .bin/.idx (uint16, one sequence per document) and read in order
+            (shuffle off): sample i is stream[i·S, i·S + S] (data/gpt_dataset.h), inputs its first
+            S tokens, targets its last S.
+  documents Megatron's _get_ltor_masks_and_position_ids: in each sample a document ends at its EOD
+            (inclusive) and the next starts after it; positions restart at 0 in each document
+            (reset_position_ids); query t sees keys of its own document up to t only
+            (reset_attention_mask: a block-diagonal causal mask); loss_mask[inputs == EOD] = 0
+            (eod_mask_loss).
+  loss      sum over the global batch of the counted positions' cross-entropy, divided by the
+            number of counted positions in the global batch (Megatron's per-token normalisation),
+            whatever the micro-batch (2 micro-batches of 2 here: their counts differ).
+  models    GPT-2 (learned positions read at the reset positions, LayerNorm, tanh GELU, tied head,
+            Conv1D weights as transformers stores them) and Llama (RoPE at the reset positions,
+            rotate-half; RMSNorm, SwiGLU, grouped-query attention, untied head); AdamW as
+            torch.optim.AdamW, constant learning rate, no weight decay or clipping.
+
+Shown: megatrain's loss of every step (its metrics file) equals the reference's within TOL_LOSS of
+the loss, and the reference's loss without the documents (one causal mask over the sample,
+positions 0..S-1, every target counted) differs from it by more than 100·TOL_LOSS at step 1 — the
+documents change every step's loss far beyond the tolerance, so a boundary ignored, a position not
+reset, a mask off by one token or a mean taken per micro-batch fails here (checked by mutation:
+README "Documents in a sample"). After the 10 steps the exported weights equal the reference's
+within TOL_WEIGHTS of each tensor's largest entry.
+
+Tolerances: megatrain computes in float32 (u = 6e-8) and the reference in float64. The losses are
+means over ~100 tokens of two-layer models: float32 rounding moves them by ~1e-7 relative
+(measured below 1e-6); TOL_LOSS = 1e-5. Weights: 10 AdamW steps of lr 1e-3 move each weight by at
+most 1e-2; a coordinate whose gradient is near 0 could take a direction that rounding flips; the
+weights are compared at TOL_WEIGHTS of each tensor's scale (measured below 1e-6). GPT-2's key
+bias is left out: a bias on every key adds the same score to every key of a query, so its exact
+gradient is 0 and its updates are AdamW's normalised rounding noise on both sides.
+
+Usage: document_reference.py --megatrain BIN --family gpt2|llama --out DIR
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy
+import torch
+import transformers
+from safetensors.numpy import load_file
+
+VOCAB = 96
+EOD = VOCAB - 1
+SEQ = 32
+MICRO, GLOBAL, STEPS = 2, 4, 10
+LR, BETAS, EPS = 1e-3, (0.9, 0.95), 1e-8
+STD = 0.3
+TOL_LOSS = 1e-5
+TOL_WEIGHTS = 1e-5
+
+FAMILIES = {
+    "gpt2": lambda: transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=4, activation_function="gelu_new",
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5, tie_word_embeddings=True),
+    "llama": lambda: transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=SEQ, rms_norm_eps=1e-5, rope_theta=10000.0,
+        tie_word_embeddings=False),
+}
+
+
+class Mismatch(Exception):
+    pass
+
+
+def run(*cmd):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise Mismatch(f"`{' '.join(map(str, cmd))}` exited {r.returncode}:\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+# ---- the data: a Megatron indexed dataset written here (Megatron-Core indexed_dataset.py's layout) ----
+
+def documents(n_tokens, seed=5):
+    rng = numpy.random.RandomState(seed)
+    docs, total = [], 0
+    while total < n_tokens:
+        doc = list(rng.randint(0, EOD, size=rng.randint(1, 41))) + [EOD]
+        docs.append(doc)
+        total += len(doc)
+    return docs
+
+
+def write_indexed(prefix, docs):
+    tokens = numpy.concatenate([numpy.asarray(d, dtype=numpy.uint16) for d in docs])
+    tokens.tofile(prefix + ".bin")
+    lengths = numpy.asarray([len(d) for d in docs], dtype=numpy.int32)
+    pointers = numpy.concatenate([[0], numpy.cumsum(lengths[:-1].astype(numpy.int64) * 2)]).astype(numpy.int64)
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00")
+        f.write(numpy.asarray([1], dtype="<u8").tobytes())
+        f.write(numpy.asarray([8], dtype="<u1").tobytes())  # uint16
+        f.write(numpy.asarray([len(docs), len(docs) + 1], dtype="<u8").tobytes())
+        f.write(lengths.astype("<i4").tobytes())
+        f.write(pointers.astype("<i8").tobytes())
+        f.write(numpy.arange(len(docs) + 1, dtype="<i8").tobytes())
+    return tokens.astype(numpy.int64)
+
+
+def sample(stream, i):
+    s = stream[i * SEQ: i * SEQ + SEQ + 1]
+    return s[:-1], s[1:]
+
+
+def layout(inputs, with_documents):
+    """(positions, allowed (S, S) mask, counted targets) of one sample, Megatron's semantics."""
+    S = len(inputs)
+    start = numpy.zeros(S, dtype=numpy.int64)
+    s = 0
+    for t in range(S):
+        start[t] = s
+        if with_documents and inputs[t] == EOD:
+            s = t + 1
+    positions = numpy.arange(S) - start
+    j, i = numpy.meshgrid(numpy.arange(S), numpy.arange(S))
+    allowed = (j <= i) & (j >= start[:, None])
+    counted = inputs != EOD if with_documents else numpy.ones(S, dtype=bool)
+    return torch.tensor(positions), torch.tensor(allowed), torch.tensor(counted)
+
+
+# ---- the models, from the definitions, over transformers' own tensors (float64) ----
+
+def rope(x, positions, theta):
+    D = x.shape[-1]
+    inv = theta ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = positions.double()[:, None] * inv[None, :]  # (S, D/2)
+    cos, sin = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def attend(q, k, v, allowed):
+    """q (S, H, D), k/v (S, Hkv, D); query head h reads kv head h // (H / Hkv)."""
+    H, Hkv, D = q.shape[1], k.shape[1], q.shape[2]
+    k = k.repeat_interleave(H // Hkv, dim=1)
+    v = v.repeat_interleave(H // Hkv, dim=1)
+    s = torch.einsum("ihd,jhd->hij", q, k) / D ** 0.5
+    s = s.masked_fill(~allowed[None], float("-inf"))
+    return torch.einsum("hij,jhd->ihd", torch.softmax(s, dim=-1), v).reshape(q.shape[0], H * D)
+
+
+def gpt2_logits(P, cfg, tokens, positions, allowed):
+    C, H = cfg.n_embd, cfg.n_head
+    x = P["transformer.wte.weight"][tokens] + P["transformer.wpe.weight"][positions]
+    ln = lambda x, p: torch.nn.functional.layer_norm(x, (C,), P[p + ".weight"], P[p + ".bias"], cfg.layer_norm_epsilon)
+    conv = lambda x, p: x @ P[p + ".weight"] + P[p + ".bias"]  # Conv1D: weight (in, out)
+    for l in range(cfg.n_layer):
+        L = f"transformer.h.{l}"
+        qkv = conv(ln(x, L + ".ln_1"), L + ".attn.c_attn")
+        q, k, v = (t.reshape(-1, H, C // H) for t in qkv.split(C, dim=-1))
+        x = x + conv(attend(q, k, v, allowed), L + ".attn.c_proj")
+        u = conv(ln(x, L + ".ln_2"), L + ".mlp.c_fc")
+        g = 0.5 * u * (1.0 + torch.tanh((2.0 / torch.pi) ** 0.5 * (u + 0.044715 * u ** 3)))
+        x = x + conv(g, L + ".mlp.c_proj")
+    return ln(x, "transformer.ln_f") @ P["transformer.wte.weight"].T
+
+
+def llama_logits(P, cfg, tokens, positions, allowed):
+    C, H, Hkv = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
+    D = C // H
+    x = P["model.embed_tokens.weight"][tokens]
+    rms = lambda x, p: x / torch.sqrt((x * x).mean(-1, keepdim=True) + cfg.rms_norm_eps) * P[p + ".weight"]
+    lin = lambda x, p: x @ P[p + ".weight"].T
+    for l in range(cfg.num_hidden_layers):
+        L = f"model.layers.{l}"
+        h = rms(x, L + ".input_layernorm")
+        q = rope(lin(h, L + ".self_attn.q_proj").reshape(-1, H, D), positions, cfg.rope_theta)
+        k = rope(lin(h, L + ".self_attn.k_proj").reshape(-1, Hkv, D), positions, cfg.rope_theta)
+        v = lin(h, L + ".self_attn.v_proj").reshape(-1, Hkv, D)
+        x = x + lin(attend(q, k, v, allowed), L + ".self_attn.o_proj")
+        h = rms(x, L + ".post_attention_layernorm")
+        x = x + lin(torch.nn.functional.silu(lin(h, L + ".mlp.gate_proj")) * lin(h, L + ".mlp.up_proj"),
+                    L + ".mlp.down_proj")
+    return lin(rms(x, "model.norm"), "lm_head")
+
+
+def reference_losses(family, model, stream, with_documents, steps):
+    cfg = model.config
+    P = {k: v.detach().double().clone().requires_grad_(True) for k, v in model.state_dict().items()
+         if not (family == "gpt2" and k == "lm_head.weight")}  # GPT-2's head is wte (tied)
+    forward = gpt2_logits if family == "gpt2" else llama_logits
+    opt = torch.optim.AdamW(list(P.values()), lr=LR, betas=BETAS, eps=EPS, weight_decay=0.0)
+    losses = []
+    for step in range(steps):
+        opt.zero_grad()
+        samples = [sample(stream, step * GLOBAL + i) for i in range(GLOBAL)]
+        layouts = [layout(inp, with_documents) for inp, _ in samples]
+        counted = sum(int(c.sum()) for _, _, c in layouts)
+        total = 0.0
+        for (inp, tgt), (pos, allowed, mask) in zip(samples, layouts):
+            z = forward(P, cfg, torch.tensor(inp), pos, allowed)
+            ce = torch.nn.functional.cross_entropy(z, torch.tensor(tgt), reduction="none")
+            loss = (ce * mask).sum() / counted
+            loss.backward()
+            total += float(loss)
+        opt.step()
+        losses.append(total)
+    return losses, {k: v.detach().numpy() for k, v in P.items()}
+
+
+def megatrain_run(args, family, model, prefix, work):
+    hf_dir = os.path.join(work, "transformers")
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    imported, config = os.path.join(work, "imported"), os.path.join(work, "imported.toml")
+    run(args.megatrain, "import", "--hf", hf_dir, "--out", imported, "--config-out", config)
+    ckpt, metrics = os.path.join(work, "ckpt"), os.path.join(work, "metrics.jsonl")
+    sets = {"train.seq_len": SEQ, "train.micro_batch_size": MICRO, "train.global_batch_size": GLOBAL,
+            "train.steps": STEPS, "train.eval_interval": 0, "optimizer.lr": LR, "optimizer.min_lr": LR,
+            "optimizer.warmup_steps": 0, "optimizer.beta1": BETAS[0], "optimizer.beta2": BETAS[1],
+            "optimizer.eps": EPS, "optimizer.weight_decay": 0.0, "optimizer.grad_clip": 0.0,
+            "model.dropout": 0.0, "data.train": f'"{prefix}"', "data.shuffle": "false",
+            "data.eod_token": EOD, "data.reset_position_ids": "true", "data.reset_attention_mask": "true",
+            "data.eod_mask_loss": "true", "log.interval": 1, "log.metrics_file": f'"{metrics}"',
+            "checkpoint.dir": f'"{ckpt}"', "checkpoint.save_interval": STEPS,
+            "checkpoint.load": f'"{imported}"'}
+    cmd = [args.megatrain, "train", "--config", config]
+    for k, v in sets.items():
+        cmd += ["--set", f"{k}={v}"]
+    run(*cmd)
+    rows = [json.loads(line) for line in open(metrics) if line.strip()]
+    losses = [r["loss"] for r in rows if "loss" in r]
+    exported = os.path.join(work, "exported")
+    run(args.megatrain, "export", "--checkpoint", ckpt, "--out", exported)
+    return losses, load_file(os.path.join(exported, "model.safetensors"))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--megatrain", required=True)
+    p.add_argument("--family", required=True, choices=sorted(FAMILIES))
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    work = os.path.abspath(args.out)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    torch.set_num_threads(1)
+    prefix = os.path.join(work, "docs")
+    stream = write_indexed(prefix, documents(STEPS * GLOBAL * SEQ + SEQ + 1))
+    torch.manual_seed(4321)
+    model = transformers.AutoModelForCausalLM.from_config(FAMILIES[args.family](), torch_dtype=torch.float32)
+    with torch.no_grad():
+        for name, t in model.named_parameters():
+            t.normal_(0.0, STD)
+            if name.endswith("weight") and t.dim() == 1:
+                t.add_(1.0)
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    try:
+        ours, weights = megatrain_run(args, args.family, model, prefix, work)
+        want, want_weights = reference_losses(args.family, model, stream, True, STEPS)
+        plain, _ = reference_losses(args.family, model, stream, False, 1)
+        if len(ours) != STEPS:
+            raise Mismatch(f"megatrain's metrics hold {len(ours)} step losses, expected {STEPS}")
+        worst = 0.0
+        for step, (a, b) in enumerate(zip(ours, want), 1):
+            err = abs(a - b) / abs(b)
+            worst = max(worst, err)
+            print(f"step {step}: megatrain {a:.8f}  reference {b:.8f}  relative {err:.2e}")
+            if err > TOL_LOSS:
+                raise Mismatch(f"step {step}: loss {a} against the reference's {b} (relative {err:.2e} > {TOL_LOSS})")
+        gap = abs(plain[0] - want[0]) / abs(want[0])
+        print(f"step 1 without documents (reference): {plain[0]:.8f}, relative gap {gap:.2e}")
+        if gap <= 100 * TOL_LOSS:
+            raise Mismatch(f"the documents change step 1's loss by only {gap:.2e}: the case cannot tell them apart")
+        wmax = 0.0
+        for name, ref in want_weights.items():
+            got = weights[name].astype(numpy.float64)
+            got = got.T if got.shape != ref.shape else got
+            if name.endswith("attn.c_attn.bias"):  # GPT-2's key bias: its exact gradient is 0 (see above)
+                C = ref.shape[0] // 3
+                got, ref = numpy.concatenate([got[:C], got[2 * C:]]), numpy.concatenate([ref[:C], ref[2 * C:]])
+            err = float(numpy.abs(got - ref).max() / numpy.abs(ref).max())
+            wmax = max(wmax, err)
+            if err > TOL_WEIGHTS:
+                raise Mismatch(f"after {STEPS} steps {name}: max difference {err:.2e} of its scale > {TOL_WEIGHTS}")
+        print(f"losses within {worst:.2e}, weights after {STEPS} steps within {wmax:.2e} of their scale")
+    except Mismatch as e:
+        print(f"FAIL: {e}\n(work files kept in {work})")
+        return 1
+    print(f"OK: megatrain's {args.family} training on packed documents equals the PyTorch reference")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
