@@ -20,8 +20,11 @@ written here from the published definitions and Megatron-LM's semantics, not fro
             rotate-half; RMSNorm, SwiGLU, grouped-query attention, untied head); AdamW as
             torch.optim.AdamW, constant learning rate, no weight decay or clipping.
 
-Shown: megatrain's loss of every step (its metrics file) equals the reference's within TOL_LOSS of
-the loss, and the reference's loss without the documents (one causal mask over the sample,
+Two runs: all three keys, and reset_position_ids with eod_mask_loss but attention across
+documents (with the attention inside documents, RoPE's scores depend on distances within a
+document only, so restarted positions change nothing for Llama there).
+Shown, for each: megatrain's loss of every step (its metrics file) equals the reference's within TOL_LOSS of
+the loss, and the reference's loss without the keys (one causal mask over the sample,
 positions 0..S-1, every target counted) differs from it by more than 100·TOL_LOSS at step 1 — the
 documents change every step's loss far beyond the tolerance, so a boundary ignored, a position not
 reset, a mask off by one token or a mean taken per micro-batch fails here (checked by mutation:
@@ -114,19 +117,28 @@ def sample(stream, i):
     return s[:-1], s[1:]
 
 
-def layout(inputs, with_documents):
+# The keys a run sets: (reset_position_ids, reset_attention_mask, eod_mask_loss).
+ALL_KEYS, NO_KEYS = (True, True, True), (False, False, False)
+# With the attention kept within each document RoPE's scores depend on distances inside a document
+# only, so restarting the positions changes nothing for Llama; the second run attends across
+# documents with restarted positions, where it does.
+RUNS = [ALL_KEYS, (True, False, True)]
+
+
+def layout(inputs, keys):
     """(positions, allowed (S, S) mask, counted targets) of one sample, Megatron's semantics."""
+    reset_positions, reset_attention, mask_eod = keys
     S = len(inputs)
     start = numpy.zeros(S, dtype=numpy.int64)
     s = 0
     for t in range(S):
         start[t] = s
-        if with_documents and inputs[t] == EOD:
+        if inputs[t] == EOD:
             s = t + 1
-    positions = numpy.arange(S) - start
+    positions = numpy.arange(S) - start if reset_positions else numpy.arange(S)
     j, i = numpy.meshgrid(numpy.arange(S), numpy.arange(S))
-    allowed = (j <= i) & (j >= start[:, None])
-    counted = inputs != EOD if with_documents else numpy.ones(S, dtype=bool)
+    allowed = (j <= i) & (j >= start[:, None]) if reset_attention else j <= i
+    counted = inputs != EOD if mask_eod else numpy.ones(S, dtype=bool)
     return torch.tensor(positions), torch.tensor(allowed), torch.tensor(counted)
 
 
@@ -186,7 +198,7 @@ def llama_logits(P, cfg, tokens, positions, allowed):
     return lin(rms(x, "model.norm"), "lm_head")
 
 
-def reference_losses(family, model, stream, with_documents, steps):
+def reference_losses(family, model, stream, keys, steps):
     cfg = model.config
     P = {k: v.detach().double().clone().requires_grad_(True) for k, v in model.state_dict().items()
          if not (family == "gpt2" and k == "lm_head.weight")}  # GPT-2's head is wte (tied)
@@ -196,7 +208,7 @@ def reference_losses(family, model, stream, with_documents, steps):
     for step in range(steps):
         opt.zero_grad()
         samples = [sample(stream, step * GLOBAL + i) for i in range(GLOBAL)]
-        layouts = [layout(inp, with_documents) for inp, _ in samples]
+        layouts = [layout(inp, keys) for inp, _ in samples]
         counted = sum(int(c.sum()) for _, _, c in layouts)
         total = 0.0
         for (inp, tgt), (pos, allowed, mask) in zip(samples, layouts):
@@ -210,19 +222,21 @@ def reference_losses(family, model, stream, with_documents, steps):
     return losses, {k: v.detach().numpy() for k, v in P.items()}
 
 
-def megatrain_run(args, family, model, prefix, work):
+def megatrain_run(args, keys, model, prefix, work):
+    work = os.path.join(work, "run_" + "".join("1" if k else "0" for k in keys))
     hf_dir = os.path.join(work, "transformers")
     model.save_pretrained(hf_dir, safe_serialization=True)
     imported, config = os.path.join(work, "imported"), os.path.join(work, "imported.toml")
     run(args.megatrain, "import", "--hf", hf_dir, "--out", imported, "--config-out", config)
     ckpt, metrics = os.path.join(work, "ckpt"), os.path.join(work, "metrics.jsonl")
+    flag = lambda k: "true" if k else "false"
     sets = {"train.seq_len": SEQ, "train.micro_batch_size": MICRO, "train.global_batch_size": GLOBAL,
             "train.steps": STEPS, "train.eval_interval": 0, "optimizer.lr": LR, "optimizer.min_lr": LR,
             "optimizer.warmup_steps": 0, "optimizer.beta1": BETAS[0], "optimizer.beta2": BETAS[1],
             "optimizer.eps": EPS, "optimizer.weight_decay": 0.0, "optimizer.grad_clip": 0.0,
             "model.dropout": 0.0, "data.train": f'"{prefix}"', "data.shuffle": "false",
-            "data.eod_token": EOD, "data.reset_position_ids": "true", "data.reset_attention_mask": "true",
-            "data.eod_mask_loss": "true", "log.interval": 1, "log.metrics_file": f'"{metrics}"',
+            "data.eod_token": EOD, "data.reset_position_ids": flag(keys[0]),
+            "data.reset_attention_mask": flag(keys[1]), "data.eod_mask_loss": flag(keys[2]), "log.interval": 1, "log.metrics_file": f'"{metrics}"',
             "checkpoint.dir": f'"{ckpt}"', "checkpoint.save_interval": STEPS,
             "checkpoint.load": f'"{imported}"'}
     cmd = [args.megatrain, "train", "--config", config]
@@ -234,6 +248,38 @@ def megatrain_run(args, family, model, prefix, work):
     exported = os.path.join(work, "exported")
     run(args.megatrain, "export", "--checkpoint", ckpt, "--out", exported)
     return losses, load_file(os.path.join(exported, "model.safetensors"))
+
+
+def check_run(args, keys, model, prefix, stream, work):
+    print(f"reset_position_ids, reset_attention_mask, eod_mask_loss = {keys}")
+    ours, weights = megatrain_run(args, keys, model, prefix, work)
+    want, want_weights = reference_losses(args.family, model, stream, keys, STEPS)
+    if len(ours) != STEPS:
+        raise Mismatch(f"megatrain's metrics hold {len(ours)} step losses, expected {STEPS}")
+    worst = 0.0
+    for step, (a, b) in enumerate(zip(ours, want), 1):
+        err = abs(a - b) / abs(b)
+        worst = max(worst, err)
+        print(f"step {step}: megatrain {a:.8f}  reference {b:.8f}  relative {err:.2e}")
+        if err > TOL_LOSS:
+            raise Mismatch(f"{keys}, step {step}: loss {a} against the reference's {b} (relative {err:.2e} > {TOL_LOSS})")
+    plain, _ = reference_losses(args.family, model, stream, NO_KEYS, 1)
+    gap = abs(plain[0] - want[0]) / abs(want[0])
+    print(f"step 1 without the keys (reference): {plain[0]:.8f}, relative gap {gap:.2e}")
+    if gap <= 100 * TOL_LOSS:
+        raise Mismatch(f"the keys change step 1's loss by only {gap:.2e}: the case cannot tell them apart")
+    wmax = 0.0
+    for name, ref in want_weights.items():
+        got = weights[name].astype(numpy.float64)
+        got = got.T if got.shape != ref.shape else got
+        if name.endswith("attn.c_attn.bias"):  # GPT-2's key bias: its exact gradient is 0 (see above)
+            C = ref.shape[0] // 3
+            got, ref = numpy.concatenate([got[:C], got[2 * C:]]), numpy.concatenate([ref[:C], ref[2 * C:]])
+        err = float(numpy.abs(got - ref).max() / numpy.abs(ref).max())
+        wmax = max(wmax, err)
+        if err > TOL_WEIGHTS:
+            raise Mismatch(f"{keys}, after {STEPS} steps {name}: max difference {err:.2e} of its scale > {TOL_WEIGHTS}")
+    print(f"losses within {worst:.2e}, weights after {STEPS} steps within {wmax:.2e} of their scale")
 
 
 def main():
@@ -257,34 +303,8 @@ def main():
                 t.add_(1.0)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     try:
-        ours, weights = megatrain_run(args, args.family, model, prefix, work)
-        want, want_weights = reference_losses(args.family, model, stream, True, STEPS)
-        plain, _ = reference_losses(args.family, model, stream, False, 1)
-        if len(ours) != STEPS:
-            raise Mismatch(f"megatrain's metrics hold {len(ours)} step losses, expected {STEPS}")
-        worst = 0.0
-        for step, (a, b) in enumerate(zip(ours, want), 1):
-            err = abs(a - b) / abs(b)
-            worst = max(worst, err)
-            print(f"step {step}: megatrain {a:.8f}  reference {b:.8f}  relative {err:.2e}")
-            if err > TOL_LOSS:
-                raise Mismatch(f"step {step}: loss {a} against the reference's {b} (relative {err:.2e} > {TOL_LOSS})")
-        gap = abs(plain[0] - want[0]) / abs(want[0])
-        print(f"step 1 without documents (reference): {plain[0]:.8f}, relative gap {gap:.2e}")
-        if gap <= 100 * TOL_LOSS:
-            raise Mismatch(f"the documents change step 1's loss by only {gap:.2e}: the case cannot tell them apart")
-        wmax = 0.0
-        for name, ref in want_weights.items():
-            got = weights[name].astype(numpy.float64)
-            got = got.T if got.shape != ref.shape else got
-            if name.endswith("attn.c_attn.bias"):  # GPT-2's key bias: its exact gradient is 0 (see above)
-                C = ref.shape[0] // 3
-                got, ref = numpy.concatenate([got[:C], got[2 * C:]]), numpy.concatenate([ref[:C], ref[2 * C:]])
-            err = float(numpy.abs(got - ref).max() / numpy.abs(ref).max())
-            wmax = max(wmax, err)
-            if err > TOL_WEIGHTS:
-                raise Mismatch(f"after {STEPS} steps {name}: max difference {err:.2e} of its scale > {TOL_WEIGHTS}")
-        print(f"losses within {worst:.2e}, weights after {STEPS} steps within {wmax:.2e} of their scale")
+        for keys in RUNS:
+            check_run(args, keys, model, prefix, stream, work)
     except Mismatch as e:
         print(f"FAIL: {e}\n(work files kept in {work})")
         return 1
