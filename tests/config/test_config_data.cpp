@@ -73,5 +73,26 @@ TEST_F(ConfigTest, DataSplitRules) {
   EXPECT_NO_THROW(resolve_config(c, 1));
 }
 
+// Documents in a sample (README "Documents in a sample"): the three keys parse and round-trip, and
+// each needs an end-of-document id inside the vocabulary; reset_attention_mask is refused on CUDA.
+TEST_F(ConfigTest, DocumentKeysNeedAnEndOfDocumentTokenAndTheCpuForTheMask) {
+  Config c = load_config(write("[data]\nreset_position_ids = true\nreset_attention_mask = true\neod_mask_loss = true\n"
+                               "eod_token = 255\n"),
+                         {});
+  resolve_config(c, 1);
+  EXPECT_TRUE(c.data.reset_position_ids && c.data.reset_attention_mask && c.data.eod_mask_loss);
+  EXPECT_EQ(c.data.eod_token, 255);
+  EXPECT_EQ(load_config(write(config_to_toml(c), "y.toml"), {}).data, c.data);
+  for (const char* key : {"reset_position_ids", "reset_attention_mask", "eod_mask_loss"}) {
+    EXPECT_CONTAINS(load_error(std::string("[data]\n") + key + " = true\n", "data.eod_token"),
+                    "the end-of-document id preprocess appended");
+    EXPECT_CONTAINS(load_error(std::string("[data]\n") + key + " = true\neod_token = 256\n", "data.eod_token"),
+                    "in [0, model.vocab_size = 256); got 256");
+  }
+  EXPECT_CONTAINS(load_error("[data]\nreset_attention_mask = true\neod_token = 255\n[train]\ndevice = \"cuda\"\n",
+                             "data.reset_attention_mask"),
+                  "CPU backend only");
+}
+
 }  // namespace
 }  // namespace megatrain

@@ -2,11 +2,11 @@
 // README "Documents in a sample") on every layout, against one process: loss, gradient norm and
 // validation loss of each of 10 steps within 1e-5 relative (the fortunes are documents of ~150
 // bytes, so a 64-token sample holds a boundary about every other time). Layouts: tp 2 with sequence
-// parallelism, pp 2 under 1F1B, interleaved and zero-bubble schedules, dp 2 at ZeRO 1 and 3, cp 2
+// parallelism, pp 2 under 1F1B, interleaved and zero-bubble schedules, dp 2 at ZeRO 1, 2 and 3, cp 2
 // by ring and by all-to-all (documents crossing chunk and rank borders), an MoE model at ep 2, full
-// recompute, a Llama shape at tp 2 × cp 2; and bf16 at dp 2 against bf16 in one process. The
-// documents change the losses (the same runs without them differ by far more than the tolerance),
-// and a run resumed from a checkpoint at step 5 continues bitwise.
+// and selective recompute, a Llama shape at tp 2 × cp 2; and bf16 and fp16 at dp 2 against the same
+// precision in one process. Each key changes the losses by far more than the tolerance, and a run
+// resumed from a checkpoint at step 5 continues bitwise.
 #include <gtest/gtest.h>
 
 #include "tests/e2e/e2e_fixture.h"
@@ -42,11 +42,13 @@ const std::vector<Layout> kLayouts = {
      "--set parallel.pp=2 --set parallel.pipeline_schedule='\"interleaved\"' --set parallel.virtual_stages=2"},
     {"pp2_zero_bubble", 2, kGpt, "--set parallel.pp=2 --set parallel.pipeline_schedule='\"zero_bubble\"'"},
     {"dp2_zero1", 2, kGpt, "--set parallel.zero_stage=1"},
+    {"dp2_zero2", 2, kGpt, "--set parallel.zero_stage=2"},
     {"dp2_zero3", 2, kGpt, "--set parallel.zero_stage=3"},
     {"cp2_ring", 2, kGpt, "--set parallel.cp=2"},
     {"cp2_all_to_all", 2, kGpt, "--set parallel.cp=2 --set parallel.cp_comm='\"all_to_all\"'"},
     {"moe_ep2", 2, kMoe, "--set parallel.ep=2"},
     {"recompute_full", 1, kGpt, "--set train.recompute='\"full\"'"},
+    {"recompute_selective", 1, kGpt, "--set train.recompute='\"selective\"'"},
     {"llama_tp2_cp2", 4, kLlama.c_str(), "--set parallel.tp=2 --set parallel.cp=2"},
 };
 
@@ -64,12 +66,15 @@ TEST_P(DocumentsE2E, TrainsLikeOneProcess) {
 INSTANTIATE_TEST_SUITE_P(Layouts, DocumentsE2E, ::testing::ValuesIn(kLayouts),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// Like with like: bf16 at dp 2 against bf16 in one process (the step's sums in another order only).
-TEST_F(TrainE2E, DocumentsInBf16TrainLikeOneProcess) {
-  const std::string model = std::string(kGpt) + kDocuments + "--set train.precision='\"bf16\"' ";
-  const auto single = train_parity(1, model, "bf16_single");
-  const auto dp2 = train_parity(2, model + "--set parallel.zero_stage=1", "bf16_dp2");
-  EXPECT_EQ(test::compare_runs(single, dp2, 1e-3, "bf16 dp 2 vs one process"), 10 * 2 + 2);
+// Like with like: bf16 and fp16 at dp 2 against the same precision in one process (the step's sums
+// in another order only).
+TEST_F(TrainE2E, DocumentsIn16BitTrainLikeOneProcess) {
+  for (const std::string p : {"bf16", "fp16"}) {
+    const std::string model = std::string(kGpt) + kDocuments + "--set train.precision='\"" + p + "\"' ";
+    const auto single = train_parity(1, model, p + "_single");
+    const auto dp2 = train_parity(2, model + "--set parallel.zero_stage=1", p + "_dp2");
+    EXPECT_EQ(test::compare_runs(single, dp2, 1e-3, p + " dp 2 vs one process"), 10 * 2 + 2);
+  }
 }
 
 // The documents matter: each of the three keys alone moves the 10th step's loss by 10× the
