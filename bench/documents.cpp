@@ -59,8 +59,8 @@ double time_attention(int B, int T, int H, int D, const Tensor& first_key, int r
   return median(times);
 }
 
-double time_step(GptModel& model, const std::vector<int32_t>& in, const std::vector<int32_t>& tg,
-                 const int32_t* starts, int reps) {
+double time_step(GptModel& model, const std::vector<int32_t>& in, const std::vector<int32_t>& tg, const int32_t* starts,
+                 int reps) {
   ForwardOptions fo;
   fo.grad = LossGrad::in_place;
   fo.dloss_scale = 1.0f / static_cast<float>(in.size());
@@ -106,9 +106,10 @@ int main(int argc, char** argv) {
   model.init(1);
   const double step = time_step(model, tokens, targets, nullptr, reps);
   const double step_docs = time_step(model, tokens, targets, starts.data(), reps);
-  fmt::print("step fwd+bwd: causal {:.1f} ms (attention {:.0f} %), per document {:.1f} ms (attention {:.0f} %), "
-             "ratio {:.3f}\n",
-             1e3 * step, 100.0 * cfg.n_layers * att / step, 1e3 * step_docs, 100.0 * cfg.n_layers * att_docs / step_docs,
-             step_docs / step);
+  fmt::print(
+      "step fwd+bwd: causal {:.1f} ms (attention {:.0f} %), per document {:.1f} ms (attention {:.0f} %), "
+      "ratio {:.3f}\n",
+      1e3 * step, 100.0 * cfg.n_layers * att / step, 1e3 * step_docs, 100.0 * cfg.n_layers * att_docs / step_docs,
+      step_docs / step);
   return 0;
 }

@@ -93,7 +93,8 @@ TEST_F(TrainE2E, EachDocumentKeyChangesTheLoss) {
 // A run resumed at step 5 from its checkpoint reads and masks the same documents: bitwise the
 // uninterrupted run's losses and gradient norms.
 TEST_F(TrainE2E, ResumeWithDocumentsIsBitwise) {
-  const std::string base = std::string(kGpt) + kDocuments + "--set train.eval_interval=0 --set checkpoint.save_interval=5 ";
+  const std::string base =
+      std::string(kGpt) + kDocuments + "--set train.eval_interval=0 --set checkpoint.save_interval=5 ";
   const std::string a = "--set checkpoint.dir='\"" + (dir_ / "a").string() + "\"' ";
   const std::string b = "--set checkpoint.dir='\"" + (dir_ / "b").string() + "\"' ";
   const auto full = train_parity(1, base + a, "full");

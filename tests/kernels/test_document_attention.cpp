@@ -49,7 +49,8 @@ std::vector<double> masked_attention(const std::vector<double>& qkv, const std::
         for (int j = first; j <= i; ++j)
           for (int d = 0; d < D; ++d)
             out[static_cast<size_t>(((b * T + i) * H + h) * D + d)] +=
-                s[static_cast<size_t>(j - first)] / sum * qkv[static_cast<size_t>((b * T + j) * row + (H + Hkv + kvh) * D + d)];
+                s[static_cast<size_t>(j - first)] / sum *
+                qkv[static_cast<size_t>((b * T + j) * row + (H + Hkv + kvh) * D + d)];
       }
     }
   return out;
@@ -131,8 +132,8 @@ TEST(DocumentAttentionBackward, IsEachDocumentOnItsOwnAcrossBlocks) {
   auto r = randn(static_cast<size_t>(T) * H * D, 64);
   auto starts = document_starts(1, T, lengths);
   std::vector<float> out(r.size()), lse(static_cast<size_t>(H) * T), dqkv(qkv.size());
-  attention_forward(S, Tensor(out.data(), {1, T, H * D}), Tensor(lse.data(), {1, H, T}), Tensor(qkv.data(), {1, T, row}),
-                    H, Hkv, Tensor(starts.data(), {1, T}));
+  attention_forward(S, Tensor(out.data(), {1, T, H * D}), Tensor(lse.data(), {1, H, T}),
+                    Tensor(qkv.data(), {1, T, row}), H, Hkv, Tensor(starts.data(), {1, T}));
   attention_backward(S, Tensor(dqkv.data(), {1, T, row}), Tensor(r.data(), {1, T, H * D}),
                      Tensor(qkv.data(), {1, T, row}), Tensor(out.data(), {1, T, H * D}), Tensor(lse.data(), {1, H, T}),
                      H, Hkv, Tensor(starts.data(), {1, T}));
@@ -141,13 +142,14 @@ TEST(DocumentAttentionBackward, IsEachDocumentOnItsOwnAcrossBlocks) {
     std::vector<float> q(qkv.begin() + start * row, qkv.begin() + (start + len) * row);
     std::vector<float> g(r.begin() + start * H * D, r.begin() + (start + len) * H * D);
     std::vector<float> o(g.size()), l(static_cast<size_t>(H) * len), dq(q.size());
-    attention_forward(S, Tensor(o.data(), {1, len, H * D}), Tensor(l.data(), {1, H, len}), Tensor(q.data(), {1, len, row}),
-                      H, Hkv);
+    attention_forward(S, Tensor(o.data(), {1, len, H * D}), Tensor(l.data(), {1, H, len}),
+                      Tensor(q.data(), {1, len, row}), H, Hkv);
     attention_backward(S, Tensor(dq.data(), {1, len, row}), Tensor(g.data(), {1, len, H * D}),
-                       Tensor(q.data(), {1, len, row}), Tensor(o.data(), {1, len, H * D}), Tensor(l.data(), {1, H, len}),
-                       H, Hkv);
+                       Tensor(q.data(), {1, len, row}), Tensor(o.data(), {1, len, H * D}),
+                       Tensor(l.data(), {1, H, len}), H, Hkv);
     for (size_t i = 0; i < dq.size(); ++i)
-      ASSERT_NEAR(dqkv[static_cast<size_t>(start * row) + i], dq[i], 2e-5) << "document at " << start << ", element " << i;
+      ASSERT_NEAR(dqkv[static_cast<size_t>(start * row) + i], dq[i], 2e-5)
+          << "document at " << start << ", element " << i;
     for (size_t i = 0; i < o.size(); ++i)
       ASSERT_NEAR(out[static_cast<size_t>(start * H * D) + i], o[i], 2e-6) << "document at " << start << ", out " << i;
     start += len;
@@ -191,7 +193,8 @@ TEST(DocumentAttention, BoundariesIgnoredInEitherDirectionChangeTheResult) {
   auto r = randn(static_cast<size_t>(T) * H * D, 67);
   auto starts = document_starts(1, T, {5, 7});
   const Tensor first(starts.data(), {1, T}), x(qkv.data(), {1, T, row}), g(r.data(), {1, T, H * D});
-  std::vector<float> out(r.size()), plain(r.size()), lse(static_cast<size_t>(H) * T), dq(qkv.size()), dq_plain(qkv.size());
+  std::vector<float> out(r.size()), plain(r.size()), lse(static_cast<size_t>(H) * T), dq(qkv.size()),
+      dq_plain(qkv.size());
   const Tensor o(out.data(), {1, T, H * D}), l(lse.data(), {1, H, T});
   attention_forward(S, Tensor(plain.data(), {1, T, H * D}), l, x, H, Hkv);
   attention_forward(S, o, l, x, H, Hkv, first);
