@@ -43,12 +43,13 @@ which). DIR is emptied first and kept after a failure.
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy
 import torch
 import transformers
+
+from ref_process import Mismatch, run
 
 VOCAB = 257            # the bytes tokenizer; padded to 384 inside megatrain
 SEQ = 32               # = max_seq_len: every position is compared
@@ -88,17 +89,6 @@ FAMILIES = {
             num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
     },
 }
-
-
-class Mismatch(Exception):
-    pass
-
-
-def run(*cmd):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise Mismatch(f"`{' '.join(map(str, cmd))}` exited {r.returncode}:\n{r.stdout}{r.stderr}")
-    return r.stdout
 
 
 def megatrain_logits(tool, checkpoint, ids, work):
