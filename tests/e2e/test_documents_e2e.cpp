@@ -2,8 +2,8 @@
 // README "Documents in a sample") on every layout, against one process: loss, gradient norm and
 // validation loss of each of 10 steps within 1e-5 relative (the fortunes are documents of ~150
 // bytes, so a 64-token sample holds a boundary about every other time). Layouts: tp 2 with sequence
-// parallelism, pp 2 under 1F1B, interleaved and zero-bubble schedules, dp 2 at ZeRO 1, 2 and 3, cp 2
-// by ring and by all-to-all (documents crossing chunk and rank borders), an MoE model at ep 2, full
+// parallelism, pp 2 under GPipe, 1F1B, interleaved and zero-bubble schedules, dp 2 at ZeRO 1, 2 and
+// 3, cp 2 by ring and by all-to-all (documents crossing chunk and rank borders), an MoE model at ep 2, full
 // and selective recompute, a Llama shape at tp 2 × cp 2; and bf16 and fp16 at dp 2 against the same
 // precision in one process. Each key changes the losses by far more than the tolerance, and a run
 // resumed from a checkpoint at step 5 continues bitwise.
@@ -37,6 +37,7 @@ std::ostream& operator<<(std::ostream& os, const Layout& l) { return os << l.nam
 
 const std::vector<Layout> kLayouts = {
     {"tp2_sp", 2, kGpt, "--set parallel.tp=2 --set parallel.sequence_parallel=true"},
+    {"pp2_gpipe", 2, kGpt, "--set parallel.pp=2 --set parallel.pipeline_schedule='\"gpipe\"'"},
     {"pp2_1f1b", 2, kGpt, "--set parallel.pp=2"},
     {"pp2_interleaved", 2, kGpt4,
      "--set parallel.pp=2 --set parallel.pipeline_schedule='\"interleaved\"' --set parallel.virtual_stages=2"},
