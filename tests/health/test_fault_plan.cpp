@@ -5,10 +5,8 @@
 
 #include <algorithm>
 
-#include <chrono>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "health/fault_plan.h"
@@ -100,34 +98,29 @@ TEST(FaultPlan, RandomHangsFreezeAtTheStepStartOrInsideACollective) {
   EXPECT_NEAR(how["freeze"], n / 2, n / 10);
 }
 
-// Random mode: every rank draws the same faults (kind and rank, in order), another launch draws
-// others; with a mean of 50 ms between faults, 600 steps of 1 ms or more draw at least a few.
+// Random mode: every rank draws the same faults (kind and rank, in order) whatever its clock — a
+// slower rank meets them at later steps, in the same order — and another launch draws others. The
+// clock is given (1 ms or 1.3 ms a step), so the draws are the same on every machine.
 TEST(FaultPlan, RandomModeDrawsTheSameFaultsOnEveryRankAndNewOnesPerLaunch) {
   const std::string spec = "random:seed=7:mtti_s=0.05:kinds=kill,hang,exc,slow,ckpt_crash,nan";
-  const auto draw = [&](int attempt) {
-    FaultPlan p = FaultPlan::parse(spec, attempt);
-    std::vector<std::pair<int, int>> got;  // (kind, rank) of each step's fault
-    for (int64_t step = 1; step <= 600; ++step) {
-      p.arm_random(step, 4);
-      for (FaultKind k : {FaultKind::kill, FaultKind::hang, FaultKind::exc, FaultKind::nan})
-        for (int r = 0; r < 4; ++r)
-          if (p.find(k, r, step) && p.find(k, r, step)->first_step == step) got.emplace_back(static_cast<int>(k), r);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+  EXPECT_NO_THROW(FaultPlan::parse(spec, 1));
+  const RandomFaultSpec random{7, 0.05, {FaultKind::kill, FaultKind::hang, FaultKind::exc, FaultKind::slow,
+                                          FaultKind::ckpt_crash, FaultKind::nan}};
+  const auto draw = [&](int attempt, double step_s) {
+    RandomFaults faults(random, attempt);
+    std::vector<std::pair<int, int>> got;  // (kind, rank) of each fault, in the order drawn
+    for (int64_t step = 1; step <= 600; ++step)
+      for (const Fault& f : faults.due(static_cast<double>(step) * step_s, step, 4))
+        got.emplace_back(static_cast<int>(f.kind), f.rank);
     return got;
   };
-  // Faults fall due by wall-clock time, so a slower run (a loaded machine) draws fewer of them in
-  // its 600 steps: the sequences are compared over the faults both runs drew.
-  const auto a = draw(1), b = draw(1), c = draw(2);
-  const auto common = [](const auto& x, const auto& y) {
-    const size_t n = std::min(x.size(), y.size());
-    return std::pair(std::vector(x.begin(), x.begin() + n), std::vector(y.begin(), y.begin() + n));
-  };
+  const auto a = draw(1, 1e-3), b = draw(1, 1.3e-3), c = draw(2, 1e-3);
   ASSERT_GE(std::min({a.size(), b.size(), c.size()}), 3u);
-  const auto [a_ab, b_ab] = common(a, b);
-  EXPECT_EQ(a_ab, b_ab) << "the draws depend on the seed and the launch only";
-  const auto [a_ac, c_ac] = common(a, c);
-  EXPECT_NE(a_ac, c_ac);
+  const size_t n = std::min(a.size(), b.size());
+  EXPECT_EQ(std::vector(a.begin(), a.begin() + n), std::vector(b.begin(), b.begin() + n))
+      << "the draws depend on the seed and the launch only";
+  const size_t m = std::min(a.size(), c.size());
+  EXPECT_NE(std::vector(a.begin(), a.begin() + m), std::vector(c.begin(), c.begin() + m));
   EXPECT_CONTAINS(test::input_error_of([] { FaultPlan::parse("random:seed=1:kinds=kill"); }),
                   "random needs seed, mtti_s and kinds");
   EXPECT_CONTAINS(test::input_error_of([] { FaultPlan::parse("random:seed=1:mtti_s=2:kinds=kill,ckpt_slow"); }),
