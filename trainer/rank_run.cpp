@@ -154,13 +154,13 @@ double RankRun::forward_backward(int64_t batch, double loss_scale) {
   }
   for (OptimGroup& g : optim_) g.step_begin();
   pipeline_->run(shape_.steps, *this);
-  return feed_.loss_sum;
+  return feed_.loss_sum / static_cast<double>(feed_.counted);
 }
 
 double RankRun::train_step(int64_t batch, double loss_scale) {
-  const double loss_sum = forward_backward(batch, loss_scale);
+  const double share = forward_backward(batch, loss_scale);
   for (OptimGroup& g : optim_) g.finish(tied_ ? &*tied_ : nullptr, tp_shared_);
-  return mean_over_replicas(loss_sum, feed_.counted);
+  return mean_over_replicas(share, 1);
 }
 
 bool RankRun::own_nonfinite() const {

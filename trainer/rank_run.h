@@ -57,9 +57,9 @@ class RankRun final : public PipelineWork {
   // loss_scale (fp16). Returns the mean loss over the global batch.
   double train_step(int64_t batch, double loss_scale = 1.0);
   // Forward + backward of global batch `batch` through the pipeline, the gradients' reductions
-  // issued as their buckets fill; this rank's loss sum (train_step finishes and averages it).
+  // issued as their buckets fill; this rank's share of the mean loss (its token losses over the
+  // tokens the global batch counts): summed over the pp and dp × cp ranks, the step's loss.
   double forward_backward(int64_t batch, double loss_scale);
-  int micro_batches_per_step() const { return data_.train().micro_batches_per_step(); }
   // Where this step's first Inf/NaN came from (optim/clip.h [Note: overflow origin]), over the world;
   // `loss_nonfinite`: this rank's own loss.
   Overflow first_overflow(bool loss_nonfinite = false);

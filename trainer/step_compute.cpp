@@ -45,7 +45,7 @@ class StaleStep final : public StepCompute {
     q.loss_work.wait();
     q.key_work.wait();
     key_ = q.key;
-    const double loss = q.loss / (run_.micro_batches_per_step() * dp.size());
+    const double loss = q.loss;  // the sum of the ranks' shares
     queued_.pop_front();
     return loss;
   }
@@ -66,7 +66,7 @@ class StaleStep final : public StepCompute {
   }
 
  private:
-  // A queued step's loss sum and overflow key, each reduced in place by its Work; a deque keeps their
+  // A queued step's loss share and overflow key, each reduced in place by its Work; a deque keeps their
   // addresses while later ones are queued.
   struct Scalars {
     double loss = 0.0;

@@ -98,9 +98,11 @@ bool native_bf16() {
 
 // A bf16 run divides by a bf16 GEMM through the linear layers' bf16 path, an fp32 run by an fp32
 // one; both say so on the console and in the metrics, and neither reads over 100 %. The label is
-// not the proof: on a CPU that multiplies bf16 natively (oneDNN's bf16 GEMM runs about 2× its fp32
-// one there) the bf16 peak must be at least 1.3× the fp32 one, which a bf16 peak that timed the
-// float32 GEMM under a bf16 label would not be; elsewhere the test says it cannot tell.
+// not the proof: on a CPU that multiplies bf16 natively the bf16 GEMM runs at another speed than
+// the fp32 one — about 2× on an AMD Zen 4 with oneDNN's bf16 kernels, 0.54× measured on an Intel
+// Xeon with AVX512-BF16 whose oneDNN (Debian's 2.6) takes a slower bf16 path — so the bf16 peak must
+// be at least 1.3× or at most 0.77× the fp32 one, which a bf16 peak that timed the float32 GEMM
+// under a bf16 label (≈ 1×) would not be; elsewhere the test says it cannot tell.
 TEST_F(MfuE2E, EachPrecisionDividesByAGemmOfItsOwnPrecision) {
   std::map<std::string, double> peak;
   for (const std::string p : {"fp32", "bf16"}) {
@@ -118,8 +120,9 @@ TEST_F(MfuE2E, EachPrecisionDividesByAGemmOfItsOwnPrecision) {
   ASSERT_GT(peak["fp32"], 0.0);
   std::printf("measured peaks: fp32 %.1f, bf16 %.1f GFLOP/s per rank (%.2fx)\n", peak["fp32"], peak["bf16"],
               peak["bf16"] / peak["fp32"]);
+  const double ratio = peak["bf16"] / peak["fp32"];
   if (native_bf16())
-    EXPECT_GE(peak["bf16"], 1.3 * peak["fp32"]) << "the bf16 peak is not a bf16 GEMM's";
+    EXPECT_TRUE(ratio >= 1.3 || ratio <= 0.77) << "the bf16 peak (" << ratio << "× the fp32 one) is not a bf16 GEMM's";
   else
     std::printf("no AVX512-BF16 or AMX here: a bf16 GEMM's speed cannot tell it from an fp32 one\n");
 }
