@@ -132,10 +132,8 @@ int main(int argc, char** argv) {
       {"matmul fwd qkv 768->2304",
        [&](DType d) { matmul_forward(s, qkv.as(d), normed.as(d), w_qkv.as(d), b_qkv.t()); }},
       {"matmul bwd qkv",
-       [&](DType d) {
-         matmul_backward(s, dx_c.t(), dw_qkv.t(), db_qkv.t(), dqkv.as(d), normed.as(d), w_qkv.as(d));
-       }},
-      {"rope fwd", [&](DType d) { rope_apply(s, qkv.as(d), H, H, theta, RopeDirection::forward); }},
+       [&](DType d) { matmul_backward(s, dx_c.t(), dw_qkv.t(), db_qkv.t(), dqkv.as(d), normed.as(d), w_qkv.as(d)); }},
+      {"rope fwd", [&](DType d) { rope_apply(s, qkv.as(d), H, H, RopeFrequencies{theta}, RopeDirection::forward); }},
       {"attention fwd", [&](DType d) { attention_forward(s, attn.as(d), lse.t(), qkv.as(d), H, H); }},
       {"attention bwd",
        [&](DType d) { attention_backward(s, dqkv.as(d), d_attn.t(), qkv.as(d), attn.as(d), lse.t(), H, H); }},
@@ -144,8 +142,7 @@ int main(int argc, char** argv) {
       {"gelu bwd", [&](DType d) { gelu_backward(s, dfc.as(d), d_mlp.t(), fc.as(d)); }},
       {"matmul bwd fc",
        [&](DType d) { matmul_backward(s, dx_c.t(), dw_fc.t(), db_fc.t(), dfc.as(d), normed.as(d), w_fc.as(d)); }},
-      {"matmul fwd proj 3072->768",
-       [&](DType d) { matmul_forward(s, y_c.t(), act.as(d), w_proj.as(d), b_proj.t()); }},
+      {"matmul fwd proj 3072->768", [&](DType d) { matmul_forward(s, y_c.t(), act.as(d), w_proj.as(d), b_proj.t()); }},
       {"matmul bwd proj",
        [&](DType d) { matmul_backward(s, dx_f.t(), dw_proj.t(), Tensor{}, y_c.t(), act.as(d), w_proj.as(d)); }},
       {"swiglu fwd", [&](DType d) { swiglu_forward(s, swi.as(d), gate_up.as(d)); }},

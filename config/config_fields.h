@@ -20,11 +20,14 @@ struct Spelling {
 constexpr Spelling<NormKind> kNormSpellings[] = {{NormKind::layernorm, "layernorm"}, {NormKind::rmsnorm, "rmsnorm"}};
 constexpr Spelling<PositionKind> kPositionSpellings[] = {{PositionKind::learned, "learned"},
                                                          {PositionKind::rope, "rope"}};
+constexpr Spelling<RopeScaling> kRopeScalingSpellings[] = {{RopeScaling::none, "none"},
+                                                           {RopeScaling::linear, "linear"},
+                                                           {RopeScaling::llama3, "llama3"},
+                                                           {RopeScaling::yarn, "yarn"}};
 constexpr Spelling<ActivationKind> kActivationSpellings[] = {{ActivationKind::gelu, "gelu"},
                                                              {ActivationKind::swiglu, "swiglu"}};
-constexpr Spelling<Precision> kPrecisionSpellings[] = {{Precision::fp32, "fp32"},
-                                                              {Precision::bf16, "bf16"},
-                                                        {Precision::fp16, "fp16"}};
+constexpr Spelling<Precision> kPrecisionSpellings[] = {
+    {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}};
 constexpr Spelling<Device> kDeviceSpellings[] = {{Device::cpu, "cpu"}, {Device::cuda, "cuda"}};
 constexpr Spelling<AttentionImpl> kAttentionSpellings[] = {
     {AttentionImpl::automatic, "auto"}, {AttentionImpl::flash, "flash"}, {AttentionImpl::cudnn, "cudnn"}};
@@ -42,6 +45,7 @@ constexpr Spelling<CpComm> kCpCommSpellings[] = {{CpComm::ring, "ring"}, {CpComm
 inline std::span<const Spelling<NormKind>> spellings(NormKind) { return kNormSpellings; }
 inline std::span<const Spelling<PositionKind>> spellings(PositionKind) { return kPositionSpellings; }
 inline std::span<const Spelling<ActivationKind>> spellings(ActivationKind) { return kActivationSpellings; }
+inline std::span<const Spelling<RopeScaling>> spellings(RopeScaling) { return kRopeScalingSpellings; }
 inline std::span<const Spelling<DecayKind>> spellings(DecayKind) { return kDecaySpellings; }
 inline std::span<const Spelling<Recompute>> spellings(Recompute) { return kRecomputeSpellings; }
 inline std::span<const Spelling<Precision>> spellings(Precision) { return kPrecisionSpellings; }
@@ -60,9 +64,14 @@ void for_each_field(C& c, V&& v) {
   v("model", "n_layers", m.n_layers), v("model", "d_model", m.d_model), v("model", "n_heads", m.n_heads);
   v("model", "n_kv_heads", m.n_kv_heads), v("model", "d_ff", m.d_ff), v("model", "vocab_size", m.vocab_size);
   v("model", "max_seq_len", m.max_seq_len), v("model", "norm", m.norm), v("model", "position", m.position);
-  v("model", "activation", m.activation), v("model", "bias", m.bias);
+  v("model", "activation", m.activation), v("model", "bias", m.bias), v("model", "qkv_bias", m.qkv_bias);
   v("model", "tie_embeddings", m.tie_embeddings), v("model", "dropout", m.dropout);
   v("model", "init_std", m.init_std), v("model", "norm_eps", m.norm_eps), v("model", "rope_theta", m.rope_theta);
+  auto& r = m.rope_scaling;
+  v("model", "rope_scaling", r.kind), v("model", "rope_factor", r.factor);
+  v("model", "rope_low_freq_factor", r.low_freq_factor), v("model", "rope_high_freq_factor", r.high_freq_factor);
+  v("model", "rope_original_max_len", r.original_max_len), v("model", "rope_beta_fast", r.beta_fast);
+  v("model", "rope_beta_slow", r.beta_slow), v("model", "rope_attention_factor", r.attention_factor);
   // moe.layers is one key for two fields, so its field is the whole MoeConfig: an integer k sets
   // MoeConfig::every, an array of block indices MoeConfig::layers.
   auto& e = m.moe;
@@ -102,7 +111,8 @@ void for_each_field(C& c, V&& v) {
   v("optimizer", "decay_norms_and_biases", o.decay_norms_and_biases);
   v("data", "train", c.data.train), v("data", "valid", c.data.valid), v("data", "split", c.data.split);
   v("data", "shuffle", c.data.shuffle), v("data", "cache_dir", c.data.cache_dir);
-  v("data", "reset_position_ids", c.data.reset_position_ids), v("data", "reset_attention_mask", c.data.reset_attention_mask);
+  v("data", "reset_position_ids", c.data.reset_position_ids),
+      v("data", "reset_attention_mask", c.data.reset_attention_mask);
   v("data", "eod_mask_loss", c.data.eod_mask_loss), v("data", "eod_token", c.data.eod_token);
   auto& k = c.checkpoint;
   v("checkpoint", "dir", k.dir), v("checkpoint", "save_interval", k.save_interval);

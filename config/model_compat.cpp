@@ -43,7 +43,7 @@ enum class Change { none, noted, warned, refused };
 
 Change classify_model(const std::string& key, const ModelConfig& was, const ModelConfig& now) {
   if (key == "dropout" || key == "init_std") return Change::noted;
-  if (key == "norm_eps" || key == "rope_theta" ||
+  if (key == "norm_eps" || key.starts_with("rope_") ||
       (key == "max_seq_len" && now.position == PositionKind::rope && was.position == PositionKind::rope))
     return Change::warned;
   if ((key == "n_kv_heads" && was.kv_heads() == now.kv_heads()) || (key == "d_ff" && was.ffn_dim() == now.ffn_dim()))
@@ -77,7 +77,7 @@ ModelChanges model_changes(const std::string& saved_toml, const Config& current)
   ModelChanges out;
   for (const std::string section : kArchitecture) {
     const std::vector<std::string> was_lines = section_lines(was_toml, section),
-                                    now_lines = section_lines(now_toml, section);
+                                   now_lines = section_lines(now_toml, section);
     MT_CHECK(was_lines.size() == now_lines.size(), "[{}] printed with {} and {} keys", section, was_lines.size(),
              now_lines.size());
     for (size_t i = 0; i < now_lines.size(); ++i) {

@@ -3,15 +3,15 @@
 // meaning:
 //   must match   n_layers, d_model, n_heads, n_kv_heads and d_ff (as resolved, so 0 and the
 //                default they stand for are equal), vocab_size, norm, position, activation, bias,
-//                tie_embeddings, and max_seq_len when position = "learned" (the table's rows);
+//                qkv_bias, tie_embeddings, and max_seq_len when position = "learned" (the table's rows);
 //                with experts: moe.n_experts, top_k, layers (as the set of MoE blocks, so an
 //                integer and the list it stands for are equal), d_ff_expert (as resolved), router,
 //                n_shared_experts, residual;
 //   may change   dropout, init_std, moe.aux_loss_coef, z_loss_coef and aux_free_bias (training-only:
 //                the loaded weights are not re-drawn, the losses and bias updates only steer training);
-//                norm_eps, rope_theta, max_seq_len when position = "rope", moe.capacity_factor and
-//                drop_policy (warned: the loaded weights then compute another function, as in
-//                context extension, or drop other tokens).
+//                norm_eps, rope_theta and the rope_scaling keys (rope_*), max_seq_len when position =
+//                "rope", moe.capacity_factor and drop_policy (warned: the loaded weights then compute
+//                another function, as in context extension, or drop other tokens).
 // A checkpoint without [moe] (written before it existed) is a dense model; so is n_experts = 0 on
 // both sides, whatever the rest of [moe] says.
 #pragma once

@@ -1,8 +1,8 @@
 // config.json ↔ ModelConfig for the Hugging Face families (hf_interop.h). Export writes the keys
-// transformers' GPT2Config / LlamaConfig / MixtralConfig read; import reads them back, defaults what
-// transformers would default, and refuses every option that changes the model's arithmetic in a
-// way megatrain's layers do not (another activation, RoPE scaling, biases in Llama, scaled GPT-2
-// attention, a Mixtral sliding window that binds, …). Invariant: hf_model_config(hf_config_json(m))
+// transformers' GPT2Config / LlamaConfig / MixtralConfig / Qwen2Config read; import reads them back,
+// defaults what transformers would default, and refuses every option that changes the model's
+// arithmetic in a way megatrain's layers do not (another activation, a RoPE scaling other than
+// linear / llama3 / yarn, biases in Llama, scaled GPT-2 attention, a sliding window that binds, …). Invariant: hf_model_config(hf_config_json(m))
 // == m in every field HF has a word for (floats are written as the shortest decimal that reads back
 // as the same float32); d_ff, n_kv_heads and moe.d_ff_expert come back as 0 when they equal their
 // defaults, a Llama's or Mixtral's dropout as 0, and a Mixtral's d_ff (no block uses it) as 0 and
@@ -13,6 +13,7 @@
 #include <climits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kernels/check.h"
 #include "interop/hf_interop.h"
@@ -30,17 +31,18 @@ struct Fields {
   const json& j;
   const std::string& source;
   const std::string& type;  // model_type, for messages
+  std::string prefix = "";  // "rope_scaling." for the keys of a nested object
 
   const json* get(const char* key) const {
     auto it = j.find(key);
     return it == j.end() || it->is_null() ? nullptr : &*it;
   }
   [[noreturn]] void fail(const char* key, const std::string& want) const {
-    throw DataError(fmt::format("{}: '{}' must be {}, got {}", source, key, want, j.at(key).dump()));
+    throw DataError(fmt::format("{}: '{}{}' must be {}, got {}", source, prefix, key, want, j.at(key).dump()));
   }
   const json& required(const char* key) const {
     const json* v = get(key);
-    MT_DATA_CHECK(v, "{}: '{}' is missing; a \"{}\" config.json needs it", source, key, type);
+    MT_DATA_CHECK(v, "{}: '{}{}' is missing; a \"{}\" config.json needs it", source, prefix, key, type);
     return *v;
   }
   int integer(const char* key, std::optional<int> def = std::nullopt) const {
@@ -88,9 +90,9 @@ ModelConfig gpt2_model(const Fields& f) {
   m.dropout = f.number("resid_pdrop", 0.1f);
   const std::string act = f.string("activation_function", "gelu_new");
   MT_DATA_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast",
-                 "{}: activation_function = \"{}\" is not supported: megatrain's gelu is the tanh approximation "
-                 "(\"gelu_new\")",
-                 f.source, act);
+                "{}: activation_function = \"{}\" is not supported: megatrain's gelu is the tanh approximation "
+                "(\"gelu_new\")",
+                f.source, act);
   f.require("tie_word_embeddings", f.boolean("tie_word_embeddings", true), true,
             "megatrain's GPT-2 family ties the head to the embedding");
   f.require("scale_attn_weights", f.boolean("scale_attn_weights", true), true, "attention is scaled by 1/√head_dim");
@@ -99,6 +101,70 @@ ModelConfig gpt2_model(const Fields& f) {
   f.require("add_cross_attention", f.boolean("add_cross_attention", false), false,
             "megatrain models are decoders only");
   return m;
+}
+
+// rope_scaling (transformers 4) or rope_parameters (transformers 5, which also holds rope_theta, read
+// into THETA): the scalings transformers defines and megatrain computes (kernels/rope_frequencies.h);
+// "dynamic" and "longrope" (which change with the sequence's length), DeepSeek's mscale and any key
+// megatrain does not read are refused by name. YaRN's original_max_position_embeddings is the
+// pretraining context its ramp is measured in, as newer transformers read it (4.49 measures in
+// max_position_embeddings and ignores the key); since transformers versions then disagree on the
+// factor, it must equal max_position_embeddings / original_max_position_embeddings.
+RopeScalingConfig rope_scaling_of(const Fields& f, int max_len, float& theta) {
+  const json* params = f.get("rope_parameters");
+  const json* scaling = params ? params : f.get("rope_scaling");
+  const char* name = params ? "rope_parameters" : "rope_scaling";
+  RopeScalingConfig r;
+  if (!scaling) return r;
+  MT_DATA_CHECK(scaling->is_object(), "{}: '{}' must be an object or null, got {}", f.source, name, scaling->dump());
+  const Fields g{*scaling, f.source, f.type, std::string(name) + "."};
+  if (params) theta = g.number("rope_theta", theta);
+  const std::string type = g.string("rope_type", g.string("type", "default"));
+  std::vector<std::string> keys = {"rope_type", "type", "rope_theta"};
+  if (type == "default") {
+    r.kind = RopeScaling::none;
+  } else if (type == "linear" || type == "llama3" || type == "yarn") {
+    r.kind = type == "linear" ? RopeScaling::linear : type == "llama3" ? RopeScaling::llama3 : RopeScaling::yarn;
+    r.factor = g.number("factor", 0.0f);
+    MT_DATA_CHECK(g.get("factor"), "{}: '{}.factor' is missing; rope_type \"{}\" needs it", f.source, name, type);
+    keys.emplace_back("factor");
+  } else {
+    throw DataError(
+        fmt::format("{}: {}.rope_type = \"{}\" is not supported: megatrain computes \"default\", "
+                    "\"linear\", \"llama3\" and \"yarn\" (\"dynamic\" and \"longrope\" change with the "
+                    "sequence's length)",
+                    f.source, name, type));
+  }
+  if (r.kind == RopeScaling::llama3) {
+    r.low_freq_factor = g.number("low_freq_factor", 0.0f);
+    r.high_freq_factor = g.number("high_freq_factor", 0.0f);
+    r.original_max_len = g.integer("original_max_position_embeddings");
+    for (const char* k : {"low_freq_factor", "high_freq_factor"})
+      MT_DATA_CHECK(g.get(k), "{}: '{}.{}' is missing; rope_type \"llama3\" needs it", f.source, name, k);
+    keys.insert(keys.end(), {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  }
+  if (r.kind == RopeScaling::yarn) {
+    // transformers reads `beta_fast or 32`: 0 too stands for the default.
+    r.beta_fast = g.number("beta_fast", 0.0f) != 0.0f ? g.number("beta_fast", 0.0f) : 32.0f;
+    r.beta_slow = g.number("beta_slow", 0.0f) != 0.0f ? g.number("beta_slow", 0.0f) : 1.0f;
+    r.attention_factor = g.number("attention_factor", 0.0f);
+    MT_DATA_CHECK(g.boolean("truncate", true),
+                  "{}: {}.truncate = false is not supported: megatrain rounds YaRN's ramp bounds to whole pairs",
+                  f.source, name);
+    r.original_max_len = g.integer("original_max_position_embeddings", 0);
+    MT_DATA_CHECK(
+        r.original_max_len == 0 || r.factor * static_cast<float>(r.original_max_len) == static_cast<float>(max_len),
+        "{}: {}.factor = {} is not max_position_embeddings / original_max_position_embeddings = {} / {}: "
+        "transformers versions disagree on which of the two YaRN then uses; make them agree",
+        f.source, name, r.factor, max_len, r.original_max_len);
+    keys.insert(keys.end(),
+                {"beta_fast", "beta_slow", "attention_factor", "truncate", "original_max_position_embeddings"});
+  }
+  for (const auto& [key, value] : scaling->items())
+    MT_DATA_CHECK(value.is_null() || std::find(keys.begin(), keys.end(), key) != keys.end(),
+                  "{}: {}.{} = {} is not supported: megatrain's \"{}\" RoPE does not read it", f.source, name, key,
+                  value.dump(), type);
+  return r;
 }
 
 // What LlamaConfig and MixtralConfig default differently.
@@ -131,22 +197,11 @@ ModelConfig llama_model(const Fields& f, const LlamaDefaults& d) {
   m.init_std = f.number("initializer_range", 0.02f);
   m.dropout = 0.0f;
   m.tie_embeddings = f.boolean("tie_word_embeddings", false);
-  // transformers 5 keeps RoPE settings in rope_parameters; 4 in rope_theta and rope_scaling.
-  const json* params = f.get("rope_parameters");
-  const json* scaling = f.get("rope_scaling");
   m.rope_theta = f.number("rope_theta", d.rope_theta);
-  if (params && params->is_object() && params->contains("rope_theta") && (*params)["rope_theta"].is_number())
-    m.rope_theta = static_cast<float>((*params)["rope_theta"].get<double>());
-  for (const auto& [key, value] : {std::pair{"rope_scaling", scaling}, std::pair{"rope_parameters", params}}) {
-    if (!value) continue;
-    std::string type = "default";
-    if (value->is_object())
-      for (const char* k : {"rope_type", "type"})
-        if (value->contains(k) && (*value)[k].is_string()) type = (*value)[k].get<std::string>();
-    MT_DATA_CHECK(value->is_object() && type == "default",
-                   "{}: {} = {} is not supported: megatrain's RoPE is the default, unscaled one", f.source, key,
-                   value->dump());
-  }
+  m.rope_scaling = rope_scaling_of(f, m.max_seq_len, m.rope_theta);
+  MT_DATA_CHECK(f.number("partial_rotary_factor", 1.0f) == 1.0f,
+                "{}: partial_rotary_factor = {} is not supported: megatrain's RoPE turns the whole head", f.source,
+                f.number("partial_rotary_factor", 1.0f));
   f.require("hidden_act", f.string("hidden_act", "silu"), std::string("silu"), "megatrain's swiglu gates with silu");
   f.require("attention_bias", f.boolean("attention_bias", false), false, "megatrain's Llama family has no biases");
   f.require("mlp_bias", f.boolean("mlp_bias", false), false, "megatrain's Llama family has no biases");
@@ -178,8 +233,47 @@ ModelConfig mixtral_model(const Fields& f) {
                 "{}: sliding_window = {} is not supported: megatrain attends over the whole context "
                 "(max_position_embeddings = {}); use null",
                 f.source, window, m.max_seq_len);
+  MT_DATA_CHECK(m.rope_scaling.kind == RopeScaling::none,
+                "{}: rope_scaling is not supported for Mixtral: MixtralConfig has no rope scaling; use null", f.source);
   // router_jitter_noise, like attention_dropout, perturbs training only and is not read.
   return m;
+}
+
+// Qwen2 (Qwen2.5) is Llama with a bias on the q, k and v projections (not on o_proj or the MLP) and
+// its own defaults; its sliding window binds only when use_sliding_window is true, from block
+// max_window_layers on, and then only if shorter than the context.
+ModelConfig qwen2_model(const Fields& f) {
+  ModelConfig m = llama_model(f, LlamaDefaults{32, 32768, 1e-6f, 10000.0f});
+  m.qkv_bias = true;
+  const int window = f.integer("sliding_window", 4096);
+  const bool binds = f.boolean("use_sliding_window", false) && window < m.max_seq_len &&
+                     f.integer("max_window_layers", 28) < m.n_layers;
+  MT_DATA_CHECK(!binds,
+                "{}: use_sliding_window = true with sliding_window = {} is not supported: megatrain attends over the "
+                "whole context (max_position_embeddings = {}); set use_sliding_window to false",
+                f.source, window, m.max_seq_len);
+  return m;
+}
+
+// rope_scaling as transformers 4 writes it: null, or the type and the parameters it reads.
+json rope_scaling_json(const ModelConfig& m) {
+  const RopeScalingConfig& r = m.rope_scaling;
+  if (r.kind == RopeScaling::none) return nullptr;
+  json j;
+  j["rope_type"] = r.kind == RopeScaling::linear ? "linear" : r.kind == RopeScaling::llama3 ? "llama3" : "yarn";
+  j["factor"] = json_float(r.factor);
+  if (r.kind == RopeScaling::llama3) {
+    j["low_freq_factor"] = json_float(r.low_freq_factor);
+    j["high_freq_factor"] = json_float(r.high_freq_factor);
+    j["original_max_position_embeddings"] = r.original_max_len;
+  }
+  if (r.kind == RopeScaling::yarn) {
+    j["beta_fast"] = json_float(r.beta_fast);
+    j["beta_slow"] = json_float(r.beta_slow);
+    if (r.attention_factor > 0.0f) j["attention_factor"] = json_float(r.attention_factor);
+    if (r.original_max_len > 0) j["original_max_position_embeddings"] = r.original_max_len;
+  }
+  return j;
 }
 
 }  // namespace
@@ -208,9 +302,9 @@ json hf_config_json(const ModelConfig& m, HfFamily family, Precision dtype) {
     j["tie_word_embeddings"] = true;
     return j;
   }
-  const bool mixtral = family == HfFamily::mixtral;
+  const bool mixtral = family == HfFamily::mixtral, qwen2 = family == HfFamily::qwen2;
   j["architectures"] = {hf_architecture(family)};
-  j["model_type"] = mixtral ? "mixtral" : "llama";
+  j["model_type"] = mixtral ? "mixtral" : qwen2 ? "qwen2" : "llama";
   j["hidden_size"] = m.d_model;
   j["intermediate_size"] = mixtral ? m.expert_ffn_dim() : m.ffn_dim();
   j["num_hidden_layers"] = m.n_layers;
@@ -223,8 +317,15 @@ json hf_config_json(const ModelConfig& m, HfFamily family, Precision dtype) {
   j["hidden_act"] = "silu";
   j["attention_dropout"] = 0.0;
   j["tie_word_embeddings"] = m.tie_embeddings;
+  if (qwen2) {
+    j["rope_scaling"] = rope_scaling_json(m);
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = m.n_layers;
+    return j;
+  }
   if (!mixtral) {
-    j["rope_scaling"] = nullptr;
+    j["rope_scaling"] = rope_scaling_json(m);
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
     j["pretraining_tp"] = 1;
@@ -252,11 +353,14 @@ ModelConfig hf_model_config(const json& config, const std::string& source) {
     m = llama_model(f, LlamaDefaults{});
   else if (type == "mixtral")
     m = mixtral_model(f);
+  else if (type == "qwen2")
+    m = qwen2_model(f);
   else
-    throw DataError(fmt::format("{}: model_type \"{}\" is not supported; megatrain imports \"gpt2\" "
-                                 "(GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) and \"mixtral\" "
-                                 "(MixtralForCausalLM)",
-                                 source, type));
+    throw DataError(
+        fmt::format("{}: model_type \"{}\" is not supported; megatrain imports \"gpt2\" "
+                    "(GPT2LMHeadModel), \"llama\" (LlamaForCausalLM), \"mixtral\" "
+                    "(MixtralForCausalLM) and \"qwen2\" (Qwen2ForCausalLM)",
+                    source, type));
   validate_model_config(m, source);  // before any tensor is sized from m
   return m;
 }

@@ -42,19 +42,28 @@ std::vector<std::string> llama_failures(const ModelConfig& m) {
   return f;
 }
 
+// Llama's arithmetic without its qkv rule: Llama has no bias on q/k/v, Qwen2 has one.
+std::vector<std::string> llama_family_failures(const ModelConfig& m, bool qkv_bias) {
+  std::vector<std::string> f = llama_failures(m);
+  if (m.qkv_bias != qkv_bias) f.push_back(fmt::format("model.qkv_bias = {}", qkv_bias));
+  return f;
+}
+
 // Mixtral is Llama with every MLP replaced by transformers' MixtralSparseMoeBlock, which routes by
 // softmax over all experts, takes the top k and renormalises their k gates, and has nothing beside
 // the routed experts. That is megatrain's softmax router for k ≥ 2 only: at k = 1 megatrain's gate
 // is the expert's probability (Switch), Mixtral's renormalised gate is 1.
 std::vector<std::string> mixtral_failures(const ModelConfig& m) {
-  std::vector<std::string> f = llama_failures(m);
+  std::vector<std::string> f = llama_family_failures(m, false);
+  if (m.rope_scaling.kind != RopeScaling::none) f.emplace_back("model.rope_scaling = \"none\"");
   std::vector<int> dense;
   for (int l = 0; l < m.n_layers; ++l)
     if (!m.moe.is_moe_layer(l)) dense.push_back(l);
   if (!dense.empty())
-    f.push_back(fmt::format("moe.layers = 1 or a list of every block (Mixtral has no dense blocks; dense here: "
-                            "blocks {})",
-                            fmt::join(dense, ", ")));
+    f.push_back(
+        fmt::format("moe.layers = 1 or a list of every block (Mixtral has no dense blocks; dense here: "
+                    "blocks {})",
+                    fmt::join(dense, ", ")));
   if (m.moe.router != RouterKind::softmax) f.emplace_back("moe.router = \"softmax\"");
   if (m.moe.top_k < 2)
     f.emplace_back("moe.top_k >= 2 (Mixtral renormalises the chosen gates, so its top-1 gate is always 1)");
@@ -84,14 +93,14 @@ std::string shape_text(const std::vector<int64_t>& s) { return fmt::format("[{}]
 bool ignorable(const std::string& name, const ModelConfig& m) {
   // Buffers older transformers saved (GPT-2's causal mask, Llama's RoPE frequencies), and the head a
   // tied model may carry as a copy of the embedding.
-  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
-         name.ends_with("rotary_emb.inv_freq") || (m.tie_embeddings && name == "lm_head.weight");
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") || name.ends_with("rotary_emb.inv_freq") ||
+         (m.tie_embeddings && name == "lm_head.weight");
 }
 
 nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);
   MT_DATA_CHECK(in.good(), "{}: cannot be opened; a Hugging Face model folder holds config.json and model.safetensors",
-                 path.string());
+                path.string());
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
@@ -103,9 +112,14 @@ nlohmann::json read_json(const fs::path& path) {
 
 const char* hf_architecture(HfFamily family) {
   switch (family) {
-    case HfFamily::gpt2: return "GPT2LMHeadModel";
-    case HfFamily::llama: return "LlamaForCausalLM";
-    case HfFamily::mixtral: return "MixtralForCausalLM";
+    case HfFamily::gpt2:
+      return "GPT2LMHeadModel";
+    case HfFamily::llama:
+      return "LlamaForCausalLM";
+    case HfFamily::qwen2:
+      return "Qwen2ForCausalLM";
+    case HfFamily::mixtral:
+      return "MixtralForCausalLM";
   }
   throw Error("unknown HfFamily");
 }
@@ -114,17 +128,19 @@ HfFamily hf_family(const ModelConfig& m, const std::string& source) {
   if (m.moe.enabled()) {
     const auto mixtral = mixtral_failures(m);
     if (mixtral.empty()) return HfFamily::mixtral;
-    throw DataError(fmt::format("{}: this MoE model has no Hugging Face equivalent: as Mixtral (MixtralForCausalLM) "
-                                "it would need {}",
-                                source, fmt::join(mixtral, ", ")));
+    throw DataError(
+        fmt::format("{}: this MoE model has no Hugging Face equivalent: as Mixtral (MixtralForCausalLM) "
+                    "it would need {}",
+                    source, fmt::join(mixtral, ", ")));
   }
-  const auto gpt2 = gpt2_failures(m), llama = llama_failures(m);
+  const auto gpt2 = gpt2_failures(m), llama = llama_family_failures(m, false), qwen2 = llama_family_failures(m, true);
   if (gpt2.empty()) return HfFamily::gpt2;
   if (llama.empty()) return HfFamily::llama;
+  if (qwen2.empty()) return HfFamily::qwen2;
   throw DataError(fmt::format(
       "{}: this model has no Hugging Face equivalent: as GPT-2 (GPT2LMHeadModel) it would need {}; as Llama "
-      "(LlamaForCausalLM) it would need {}",
-      source, fmt::join(gpt2, ", "), fmt::join(llama, ", ")));
+      "(LlamaForCausalLM) it would need {}; as Qwen2 (Qwen2ForCausalLM) it would need {}",
+      source, fmt::join(gpt2, ", "), fmt::join(llama, ", "), fmt::join(qwen2, ", ")));
 }
 
 std::vector<int64_t> HfTensorMap::hf_shape() const {
@@ -170,9 +186,14 @@ std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& m, HfFamily family) {
     add(h + "self_attn.q_proj.weight", L + "attn.qkv.weight", 0, H * D, C, false);
     add(h + "self_attn.k_proj.weight", L + "attn.qkv.weight", H * D, Hkv * D, C, false);
     add(h + "self_attn.v_proj.weight", L + "attn.qkv.weight", (H + Hkv) * D, Hkv * D, C, false);
+    if (family == HfFamily::qwen2) {
+      add(h + "self_attn.q_proj.bias", L + "attn.qkv.bias", 0, H * D, 0, false);
+      add(h + "self_attn.k_proj.bias", L + "attn.qkv.bias", H * D, Hkv * D, 0, false);
+      add(h + "self_attn.v_proj.bias", L + "attn.qkv.bias", (H + Hkv) * D, Hkv * D, 0, false);
+    }
     add(h + "self_attn.o_proj.weight", L + "attn.proj.weight", 0, C, H * D, false);
     add(h + "post_attention_layernorm.weight", L + "mlp_norm.weight", 0, C, 0, false);
-    if (family == HfFamily::llama) {
+    if (family != HfFamily::mixtral) {
       add(h + "mlp.gate_proj.weight", L + "mlp.fc.weight", 0, F, C, false);  // fc = [gate | up]
       add(h + "mlp.up_proj.weight", L + "mlp.fc.weight", F, F, C, false);
       add(h + "mlp.down_proj.weight", L + "mlp.proj.weight", 0, C, F, false);
@@ -247,8 +268,7 @@ HfWeights HfWeights::open(const std::string& dir) {
   } else if (fs::exists(index)) {
     w.source_ = index.string();
     const nlohmann::json j = read_json(index);
-    MT_DATA_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "{}: no \"weight_map\" object",
-                   w.source_);
+    MT_DATA_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "{}: no \"weight_map\" object", w.source_);
     std::set<std::string> files;
     for (const auto& [name, file] : j["weight_map"].items()) {
       MT_DATA_CHECK(file.is_string(), "{}: weight_map[\"{}\"] must be a file name", w.source_, name);
@@ -256,16 +276,17 @@ HfWeights HfWeights::open(const std::string& dir) {
     }
     for (const std::string& f : files) paths.push_back(fs::path(dir) / f);
   } else {
-    throw DataError(fmt::format("{}: holds neither model.safetensors nor model.safetensors.index.json; save the "
-                                 "model with save_pretrained(…, safe_serialization=True)",
-                                 dir));
+    throw DataError(
+        fmt::format("{}: holds neither model.safetensors nor model.safetensors.index.json; save the "
+                    "model with save_pretrained(…, safe_serialization=True)",
+                    dir));
   }
   for (const fs::path& p : paths) {
     w.files_.push_back(SafetensorsFile::open(p.string()));
     for (const std::string& name : w.files_.back().names()) {
       const auto [it, fresh] = w.where_.emplace(name, w.files_.size() - 1);
       MT_DATA_CHECK(fresh, "{}: tensor '{}' is in both {} and {}", w.source_, name, w.files_[it->second].path(),
-                     p.string());
+                    p.string());
     }
   }
   return w;
@@ -309,9 +330,9 @@ HfImport hf_import(const std::string& dir) {
     const std::string name = strip ? t.hf_name.substr(prefix.size()) : t.hf_name;
     const TensorInfo* info = w.find(name);
     MT_DATA_CHECK(info, "{}: tensor '{}' is missing; {} describes a {} that needs it", w.source(), name,
-                   config_path.string(), hf_architecture(family));
-    MT_DATA_CHECK(info->shape == t.hf_shape(), "{}: tensor '{}' has shape {}, but {} implies {}", w.file_of(name),
-                   name, shape_text(info->shape), config_path.string(), shape_text(t.hf_shape()));
+                  config_path.string(), hf_architecture(family));
+    MT_DATA_CHECK(info->shape == t.hf_shape(), "{}: tensor '{}' has shape {}, but {} implies {}", w.file_of(name), name,
+                  shape_text(info->shape), config_path.string(), shape_text(t.hf_shape()));
     float* block = block_of(r.params.data(), r.layout, t);
     const int64_t width = std::max<int64_t>(t.cols, 1), n = t.rows * width;
     if (!t.transpose) {
@@ -328,11 +349,11 @@ HfImport hf_import(const std::string& dir) {
   for (const std::string& name : w.names())
     if (!used.count(name) && !ignorable(name, r.model)) extra.push_back(name);
   MT_DATA_CHECK(extra.empty(),
-                 "{}: unexpected tensors {}{}: {} describes a {} without them; megatrain cannot import a model "
-                 "with extra parts",
-                 w.source(), fmt::join(extra.begin(), extra.begin() + std::min<size_t>(extra.size(), 5), ", "),
-                 extra.size() > 5 ? fmt::format(" and {} more", extra.size() - 5) : "", config_path.string(),
-                 hf_architecture(family));
+                "{}: unexpected tensors {}{}: {} describes a {} without them; megatrain cannot import a model "
+                "with extra parts",
+                w.source(), fmt::join(extra.begin(), extra.begin() + std::min<size_t>(extra.size(), 5), ", "),
+                extra.size() > 5 ? fmt::format(" and {} more", extra.size() - 5) : "", config_path.string(),
+                hf_architecture(family));
   return r;
 }
 

@@ -1,8 +1,10 @@
 // Interop with Hugging Face transformers: a megatrain model ↔ a model folder holding config.json and
 // model.safetensors. Three families map: GPT-2 (layernorm, learned positions, gelu, bias, tied
 // embeddings, no GQA) ↔ GPT2LMHeadModel, Llama (rmsnorm, rope, swiglu, no bias) ↔
-// LlamaForCausalLM, and Mixtral (Llama with every block MoE: softmax router, top-k ≥ 2, no shared
-// or residual experts, no aux-free bias) ↔ MixtralForCausalLM. Mixtral in transformers is dropless,
+// LlamaForCausalLM, Qwen2 / Qwen2.5 (Llama with a bias on q, k and v) ↔ Qwen2ForCausalLM, and
+// Mixtral (Llama with every block MoE: softmax router, top-k ≥ 2, no shared or residual experts, no
+// aux-free bias, no RoPE scaling) ↔ MixtralForCausalLM. Llama and Qwen2 carry RoPE scaling
+// (linear, llama3, yarn: model.rope_scaling). Mixtral in transformers is dropless,
 // so an exported MoE model routes dropless whatever capacity_factor it trained with; capacity, drop
 // policy and the aux / z loss weights are training settings that do not change the weights. One
 // table (hf_tensor_map) says where every Hugging Face tensor lives in our flat parameter buffer,
@@ -23,13 +25,14 @@
 
 namespace megatrain {
 
-enum class HfFamily { gpt2, llama, mixtral };
+enum class HfFamily { gpt2, llama, qwen2, mixtral };
 
-// The transformers class of a family: "GPT2LMHeadModel", "LlamaForCausalLM", "MixtralForCausalLM".
+// The transformers class of a family: "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM",
+// "MixtralForCausalLM".
 const char* hf_architecture(HfFamily family);
 
 // The family `m` exports as. Anything else is an DataError naming `source` and listing, for each
-// family that could hold it (GPT-2 and Llama for a dense model, Mixtral for an MoE one), the
+// family that could hold it (GPT-2, Llama and Qwen2 for a dense model, Mixtral for an MoE one), the
 // constraints `m` fails.
 HfFamily hf_family(const ModelConfig& m, const std::string& source);
 

@@ -78,8 +78,8 @@ std::string matmul_path(const Stream& s) {
   return s.matmul == Precision::fp32 ? "the float32 GEMM" : cpu::half_gemm_path(s.matmul);
 }
 
-void layernorm_forward(const Stream& s, Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
-                       Tensor bias, float eps) {
+void layernorm_forward(const Stream& s, Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias,
+                       float eps) {
   DeviceBackend* dev = backend_for(s, "layernorm_forward", {out, mean, rstd, inp, weight, bias});
   const int64_t N = rows(inp);
   const int C = last(inp);
@@ -135,8 +135,8 @@ void rmsnorm_backward(const Stream& s, Tensor dinp, Tensor dweight, Tensor dout,
   expect_f32(dweight, "dweight", C);
   float* dr = opt(dresidual, "dresidual", N * C);
   if (dev)
-    return dev->rmsnorm_backward(s, dinp.f32(), dweight.f32(), dout.f32(), dr, inp.f32(), weight.f32(), rstd.f32(),
-                                 N, C);
+    return dev->rmsnorm_backward(s, dinp.f32(), dweight.f32(), dout.f32(), dr, inp.f32(), weight.f32(), rstd.f32(), N,
+                                 C);
   cpu::rmsnorm_backward(dinp.f32(), dweight.f32(), dout.f32(), dr, inp.f32(), weight.f32(), rstd.f32(), N, C);
 }
 
@@ -186,17 +186,19 @@ void swiglu_backward(const Stream& s, Tensor dinp, Tensor dout, Tensor inp) {
   cpu::swiglu_backward(dinp.f32(), dout.f32(), inp.f32(), N, F);
 }
 
-void rope_apply(const Stream& s, Tensor qkv, int n_heads, int n_kv_heads, float theta, RopeDirection dir, int pos0) {
+void rope_apply(const Stream& s, Tensor qkv, int n_heads, int n_kv_heads, const RopeFrequencies& freq,
+                RopeDirection dir, int pos0) {
   DeviceBackend* dev = backend_for(s, "rope_apply", {qkv});
   MT_CHECK(qkv.shape.ndim == 3, "qkv must be (B, T, (H + 2·Hkv)·D), got {}", qkv.shape.str());
   const int D = static_cast<int>(qkv.shape[2] / (n_heads + 2 * n_kv_heads));
   MT_CHECK(D % 2 == 0 && D <= 1024, "rope needs an even head_dim ≤ 1024, got {}", D);
   const int B = static_cast<int>(qkv.shape[0]), T = static_cast<int>(qkv.shape[1]);
   expect_activation(s, qkv, "qkv", qkv.numel());
-  if (dev) return dev->rope_apply(s, qkv.f32(), B, T, n_heads, n_kv_heads, D, theta, dir, pos0);
+  if (dev) return dev->rope_apply(s, qkv.f32(), B, T, n_heads, n_kv_heads, D, freq, dir, pos0);
   const bool inverse = dir == RopeDirection::backward;
-  if (qkv.dtype == DType::bf16) return cpu::rope_apply(bf16_data(qkv), B, T, n_heads, n_kv_heads, D, theta, inverse, pos0);
-  cpu::rope_apply(qkv.f32(), B, T, n_heads, n_kv_heads, D, theta, inverse, pos0);
+  if (qkv.dtype == DType::bf16)
+    return cpu::rope_apply(bf16_data(qkv), B, T, n_heads, n_kv_heads, D, freq, inverse, pos0);
+  cpu::rope_apply(qkv.f32(), B, T, n_heads, n_kv_heads, D, freq, inverse, pos0);
 }
 
 namespace {

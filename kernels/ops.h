@@ -18,6 +18,7 @@
 
 #include "kernels/device.h"
 #include "kernels/rng.h"
+#include "kernels/rope_frequencies.h"
 #include "kernels/tensor.h"
 
 namespace megatrain {
@@ -61,34 +62,35 @@ void layernorm_backward(const Stream& s, Tensor dinp,  // (N, C)
                         Tensor dresidual,              // (N, C) or empty
                         Tensor inp, Tensor weight,     // (N, C), (C)
                         Tensor mean, Tensor rstd);     // (N), (N)
-void rmsnorm_forward(const Stream& s, Tensor out,  // (N, C)
-                     Tensor rstd,                  // (N)
-                     Tensor inp, Tensor weight,    // (N, C), (C)
+void rmsnorm_forward(const Stream& s, Tensor out,      // (N, C)
+                     Tensor rstd,                      // (N)
+                     Tensor inp, Tensor weight,        // (N, C), (C)
                      float eps);
-void rmsnorm_backward(const Stream& s, Tensor dinp,  // (N, C)
-                      Tensor dweight,                // (C) +=
-                      Tensor dout, Tensor dresidual, // (N, C), (N, C) or empty
-                      Tensor inp, Tensor weight,     // (N, C), (C)
-                      Tensor rstd);                  // (N)
+void rmsnorm_backward(const Stream& s, Tensor dinp,   // (N, C)
+                      Tensor dweight,                 // (C) +=
+                      Tensor dout, Tensor dresidual,  // (N, C), (N, C) or empty
+                      Tensor inp, Tensor weight,      // (N, C), (C)
+                      Tensor rstd);                   // (N)
 
 // ---- activations: inp, out and dinp f32 | bf16 (one dtype), dout f32 ----
 // GELU, tanh approximation (GPT-2).
-void gelu_forward(const Stream& s, Tensor out, Tensor inp);              // (N), (N)
+void gelu_forward(const Stream& s, Tensor out, Tensor inp);                 // (N), (N)
 void gelu_backward(const Stream& s, Tensor dinp, Tensor dout, Tensor inp);  // (N) each
 // SwiGLU: inp = [gate | up] along the last dim; out = silu(gate) * up.
-void swiglu_forward(const Stream& s, Tensor out,  // (N, F)
-                    Tensor inp);                  // (N, 2F)
+void swiglu_forward(const Stream& s, Tensor out,    // (N, F)
+                    Tensor inp);                    // (N, 2F)
 void swiglu_backward(const Stream& s, Tensor dinp,  // (N, 2F)
                      Tensor dout,                   // (N, F)
                      Tensor inp);                   // (N, 2F)
 
 // ---- rotary position embedding, Hugging Face Llama rotate-half convention, in place ----
-// qkv rows hold [q heads | k heads | v heads]; only q and k rotate. Backward rotates by −θ.
-// qkv is f32 | bf16.
+// qkv rows hold [q heads | k heads | v heads]; only q and k rotate, at the frequencies of `freq`
+// (kernels/rope_frequencies.h: the base θ and a context-extension scaling). Backward is the
+// transpose: the rotation by −angle, times the same attention factor. qkv is f32 | bf16.
 // Row t of each sequence is at position pos0 + t (pos0 > 0: incremental decoding with a KV cache).
 enum class RopeDirection { forward, backward };
 void rope_apply(const Stream& s, Tensor qkv,  // (B, T, (H + 2·Hkv)·D)
-                int n_heads, int n_kv_heads, float theta, RopeDirection dir, int pos0 = 0);
+                int n_heads, int n_kv_heads, const RopeFrequencies& freq, RopeDirection dir, int pos0 = 0);
 
 // ---- causal attention, block-wise with online softmax (flash-attention style) ----
 // Which implementation the two ops below run on a CUDA stream (train.attention_backend; the
@@ -197,10 +199,10 @@ void cross_entropy_sums(const Stream& s, Tensor sum_exp,  // (N)
                         Tensor row_max,                   // (N) the global maxima
                         Tensor targets,                   // (N) i32
                         int vocab_begin, int valid, LossGrad grad);
-void cross_entropy_finish(const Stream& s, Tensor losses,  // (N)
-                          Tensor logits,                   // (N, V) → dlogits if in_place
+void cross_entropy_finish(const Stream& s, Tensor losses,                       // (N)
+                          Tensor logits,                                        // (N, V) → dlogits if in_place
                           Tensor row_max, Tensor sum_exp, Tensor target_logit,  // (N) each, global
-                          Tensor targets,                  // (N) i32
+                          Tensor targets,                                       // (N) i32
                           int vocab_begin, int valid, LossGrad grad, float dlogits_scale);
 
 // ---- Mixture of Experts: tokens moved by a routing plan (model/moe.h) ----
@@ -208,17 +210,17 @@ void cross_entropy_finish(const Stream& s, Tensor losses,  // (N)
 // send buffer, −1 when capacity dropped it; gates (N, k) its combine weight. Rows of send / out
 // that no assignment names are left as they are.
 // send[row[a]] = x[t]; backward: dx[t] += Σ_j dsend[row[t·k + j]] over kept j.
-void moe_permute(const Stream& s, Tensor send,  // (≥ N·k, C)
-                 Tensor x,                      // (N, C)
-                 Tensor row);                   // (N, k) i32
+void moe_permute(const Stream& s, Tensor send,         // (≥ N·k, C)
+                 Tensor x,                             // (N, C)
+                 Tensor row);                          // (N, k) i32
 void moe_permute_backward(const Stream& s, Tensor dx,  // (N, C) +=
                           Tensor dsend,                // (≥ N·k, C)
                           Tensor row);                 // (N, k) i32
 // The combine: y[t] = Σ_j gates[a] · out[row[a]] over kept j (0 for a token with none); backward:
 // dgates[a] = ⟨dy[t], out[row[a]]⟩ (summed in double; 0 when dropped), dout[row[a]] = gates[a]·dy[t].
-void moe_unpermute(const Stream& s, Tensor y,  // (N, C) =
-                   Tensor out,                 // (≥ N·k, C)
-                   Tensor row, Tensor gates);  // (N, k) i32, (N, k)
+void moe_unpermute(const Stream& s, Tensor y,                // (N, C) =
+                   Tensor out,                               // (≥ N·k, C)
+                   Tensor row, Tensor gates);                // (N, k) i32, (N, k)
 void moe_unpermute_backward(const Stream& s, Tensor dgates,  // (N, k) =
                             Tensor dout,                     // (≥ N·k, C): the kept rows =
                             Tensor dy, Tensor out,           // (N, C), (≥ N·k, C)

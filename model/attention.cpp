@@ -4,8 +4,8 @@
 
 namespace megatrain {
 
-AttentionActivations attention_activations(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B,
-                                           int T, bool core, DType act) {
+AttentionActivations attention_activations(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B, int T,
+                                           bool core, DType act) {
   const LocalDims L = local_of(cfg, tp);
   const int64_t N = static_cast<int64_t>(B) * T, D = cfg.head_dim();
   AttentionActivations a;
@@ -17,8 +17,8 @@ AttentionActivations attention_activations(Arena& arena, const ModelConfig& cfg,
   return a;
 }
 
-WeightGradInputs attention_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B,
-                                              int T, DType act) {
+WeightGradInputs attention_weight_grad_inputs(Arena& arena, const ModelConfig& cfg, const TpShape& tp, int B, int T,
+                                              DType act) {
   Arena shapes_only = Arena::measuring();
   const AttentionActivations like = attention_activations(shapes_only, cfg, tp, B, T);
   return {arena.tensor(like.qkv.shape, act), arena.tensor(Shape{int64_t{B} * T, cfg.d_model})};
@@ -30,7 +30,7 @@ void attention_in(const Stream& s, const ModelConfig& cfg, const TensorParallel&
   norm_forward(s, cfg, a.norm, inp, w.norm);
   column_parallel_forward(s, a.qkv, enter_region(tp, a.norm, sc.gathered), w.qkv_w, w.qkv_b);
   if (cfg.position == PositionKind::rope)
-    rope_at(s, a.qkv, positions, L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::forward);
+    rope_at(s, a.qkv, positions, L.heads, L.kv_heads, rope_frequencies(cfg), RopeDirection::forward);
 }
 
 void attention_out(const Stream& s, const TensorParallel& tp, Tensor x_mid, BlockScratch& sc, Tensor att, Tensor inp,
@@ -56,14 +56,13 @@ void attention_sublayer_backward(const Stream& s, const ModelConfig& cfg, const 
   const bool now = !defer.deferred();
   const Tensor dattp = through_dropout(s, dmid, sc.proj, drop, kSiteAttn);
   const Tensor dproj_full = full_rows(tp, dattp, sc.partial);
-  row_parallel_backward(s, tp, sc.datt, now ? grad.proj_w : Tensor{}, grad.proj_b, dproj_full, dattp, a.att,
-                        w.proj_w);
+  row_parallel_backward(s, tp, sc.datt, now ? grad.proj_w : Tensor{}, grad.proj_b, dproj_full, dattp, a.att, w.proj_w);
   if (!now) copy(s, defer.d_out_proj, dproj_full);
   core.backward(s, sc.dqkv, sc.datt, a.qkv, a.att, a.lse);
   if (cfg.position == PositionKind::rope)
-    rope_at(s, sc.dqkv, core.positions(), L.heads, L.kv_heads, cfg.rope_theta, RopeDirection::backward);
-  column_parallel_backward(s, tp, sc.dnorm, full_rows(tp, sc.dnorm, sc.dfull), now ? grad.qkv_w : Tensor{},
-                           grad.qkv_b, sc.dqkv, enter_region(tp, a.norm, sc.gathered), w.qkv_w);
+    rope_at(s, sc.dqkv, core.positions(), L.heads, L.kv_heads, rope_frequencies(cfg), RopeDirection::backward);
+  column_parallel_backward(s, tp, sc.dnorm, full_rows(tp, sc.dnorm, sc.dfull), now ? grad.qkv_w : Tensor{}, grad.qkv_b,
+                           sc.dqkv, enter_region(tp, a.norm, sc.gathered), w.qkv_w);
   if (!now) copy(s, defer.d_in_proj, sc.dqkv);
   norm_backward(s, cfg, dinp, grad.norm, sc.dnorm, dmid, a.norm, inp, w.norm);
 }

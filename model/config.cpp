@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "kernels/field_rules.h"
 
 namespace megatrain {
@@ -27,7 +30,61 @@ void validate_moe_architecture(const ModelConfig& m, const std::string& source) 
   }
 }
 
+// model.rope_scaling's parameters against each other and the rest of [model].
+void validate_rope_scaling(const ModelConfig& m, const std::string& source) {
+  const RopeScalingConfig& r = m.rope_scaling;
+  if (r.kind == RopeScaling::none) return;
+  MT_INPUT_CHECK(m.position == PositionKind::rope,
+                 "{}: model.rope_scaling is set but model.position = \"learned\"; rope_scaling rescales RoPE's "
+                 "frequencies, so set position = \"rope\" or rope_scaling = \"none\"",
+                 source);
+  MT_INPUT_CHECK(r.factor >= 1.0f,
+                 "{}: model.rope_factor = {} must be at least 1 (how many times the context grew); set it to the "
+                 "checkpoint's rope_scaling.factor",
+                 source, r.factor);
+  if (r.kind == RopeScaling::llama3) {
+    MT_INPUT_CHECK(r.original_max_len > 0,
+                   "{}: model.rope_scaling = \"llama3\" needs model.rope_original_max_len, the pretraining context "
+                   "(Llama 3.1: 8192)",
+                   source);
+    MT_INPUT_CHECK(
+        r.low_freq_factor > 0.0f && r.high_freq_factor > r.low_freq_factor,
+        "{}: model.rope_low_freq_factor = {} and model.rope_high_freq_factor = {} must satisfy 0 < low < high "
+        "(Llama 3.1: 1 and 4)",
+        source, r.low_freq_factor, r.high_freq_factor);
+  }
+  if (r.kind == RopeScaling::yarn)
+    MT_INPUT_CHECK(r.beta_slow > 0.0f && r.beta_fast > r.beta_slow,
+                   "{}: model.rope_beta_fast = {} and model.rope_beta_slow = {} must satisfy 0 < beta_slow < beta_fast "
+                   "(YaRN's defaults: 32 and 1)",
+                   source, r.beta_fast, r.beta_slow);
+}
+
 }  // namespace
+
+RopeFrequencies rope_frequencies(const ModelConfig& m) {
+  const RopeScalingConfig& r = m.rope_scaling;
+  RopeFrequencies f;
+  f.theta = m.rope_theta;
+  f.scaling = r.kind;
+  f.factor = r.factor;
+  f.original_len = r.original_max_len;
+  f.low_freq_factor = r.low_freq_factor;
+  f.high_freq_factor = r.high_freq_factor;
+  if (r.kind != RopeScaling::yarn) return f;
+  // The pairs j whose wavelength fits beta_fast (from ramp_low on: scaled) and beta_slow (up to
+  // ramp_high: unscaled) rotations in the original context, as transformers' find_correction_range.
+  const double D = m.head_dim(), original = r.original_max_len > 0 ? r.original_max_len : m.max_seq_len;
+  const auto pair = [&](double rotations) {
+    return D * std::log(original / (rotations * 2.0 * 3.14159265358979323846)) / (2.0 * std::log(f.theta));
+  };
+  f.ramp_low = std::max(std::floor(pair(r.beta_fast)), 0.0);
+  f.ramp_high = std::min(std::ceil(pair(r.beta_slow)), D - 1.0);
+  if (f.ramp_high == f.ramp_low) f.ramp_high += 0.001;  // transformers' guard against a zero-width ramp
+  f.attention = r.attention_factor > 0.0f ? r.attention_factor
+                                          : static_cast<float>(0.1 * std::log(static_cast<double>(r.factor)) + 1.0);
+  return f;
+}
 
 void validate_model_fields(const ModelConfig& m, const std::string& source) {
   const FieldRules r{source};
@@ -42,6 +99,8 @@ void validate_model_fields(const ModelConfig& m, const std::string& source) {
   r.positive("model.init_std", m.init_std);
   r.positive("model.norm_eps", m.norm_eps);
   r.positive("model.rope_theta", m.rope_theta);
+  r.at_least("model.rope_original_max_len", m.rope_scaling.original_max_len, 0);
+  r.at_least("model.rope_attention_factor", m.rope_scaling.attention_factor, 0.0f, "(0 = YaRN's 0.1·ln(factor) + 1)");
 
   const MoeConfig& e = m.moe;
   r.at_least("moe.n_experts", e.n_experts, 0, "(0 = a dense model)");
@@ -68,6 +127,7 @@ void validate_model_config(const ModelConfig& m, const std::string& source) {
                  "{}: model.position = \"rope\" needs an even head dimension, but model.d_model / model.n_heads = "
                  "{} / {} = {}; change d_model or n_heads",
                  source, m.d_model, m.n_heads, m.head_dim());
+  validate_rope_scaling(m, source);
   validate_moe_architecture(m, source);
 }
 

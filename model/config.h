@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/rope_frequencies.h"
+
 namespace megatrain {
 
 enum class NormKind { layernorm, rmsnorm };
@@ -31,8 +33,8 @@ struct MoeConfig {
   float aux_free_bias = 0.0f;    // DeepSeek-V3 bias update rate (0 = off)
   float capacity_factor = 0.0f;  // 0 = dropless
   DropPolicy drop_policy = DropPolicy::probs;
-  int n_shared_experts = 0;      // always-on experts (one dense MLP of n_shared·d_ff_expert units)
-  bool residual = false;         // DeepSpeed PR-MoE: a dense MLP beside the experts, mixed by a learned coefficient
+  int n_shared_experts = 0;  // always-on experts (one dense MLP of n_shared·d_ff_expert units)
+  bool residual = false;     // DeepSpeed PR-MoE: a dense MLP beside the experts, mixed by a learned coefficient
 
   bool enabled() const { return n_experts > 0; }
   // The units of the dense branch beside the experts (model/moe_dense_branch.h; 0: no branch): the
@@ -49,6 +51,19 @@ struct MoeConfig {
   }
 };
 
+// model.rope_scaling and its parameters (Hugging Face's rope_scaling, for a context extended after
+// pretraining; kernels/rope_frequencies.h has the formulas). Needs position = "rope".
+struct RopeScalingConfig {
+  RopeScaling kind = RopeScaling::none;
+  float factor = 1.0f;            // linear, llama3, yarn: how many times the context grew (≥ 1)
+  float low_freq_factor = 1.0f;   // llama3
+  float high_freq_factor = 4.0f;  // llama3: > low_freq_factor
+  int original_max_len = 0;       // llama3: the pretraining context (required); yarn: 0 = max_seq_len
+  float beta_fast = 32.0f;        // yarn: the ramp's bounds, in rotations over the original context
+  float beta_slow = 1.0f;
+  float attention_factor = 0.0f;  // yarn: 0 = 0.1·ln(factor) + 1
+};
+
 struct ModelConfig {
   int n_layers = 4;
   int d_model = 128;
@@ -61,11 +76,13 @@ struct ModelConfig {
   PositionKind position = PositionKind::learned;
   ActivationKind activation = ActivationKind::gelu;
   bool bias = true;
+  bool qkv_bias = false;  // a bias on the q/k/v projection even when bias = false (Qwen2)
   bool tie_embeddings = true;
   float dropout = 0.0f;
   float init_std = 0.02f;
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  RopeScalingConfig rope_scaling;
   MoeConfig moe;
 
   int kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
@@ -81,6 +98,10 @@ struct ModelConfig {
   // an equal, 128-aligned share); the extra rows are zero and their logits excluded from the loss.
   int padded_vocab(int tp) const { return (vocab_size + 128 * tp - 1) / (128 * tp) * (128 * tp); }
 };
+
+// The frequencies RoPE turns this model's heads by: rope_theta and rope_scaling resolved (YaRN's ramp
+// bounds and attention factor as transformers computes them).
+RopeFrequencies rope_frequencies(const ModelConfig& m);
 
 // Single-field rules of [model]: InputError "SOURCE: model.KEY = VALUE must be …".
 void validate_model_fields(const ModelConfig& m, const std::string& source);

@@ -31,12 +31,14 @@ std::vector<RowPart> parts_of(const ParamSpec& s, TpCoord tp) {
 // rank's view `local` of it.
 int64_t matrix_global_index(const ParamSpec& s, const Shape& m, const Shape& local, TpCoord tp, int64_t e) {
   switch (s.split) {
-    case TpSplit::replicated: return e;
+    case TpSplit::replicated:
+      return e;
     case TpSplit::cols: {
       const int64_t cols = local[1];
       return (e / cols) * m[1] + tp.rank * cols + e % cols;
     }
-    case TpSplit::rows: break;
+    case TpSplit::rows:
+      break;
   }
   const int64_t inner = row_size(m);
   int64_t row = e / inner, global_first = 0;
@@ -75,8 +77,8 @@ ParamLayout::ParamLayout(std::vector<ParamSpec> specs, TpCoord tp, EpCoord ep)
                  "{}: a part of {} rows in {} shards does not split over tp = {}", s.name, p.rows, p.shards, tp.size);
         const int64_t mine = p.rows / p.shards;
         if (p.shards < tp.size)
-          shared_.push_back({FlatRange{total_ + rows * inner, total_ + (rows + mine) * inner}, tp.size / p.shards,
-                             s.partial_grad});
+          shared_.push_back(
+              {FlatRange{total_ + rows * inner, total_ + (rows + mine) * inner}, tp.size / p.shards, s.partial_grad});
         rows += mine;
         global += p.rows;
       }
@@ -201,18 +203,19 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
     }
   };
   // Column-parallel: output rows split (by parts); row-parallel: input columns split, bias replicated.
-  auto column = [&](const std::string& prefix, int64_t in, const std::vector<RowPart>& parts, bool partial) {
+  auto column = [&](const std::string& prefix, int64_t in, const std::vector<RowPart>& parts, bool partial, bool bias) {
     int64_t out = 0;
     for (const RowPart& r : parts) out += r.rows;
     ParamSpec w{prefix + ".weight", Shape{out, in}, TpSplit::rows, parts, ParamGroup::matrix, InitKind::normal};
     w.partial_grad = partial;
     p.push_back(w);
-    if (cfg.bias) p.push_back({prefix + ".bias", Shape{out}, TpSplit::rows, parts, ParamGroup::bias, InitKind::zeros,
-                               -1, partial});
+    if (bias)
+      p.push_back({prefix + ".bias", Shape{out}, TpSplit::rows, parts, ParamGroup::bias, InitKind::zeros, -1, partial});
   };
   auto row = [&](const std::string& prefix, int64_t out, int64_t in) {
     p.push_back({prefix + ".weight", Shape{out, in}, TpSplit::cols, {}, ParamGroup::matrix, InitKind::normal_residual});
-    if (cfg.bias) p.push_back({prefix + ".bias", Shape{out}, TpSplit::replicated, {}, ParamGroup::bias, InitKind::zeros});
+    if (cfg.bias)
+      p.push_back({prefix + ".bias", Shape{out}, TpSplit::replicated, {}, ParamGroup::bias, InitKind::zeros});
   };
   // An MoE block's router (replicated: every tp rank routes the same full rows) and its experts'
   // FC (column-parallel per expert, [gate | up] for SwiGLU) and projection (row-parallel), no biases.
@@ -221,22 +224,32 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
                                                 ? std::vector<RowPart>{{Fe, tp.size}, {Fe, tp.size}}
                                                 : std::vector<RowPart>{{Fe, tp.size}};
   auto moe = [&](const std::string& prefix) {
-    p.push_back({prefix + ".router.weight", Shape{E, C}, TpSplit::replicated, {}, ParamGroup::matrix, InitKind::normal});
+    p.push_back(
+        {prefix + ".router.weight", Shape{E, C}, TpSplit::replicated, {}, ParamGroup::matrix, InitKind::normal});
     if (cfg.moe.aux_free_bias > 0.0f)
       p.push_back({prefix + ".router.bias", Shape{E}, TpSplit::replicated, {}, ParamGroup::state, InitKind::zeros});
     // The dense branch beside the experts (model/moe_dense_branch.h): tp-split like the MLP, no biases.
     const int64_t Fd = cfg.moe.dense_branch_units(static_cast<int>(Fe));
     if (Fd > 0) {
       std::vector<RowPart> parts(expert_parts.size(), RowPart{Fd, tp.size});
-      p.push_back({prefix + ".shared.fc.weight", Shape{Fd * static_cast<int64_t>(parts.size()), C}, TpSplit::rows, parts,
-                   ParamGroup::matrix, InitKind::normal});
-      p.push_back({prefix + ".shared.proj.weight", Shape{C, Fd}, TpSplit::cols, {}, ParamGroup::matrix,
+      p.push_back({prefix + ".shared.fc.weight", Shape{Fd * static_cast<int64_t>(parts.size()), C}, TpSplit::rows,
+                   parts, ParamGroup::matrix, InitKind::normal});
+      p.push_back({prefix + ".shared.proj.weight",
+                   Shape{C, Fd},
+                   TpSplit::cols,
+                   {},
+                   ParamGroup::matrix,
                    InitKind::normal_residual});
     }
     if (cfg.moe.residual)
-      p.push_back({prefix + ".coef.weight", Shape{2, C}, TpSplit::replicated, {}, ParamGroup::matrix, InitKind::normal});
-    ParamSpec fc{prefix + ".experts.fc.weight", Shape{E, Fe * static_cast<int64_t>(expert_parts.size()), C},
-                 TpSplit::rows, expert_parts, ParamGroup::matrix, InitKind::normal};
+      p.push_back(
+          {prefix + ".coef.weight", Shape{2, C}, TpSplit::replicated, {}, ParamGroup::matrix, InitKind::normal});
+    ParamSpec fc{prefix + ".experts.fc.weight",
+                 Shape{E, Fe * static_cast<int64_t>(expert_parts.size()), C},
+                 TpSplit::rows,
+                 expert_parts,
+                 ParamGroup::matrix,
+                 InitKind::normal};
     fc.expert = true;
     p.push_back(fc);
     ParamSpec proj{prefix + ".experts.proj.weight", Shape{E, C, Fe}, TpSplit::cols, {}, ParamGroup::matrix,
@@ -246,26 +259,32 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
   };
   p.push_back({"embed.wte", Shape{Vp, C}, TpSplit::rows, {}, ParamGroup::embedding, InitKind::normal, cfg.vocab_size});
   if (cfg.position == PositionKind::learned)
-    p.push_back({"embed.wpe", Shape{cfg.max_seq_len, C}, TpSplit::replicated, {}, ParamGroup::embedding,
-                 InitKind::normal, -1, sequence_parallel});
+    p.push_back({"embed.wpe",
+                 Shape{cfg.max_seq_len, C},
+                 TpSplit::replicated,
+                 {},
+                 ParamGroup::embedding,
+                 InitKind::normal,
+                 -1,
+                 sequence_parallel});
   for (int l = 0; l < cfg.n_layers; ++l) {
     const std::string L = "layers." + std::to_string(l);
     norm(L + ".attn_norm");
     // Key/value heads shared by several tp ranks (kv_shards < tp) get partial gradients on each.
-    column(L + ".attn.qkv", C, qkv_parts, kv_shards < tp.size);
+    column(L + ".attn.qkv", C, qkv_parts, kv_shards < tp.size, cfg.bias || cfg.qkv_bias);
     row(L + ".attn.proj", C, H * D);
     norm(L + ".mlp_norm");
     if (cfg.moe.is_moe_layer(l)) {
       moe(L + ".moe");
       continue;
     }
-    column(L + ".mlp.fc", C, fc_parts, false);
+    column(L + ".mlp.fc", C, fc_parts, false, cfg.bias);
     row(L + ".mlp.proj", C, F);
   }
   norm("final_norm");
   if (!cfg.tie_embeddings)
-    p.push_back({"lm_head.weight", Shape{Vp, C}, TpSplit::rows, {}, ParamGroup::matrix, InitKind::normal,
-                 cfg.vocab_size});
+    p.push_back(
+        {"lm_head.weight", Shape{Vp, C}, TpSplit::rows, {}, ParamGroup::matrix, InitKind::normal, cfg.vocab_size});
   // Keep the chunks' tensors (blocks by their layer, the rest by position), each with its stream;
   // expert tensors go after all the others ([Note: expert tensors]).
   std::vector<ParamSpec> mine, experts;
@@ -273,11 +292,13 @@ ParamLayout gpt_param_layout(const ModelConfig& cfg, TpCoord tp, bool sequence_p
     ParamSpec& s = p[i];
     s.init_stream = static_cast<int>(i);
     bool keep = false;
-    if (s.name.starts_with("embed.")) keep = embedding;
+    if (s.name.starts_with("embed."))
+      keep = embedding;
     else if (s.name.starts_with("layers.")) {
       const int l = std::stoi(s.name.substr(7));
       for (const StageRange& range : chunks) keep |= l >= range.first_layer && l < range.first_layer + range.layers;
-    } else keep = head;
+    } else
+      keep = head;
     if (keep) (s.expert ? experts : mine).push_back(std::move(s));
   }
   if (head && cfg.tie_embeddings && !embedding) {

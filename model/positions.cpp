@@ -51,8 +51,8 @@ void RowPositions::for_each_run(int64_t first_row, int64_t rows,
   }
 }
 
-void rope_at(const Stream& s, Tensor qkv, const RowPositions& positions, int n_heads, int n_kv_heads, float theta,
-             RopeDirection dir) {
+void rope_at(const Stream& s, Tensor qkv, const RowPositions& positions, int n_heads, int n_kv_heads,
+             const RopeFrequencies& freq, RopeDirection dir) {
   const int64_t rows = qkv.shape[0] * qkv.shape[1], w = qkv.numel() / rows;
   MT_CHECK(qkv.shape[1] == positions.local_len(), "RoPE over sequences of {} rows, the positions are for {}",
            qkv.shape[1], positions.local_len());
@@ -62,7 +62,7 @@ void rope_at(const Stream& s, Tensor qkv, const RowPositions& positions, int n_h
   } batch;
   const auto flush = [&] {
     if (batch.sequences > 0)
-      rope_apply(s, qkv.part(batch.first * w, Shape{batch.sequences, batch.count, w}), n_heads, n_kv_heads, theta, dir,
+      rope_apply(s, qkv.part(batch.first * w, Shape{batch.sequences, batch.count, w}), n_heads, n_kv_heads, freq, dir,
                  batch.position);
   };
   positions.for_each_run(0, rows, [&](int64_t first, int64_t count, int position) {

@@ -48,7 +48,7 @@ class RowPositions {
 
 // RoPE on qkv (B, local_len, (H + 2·Hkv)·D) at the rows' positions (or its inverse on a gradient);
 // runs of the same length and position in consecutive sequences go to the kernel as one batch.
-void rope_at(const Stream& s, Tensor qkv, const RowPositions& positions, int n_heads, int n_kv_heads, float theta,
-             RopeDirection dir);
+void rope_at(const Stream& s, Tensor qkv, const RowPositions& positions, int n_heads, int n_kv_heads,
+             const RopeFrequencies& freq, RopeDirection dir);
 
 }  // namespace megatrain

@@ -28,13 +28,12 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, MatmulArg dout, 
                      int64_t N, int C, int OC, Precision p);
 int64_t matmul_scratch_bytes();
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int C, float eps);
-void layernorm_forward(bf16* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int C, float eps);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int C, float eps);
+void layernorm_forward(bf16* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int C, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* dresidual,
-                        const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N,
-                        int C);
+                        const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N, int C);
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, float eps);
 void rmsnorm_forward(bf16* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, float eps);
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* dresidual, const float* inp,
@@ -49,8 +48,8 @@ void swiglu_forward(bf16* out, const bf16* inp, int64_t N, int F);
 void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int F);
 void swiglu_backward(bf16* dinp, const float* dout, const bf16* inp, int64_t N, int F);
 
-void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0 = 0);
-void rope_apply(bf16* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0 = 0);
+void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& f, bool inverse, int pos0 = 0);
+void rope_apply(bf16* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& f, bool inverse, int pos0 = 0);
 
 struct AttnDims {
   int B, T, H, Hkv, D;
@@ -72,14 +71,12 @@ void attention_block_backward(AttnView<float> dq, AttnView<float> dk, AttnView<f
 void attention_merge(AttnView<float> out, float* lse, AttnView<const float> part, const float* part_lse,
                      const AttnBlock& d);
 // n rows of `width` floats of each of B sequences: dst ← src, or dst += src with `accumulate`.
-void attention_rows_copy(AttnView<float> dst, AttnView<const float> src, int B, int n, int64_t width,
-                         bool accumulate);
+void attention_rows_copy(AttnView<float> dst, AttnView<const float> src, int B, int n, int64_t width, bool accumulate);
 // d.B and d.T unused: n query rows, cache rows [0, pos0 + n) filled.
-void attention_decode_forward(float* out, const float* q, const float* k_cache, const float* v_cache, int n,
-                              int pos0, const AttnDims& d);
+void attention_decode_forward(float* out, const float* q, const float* k_cache, const float* v_cache, int n, int pos0,
+                              const AttnDims& d);
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N, int V, int C,
-                       int vocab_begin);
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, int64_t N, int V, int C, int vocab_begin);
 void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int V, int C,
                         int vocab_begin);
 void position_embedding_forward(float* out, const float* wpe, int64_t n, int C, int T, int64_t first_row);

@@ -1,7 +1,8 @@
 // Rotary position embedding in the Hugging Face Llama "rotate half" convention:
-// for a head vector x of size D at position t (= pos0 + row) and j < D/2, with angle a = t · θ^(−2j/D),
-//   x'[j] = x[j]·cos a − x[j + D/2]·sin a,   x'[j + D/2] = x[j + D/2]·cos a + x[j]·sin a.
-// Rotation is orthogonal, so backward is the same map with −a. qkv is float32 or bf16
+// for a head vector x of size D at position t (= pos0 + row) and j < D/2, with angle a = t · inv_freq(j)
+// (kernels/rope_frequencies.h) and m its attention factor (1 but for YaRN),
+//   x'[j] = m·(x[j]·cos a − x[j + D/2]·sin a),   x'[j + D/2] = m·(x[j + D/2]·cos a + x[j]·sin a).
+// The map is m times a rotation, so its transpose, backward, is the same map with −a. qkv is float32 or bf16
 // (kernels/cpu/bf16.h): a pair is widened, rotated in float32 and each half rounded once.
 #include <cmath>
 
@@ -12,7 +13,7 @@ namespace megatrain::cpu {
 namespace {
 
 template <typename S>
-void rope_rows(S* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0) {
+void rope_rows(S* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& f, bool inverse, int pos0) {
   const int half = D / 2;
   const int64_t row = static_cast<int64_t>(H + 2 * Hkv) * D;
   const int rotated_heads = H + Hkv;  // q heads then k heads; v is untouched
@@ -20,9 +21,9 @@ void rope_rows(S* qkv, int B, int T, int H, int Hkv, int D, float theta, bool in
   for (int t = 0; t < T; ++t) {
     float cs[512], sn[512];
     for (int j = 0; j < half; ++j) {
-      const double a = static_cast<double>(pos0 + t) * std::pow(static_cast<double>(theta), -2.0 * j / D);
-      cs[j] = static_cast<float>(std::cos(a));
-      sn[j] = static_cast<float>(inverse ? -std::sin(a) : std::sin(a));
+      const double a = static_cast<double>(pos0 + t) * rope_inv_freq(f, j, D);
+      cs[j] = f.attention * static_cast<float>(std::cos(a));
+      sn[j] = f.attention * static_cast<float>(inverse ? -std::sin(a) : std::sin(a));
     }
     for (int b = 0; b < B; ++b) {
       S* r = qkv + (static_cast<int64_t>(b) * T + t) * row;
@@ -40,12 +41,12 @@ void rope_rows(S* qkv, int B, int T, int H, int Hkv, int D, float theta, bool in
 
 }  // namespace
 
-void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0) {
-  rope_rows(qkv, B, T, H, Hkv, D, theta, inverse, pos0);
+void rope_apply(float* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& f, bool inverse, int pos0) {
+  rope_rows(qkv, B, T, H, Hkv, D, f, inverse, pos0);
 }
 
-void rope_apply(bf16* qkv, int B, int T, int H, int Hkv, int D, float theta, bool inverse, int pos0) {
-  rope_rows(qkv, B, T, H, Hkv, D, theta, inverse, pos0);
+void rope_apply(bf16* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& f, bool inverse, int pos0) {
+  rope_rows(qkv, B, T, H, Hkv, D, f, inverse, pos0);
 }
 
 }  // namespace megatrain::cpu

@@ -48,7 +48,7 @@ class DeviceBackend {
 
   // ---- memory (see [Note: device memory primitives]) ----
   virtual void* allocate(const Stream& s, size_t bytes) = 0;  // nullptr for 0 bytes
-  virtual void deallocate(void* ptr) = 0;                      // nullptr is ignored
+  virtual void deallocate(void* ptr) = 0;                     // nullptr is ignored
   virtual void copy_to_device(const Stream& s, void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(const Stream& s, void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy_on_device(const Stream& s, void* dst, const void* src, size_t bytes) = 0;
@@ -77,20 +77,18 @@ class DeviceBackend {
                                   const float* rstd, int64_t N, int C) = 0;
   virtual void rmsnorm_forward(const Stream& s, float* out, float* rstd, const float* inp, const float* weight,
                                int64_t N, int C, float eps) = 0;
-  virtual void rmsnorm_backward(const Stream& s, float* dinp, float* dweight, const float* dout,
-                                const float* dresidual, const float* inp, const float* weight, const float* rstd,
-                                int64_t N, int C) = 0;
+  virtual void rmsnorm_backward(const Stream& s, float* dinp, float* dweight, const float* dout, const float* dresidual,
+                                const float* inp, const float* weight, const float* rstd, int64_t N, int C) = 0;
   virtual void gelu_forward(const Stream& s, float* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(const Stream& s, float* dinp, const float* dout, const float* inp, int64_t n) = 0;
   virtual void swiglu_forward(const Stream& s, float* out, const float* inp, int64_t N, int F) = 0;
-  virtual void swiglu_backward(const Stream& s, float* dinp, const float* dout, const float* inp, int64_t N,
-                               int F) = 0;
-  virtual void rope_apply(const Stream& s, float* qkv, int B, int T, int H, int Hkv, int D, float theta,
+  virtual void swiglu_backward(const Stream& s, float* dinp, const float* dout, const float* inp, int64_t N, int F) = 0;
+  virtual void rope_apply(const Stream& s, float* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& freq,
                           RopeDirection dir, int pos0) = 0;
   virtual void attention_forward(const Stream& s, float* out, float* lse, const float* qkv, int B, int T, int H,
                                  int Hkv, int D) = 0;
-  virtual void attention_backward(const Stream& s, float* dqkv, const float* dout, const float* qkv,
-                                  const float* out, const float* lse, int B, int T, int H, int Hkv, int D) = 0;
+  virtual void attention_backward(const Stream& s, float* dqkv, const float* dout, const float* qkv, const float* out,
+                                  const float* lse, int B, int T, int H, int Hkv, int D) = 0;
   // The implementation the two entries above run, for the rest of the process (kernels/ops.h
   // AttentionImpl; flash until this is called). A backend without cuDNN's attention runs flash for
   // automatic and throws Error for cudnn, saying why.
@@ -110,8 +108,8 @@ class DeviceBackend {
                                const float* part_lse, const AttnBlock& b) = 0;
   virtual void attention_rows_copy(const Stream& s, AttnView<float> dst, AttnView<const float> src, int B, int n,
                                    int64_t width, bool accumulate) = 0;
-  virtual void embedding_forward(const Stream& s, float* out, const int32_t* tokens, const float* wte, int64_t N,
-                                 int V, int C, int vocab_begin) = 0;
+  virtual void embedding_forward(const Stream& s, float* out, const int32_t* tokens, const float* wte, int64_t N, int V,
+                                 int C, int vocab_begin) = 0;
   virtual void embedding_backward(const Stream& s, float* dwte, const float* dout, const int32_t* tokens, int64_t N,
                                   int V, int C, int vocab_begin) = 0;
   virtual void position_embedding_forward(const Stream& s, float* out, const float* wpe, int64_t n, int C, int T,
@@ -121,15 +119,14 @@ class DeviceBackend {
   virtual void add_forward(const Stream& s, float* out, const float* a, const float* b, int64_t n) = 0;
   virtual void copy(const Stream& s, float* out, const float* inp, int64_t n) = 0;
   virtual void dropout_apply(const Stream& s, float* x, int64_t n, float p, const RngKey& key) = 0;
-  virtual void cross_entropy_max(const Stream& s, float* row_max, const float* logits, int64_t N, int V,
-                                 int valid) = 0;
+  virtual void cross_entropy_max(const Stream& s, float* row_max, const float* logits, int64_t N, int V, int valid) = 0;
   virtual void cross_entropy_sums(const Stream& s, float* sum_exp, float* target_logit, float* logits,
                                   const float* row_max, const int32_t* targets, int64_t N, int V, int valid,
                                   int vocab_begin, LossGrad grad) = 0;
   // dlogits: the logits (holding step 2's exponentials) for LossGrad::in_place, else nullptr.
   virtual void cross_entropy_finish(const Stream& s, float* losses, float* dlogits, const float* row_max,
-                                    const float* sum_exp, const float* target_logit, const int32_t* targets,
-                                    int64_t N, int V, int valid, int vocab_begin, float dlogits_scale) = 0;
+                                    const float* sum_exp, const float* target_logit, const int32_t* targets, int64_t N,
+                                    int V, int valid, int vocab_begin, float dlogits_scale) = 0;
   // Mixture of Experts token movement (N tokens, k choices, rows of C floats).
   virtual void moe_permute(const Stream& s, float* send, const float* x, const int32_t* row, int64_t N, int k,
                            int C) = 0;

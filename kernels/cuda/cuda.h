@@ -12,6 +12,7 @@
 
 #include "kernels/attention_block.h"
 #include "kernels/rng.h"
+#include "kernels/rope_frequencies.h"
 
 struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;
@@ -22,7 +23,7 @@ namespace megatrain {
 struct AdamWStep;   // kernels/ops.h
 struct AdamWRange;  // kernels/ops.h
 struct FloatRange;  // kernels/ops.h
-}
+}  // namespace megatrain
 
 // megatrain::cuda, or megatrain::cuda_simt in a test that compiles the kernels under the host SIMT
 // emulation: the two builds of the same source then never meet at link time (a test also links
@@ -91,15 +92,14 @@ void matmul_forward(cudaStream_t stream, GemmContext& ctx, float* out, float* pr
 // the GELU that produced inp — dinp = (dout · weight) ⊙ gelu'(gelu_pre), C % 8 == 0.
 // dweight (OC, C) += doutᵀ · inp; dbias (OC) += Σ_n dout. Each output may be nullptr (skipped).
 void matmul_backward(cudaStream_t stream, GemmContext& ctx, float* dinp, float* dweight, float* dbias,
-                     const float* dout, const float* inp, const float* weight, const float* gelu_pre, int64_t N,
-                     int C, int OC, GemmMode mode);
+                     const float* dout, const float* inp, const float* weight, const float* gelu_pre, int64_t N, int C,
+                     int OC, GemmMode mode);
 
 // ---- normalisation (kernels/cuda/norm.cu) ----
 // With `residual` given, first residual_out = inp + residual, and the norm is of that sum (the
 // pre-norm block's residual add fused into the next norm); otherwise of inp, residual_out unused.
-void layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd, float* residual_out,
-                       const float* inp, const float* residual, const float* weight, const float* bias,
-                       int64_t N, int C, float eps);
+void layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd, float* residual_out, const float* inp,
+                       const float* residual, const float* weight, const float* bias, int64_t N, int C, float eps);
 void rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, float* residual_out, const float* inp,
                      const float* residual, const float* weight, int64_t N, int C, float eps);
 // Floats of scratch the backward passes need for their weight gradients (column partial sums).
@@ -215,8 +215,10 @@ void swiglu_backward(cudaStream_t stream, float* dinp, const float* dout, const 
 
 // ---- rotary position embedding (kernels/cuda/rope.cu) ----
 // In place on qkv (B, T, (H + 2·Hkv)·D); backward rotates by −θ.
-void rope_forward(cudaStream_t stream, float* qkv, int B, int T, int H, int Hkv, int D, float theta, int pos0);
-void rope_backward(cudaStream_t stream, float* qkv, int B, int T, int H, int Hkv, int D, float theta, int pos0);
+void rope_forward(cudaStream_t stream, float* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& freq,
+                  int pos0);
+void rope_backward(cudaStream_t stream, float* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& freq,
+                   int pos0);
 
 // ---- embeddings (kernels/cuda/embedding.cu) ----
 void embedding_forward(cudaStream_t stream, float* out, const int32_t* tokens, const float* wte, int64_t N, int V,

@@ -32,8 +32,8 @@ void KernelBackend::layernorm_forward(const Stream& s, float* out, float* mean, 
 }
 
 void KernelBackend::layernorm_backward(const Stream& s, float* dinp, float* dweight, float* dbias, const float* dout,
-                                       const float* dresidual, const float* inp, const float* weight,
-                                       const float* mean, const float* rstd, int64_t N, int C) {
+                                       const float* dresidual, const float* inp, const float* weight, const float* mean,
+                                       const float* rstd, int64_t N, int C) {
   Scratch<float> scratch(*this, s, k::norm_backward_scratch_floats(N, C));
   k::layernorm_backward(stream_of(s), dinp, dweight, dbias, dout, dresidual, inp, weight, mean, rstd, N, C,
                         scratch.get());
@@ -45,8 +45,8 @@ void KernelBackend::rmsnorm_forward(const Stream& s, float* out, float* rstd, co
 }
 
 void KernelBackend::rmsnorm_backward(const Stream& s, float* dinp, float* dweight, const float* dout,
-                                     const float* dresidual, const float* inp, const float* weight,
-                                     const float* rstd, int64_t N, int C) {
+                                     const float* dresidual, const float* inp, const float* weight, const float* rstd,
+                                     int64_t N, int C) {
   Scratch<float> scratch(*this, s, k::norm_backward_scratch_floats(N, C));
   k::rmsnorm_backward(stream_of(s), dinp, dweight, dout, dresidual, inp, weight, rstd, N, C, scratch.get());
 }
@@ -68,12 +68,12 @@ void KernelBackend::swiglu_backward(const Stream& s, float* dinp, const float* d
   k::swiglu_backward(stream_of(s), dinp, dout, inp, N, F);
 }
 
-void KernelBackend::rope_apply(const Stream& s, float* qkv, int B, int T, int H, int Hkv, int D, float theta,
-                               RopeDirection dir, int pos0) {
+void KernelBackend::rope_apply(const Stream& s, float* qkv, int B, int T, int H, int Hkv, int D,
+                               const RopeFrequencies& freq, RopeDirection dir, int pos0) {
   if (dir == RopeDirection::forward)
-    k::rope_forward(stream_of(s), qkv, B, T, H, Hkv, D, theta, pos0);
+    k::rope_forward(stream_of(s), qkv, B, T, H, Hkv, D, freq, pos0);
   else
-    k::rope_backward(stream_of(s), qkv, B, T, H, Hkv, D, theta, pos0);
+    k::rope_backward(stream_of(s), qkv, B, T, H, Hkv, D, freq, pos0);
 }
 
 void KernelBackend::attention_forward(const Stream& s, float* out, float* lse, const float* qkv, int B, int T, int H,
@@ -123,9 +123,10 @@ AttentionPath KernelBackend::attention_path(const Stream& s, int, int, int, int,
   if (attention_ == AttentionImpl::flash)
     return {"the flash-attention kernels, float32 (train.attention_backend = \"flash\")", ""};
   if (s.matmul == Precision::fp32)
-    return {"the flash-attention kernels, float32 (train.precision is fp32; cuDNN's fused attention takes bf16 or "
-            "fp16)",
-            ""};
+    return {
+        "the flash-attention kernels, float32 (train.precision is fp32; cuDNN's fused attention takes bf16 or "
+        "fp16)",
+        ""};
   return {"the flash-attention kernels, float32 (this build has no cuDNN attention)",
           fmt::format("train.attention_backend = \"auto\" with precision {} asks for cuDNN's fused attention, but "
                       "this build has no cuDNN attention (the host emulation of the tests, or a build whose configure "
@@ -187,8 +188,8 @@ void KernelBackend::cross_entropy_finish(const Stream& s, float* losses, float* 
                           vocab_begin, dlogits_scale);
 }
 
-void KernelBackend::moe_permute(const Stream& s, float* send, const float* x, const int32_t* row, int64_t N,
-                                int top_k, int C) {
+void KernelBackend::moe_permute(const Stream& s, float* send, const float* x, const int32_t* row, int64_t N, int top_k,
+                                int C) {
   k::moe_permute(stream_of(s), send, x, row, N * top_k, top_k, C);
 }
 

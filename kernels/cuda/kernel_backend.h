@@ -31,8 +31,8 @@ class KernelBackend : public DeviceBackend {
  public:
   void f32_to_half(const Stream& s, Precision to, uint16_t* out, const float* in, int64_t n) override;
   void half_to_f32(const Stream& s, Precision from, float* out, const uint16_t* in, int64_t n) override;
-  void layernorm_forward(const Stream& s, float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int64_t N, int C, float eps) override;
+  void layernorm_forward(const Stream& s, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int64_t N, int C, float eps) override;
   void layernorm_backward(const Stream& s, float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* dresidual, const float* inp, const float* weight, const float* mean,
                           const float* rstd, int64_t N, int C) override;
@@ -44,8 +44,8 @@ class KernelBackend : public DeviceBackend {
   void gelu_backward(const Stream& s, float* dinp, const float* dout, const float* inp, int64_t n) override;
   void swiglu_forward(const Stream& s, float* out, const float* inp, int64_t N, int F) override;
   void swiglu_backward(const Stream& s, float* dinp, const float* dout, const float* inp, int64_t N, int F) override;
-  void rope_apply(const Stream& s, float* qkv, int B, int T, int H, int Hkv, int D, float theta, RopeDirection dir,
-                  int pos0) override;
+  void rope_apply(const Stream& s, float* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& freq,
+                  RopeDirection dir, int pos0) override;
   void attention_forward(const Stream& s, float* out, float* lse, const float* qkv, int B, int T, int H, int Hkv,
                          int D) override;
   void attention_backward(const Stream& s, float* dqkv, const float* dout, const float* qkv, const float* out,
@@ -59,14 +59,14 @@ class KernelBackend : public DeviceBackend {
                                 const AttnBlock& b) override;
   void attention_merge(const Stream& s, AttnView<float> out, float* lse, AttnView<const float> part,
                        const float* part_lse, const AttnBlock& b) override;
-  void attention_rows_copy(const Stream& s, AttnView<float> dst, AttnView<const float> src, int B, int n,
-                           int64_t width, bool accumulate) override;
+  void attention_rows_copy(const Stream& s, AttnView<float> dst, AttnView<const float> src, int B, int n, int64_t width,
+                           bool accumulate) override;
   void set_attention(AttentionImpl impl) override;
   // The flash kernels, why, and under automatic on a 16-bit precision a warning that this build
   // has no cuDNN attention.
   AttentionPath attention_path(const Stream& s, int B, int T, int H, int Hkv, int D) override;
-  void embedding_forward(const Stream& s, float* out, const int32_t* tokens, const float* wte, int64_t N, int V,
-                         int C, int vocab_begin) override;
+  void embedding_forward(const Stream& s, float* out, const int32_t* tokens, const float* wte, int64_t N, int V, int C,
+                         int vocab_begin) override;
   void embedding_backward(const Stream& s, float* dwte, const float* dout, const int32_t* tokens, int64_t N, int V,
                           int C, int vocab_begin) override;
   void position_embedding_forward(const Stream& s, float* out, const float* wpe, int64_t n, int C, int T,
@@ -76,16 +76,13 @@ class KernelBackend : public DeviceBackend {
   void add_forward(const Stream& s, float* out, const float* a, const float* b, int64_t n) override;
   void copy(const Stream& s, float* out, const float* inp, int64_t n) override;
   void dropout_apply(const Stream& s, float* x, int64_t n, float p, const RngKey& key) override;
-  void cross_entropy_max(const Stream& s, float* row_max, const float* logits, int64_t N, int V,
-                         int valid) override;
+  void cross_entropy_max(const Stream& s, float* row_max, const float* logits, int64_t N, int V, int valid) override;
   void cross_entropy_sums(const Stream& s, float* sum_exp, float* target_logit, float* logits, const float* row_max,
-                          const int32_t* targets, int64_t N, int V, int valid, int vocab_begin,
-                          LossGrad grad) override;
-  void cross_entropy_finish(const Stream& s, float* losses, float* dlogits, const float* row_max,
-                            const float* sum_exp, const float* target_logit, const int32_t* targets, int64_t N, int V,
-                            int valid, int vocab_begin, float dlogits_scale) override;
-  void moe_permute(const Stream& s, float* send, const float* x, const int32_t* row, int64_t N, int k,
-                   int C) override;
+                          const int32_t* targets, int64_t N, int V, int valid, int vocab_begin, LossGrad grad) override;
+  void cross_entropy_finish(const Stream& s, float* losses, float* dlogits, const float* row_max, const float* sum_exp,
+                            const float* target_logit, const int32_t* targets, int64_t N, int V, int valid,
+                            int vocab_begin, float dlogits_scale) override;
+  void moe_permute(const Stream& s, float* send, const float* x, const int32_t* row, int64_t N, int k, int C) override;
   void moe_permute_backward(const Stream& s, float* dx, const float* dsend, const int32_t* row, int64_t N, int k,
                             int C) override;
   void moe_unpermute(const Stream& s, float* y, const float* out, const int32_t* row, const float* gates, int64_t N,

@@ -1,6 +1,7 @@
 // Rotary position embedding on the GPU, in place, Hugging Face "rotate half" convention (see
 // kernels/cpu/rope.cpp): for head vector x of size D at position t = pos0 + row and j < D/2, with
-// a = t · θ^(−2j/D),  x'[j] = x[j]·cos a − x[j + D/2]·sin a,  x'[j + D/2] = x[j + D/2]·cos a + x[j]·sin a.
+// a = t · inv_freq(j) (kernels/rope_frequencies.h) and m its attention factor,
+// x'[j] = m·(x[j]·cos a − x[j + D/2]·sin a),  x'[j + D/2] = m·(x[j + D/2]·cos a + x[j]·sin a).
 // Only the q and k heads of a qkv row rotate. Backward is the same map with −a.
 // A block per (b, t) row: it first tabulates cos a and sin a for its position in shared memory,
 // computed as the CPU does (double precision, then rounded to float), so both use the same float
@@ -16,7 +17,8 @@ constexpr int kRopeThreads = 128;
 
 // W = 4: D/2 a multiple of 4 and qkv 16-byte aligned.
 template <int W>
-__global__ void rope_kernel(float* qkv, int B, int T, int H, int Hkv, int D, float theta, float sign, int pos0) {
+__global__ void rope_kernel(float* qkv, int B, int T, int H, int Hkv, int D, RopeFrequencies f, float sign,
+                            int pos0) {
   MT_DYNAMIC_SHARED(float, table);  // cos a for j < D/2, then sin a (times sign)
   const int half = D / 2;
   float* cs = table;
@@ -26,9 +28,9 @@ __global__ void rope_kernel(float* qkv, int B, int T, int H, int Hkv, int D, flo
   for (int64_t r = blockIdx.x; r < static_cast<int64_t>(B) * T; r += gridDim.x) {
     const int t = static_cast<int>(r % T);
     for (int j = static_cast<int>(threadIdx.x); j < half; j += static_cast<int>(blockDim.x)) {
-      const double a = static_cast<double>(pos0 + t) * pow(static_cast<double>(theta), -2.0 * j / D);
-      cs[j] = static_cast<float>(cos(a));
-      sn[j] = sign * static_cast<float>(sin(a));
+      const double a = static_cast<double>(pos0 + t) * rope_inv_freq(f, j, D);
+      cs[j] = f.attention * static_cast<float>(cos(a));
+      sn[j] = f.attention * (sign * static_cast<float>(sin(a)));
     }
     __syncthreads();
     float* x_row = qkv + r * row_floats;
@@ -52,24 +54,27 @@ __global__ void rope_kernel(float* qkv, int B, int T, int H, int Hkv, int D, flo
   }
 }
 
-void rope(cudaStream_t stream, float* qkv, int B, int T, int H, int Hkv, int D, float theta, float sign, int pos0) {
+void rope(cudaStream_t stream, float* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& f, float sign,
+          int pos0) {
   if (static_cast<int64_t>(B) * T == 0 || H + Hkv == 0 || D < 2) return;
   const dim3 grid(grid_blocks(static_cast<int64_t>(B) * T * kRopeThreads, kRopeThreads)), block(kRopeThreads);
   const size_t smem = sizeof(float) * static_cast<size_t>(D / 2 * 2);
   if ((D / 2) % 4 == 0 && aligned16(qkv))
-    launch(rope_kernel<4>, grid, block, smem, stream, qkv, B, T, H, Hkv, D, theta, sign, pos0);
+    launch(rope_kernel<4>, grid, block, smem, stream, qkv, B, T, H, Hkv, D, f, sign, pos0);
   else
-    launch(rope_kernel<1>, grid, block, smem, stream, qkv, B, T, H, Hkv, D, theta, sign, pos0);
+    launch(rope_kernel<1>, grid, block, smem, stream, qkv, B, T, H, Hkv, D, f, sign, pos0);
 }
 
 }  // namespace
 
-void rope_forward(cudaStream_t stream, float* qkv, int B, int T, int H, int Hkv, int D, float theta, int pos0) {
-  rope(stream, qkv, B, T, H, Hkv, D, theta, 1.0f, pos0);
+void rope_forward(cudaStream_t stream, float* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& freq,
+                  int pos0) {
+  rope(stream, qkv, B, T, H, Hkv, D, freq, 1.0f, pos0);
 }
 
-void rope_backward(cudaStream_t stream, float* qkv, int B, int T, int H, int Hkv, int D, float theta, int pos0) {
-  rope(stream, qkv, B, T, H, Hkv, D, theta, -1.0f, pos0);
+void rope_backward(cudaStream_t stream, float* qkv, int B, int T, int H, int Hkv, int D, const RopeFrequencies& freq,
+                   int pos0) {
+  rope(stream, qkv, B, T, H, Hkv, D, freq, -1.0f, pos0);
 }
 
 }  // namespace megatrain::MT_CUDA_NS

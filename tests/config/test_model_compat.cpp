@@ -32,10 +32,10 @@ TEST(ModelCompat, TrainingOnlySettingsAreNotedNotRefused) {
 
 TEST(ModelCompat, ArchitectureIsRefusedKeyByKey) {
   const std::string saved = config_to_toml(config_of({}));
-  for (const char* set : {"model.n_layers=3", "model.d_model=64", "model.n_heads=2", "model.n_kv_heads=2",
-                          "model.d_ff=100", "model.vocab_size=300", "model.norm=rmsnorm", "model.position=rope",
-                          "model.activation=swiglu", "model.bias=false", "model.tie_embeddings=false",
-                          "model.max_seq_len=512"}) {
+  for (const char* set :
+       {"model.n_layers=3", "model.d_model=64", "model.n_heads=2", "model.n_kv_heads=2", "model.d_ff=100",
+        "model.vocab_size=300", "model.norm=rmsnorm", "model.position=rope", "model.activation=swiglu",
+        "model.bias=false", "model.qkv_bias=true", "model.tie_embeddings=false", "model.max_seq_len=512"}) {
     const ModelChanges c = model_changes(saved, config_of({set}));
     ASSERT_EQ(c.refused.size(), 1u) << set;
     EXPECT_CONTAINS(c.refused[0], std::string(set).substr(0, std::string(set).find('=')) + ":");
@@ -46,9 +46,9 @@ TEST(ModelCompat, FunctionChangingSettingsAreWarned) {
   const std::string saved = config_to_toml(config_of({"model.position=rope"}));
   const ModelChanges c =
       model_changes(saved, config_of({"model.position=rope", "model.rope_theta=500000.0", "model.norm_eps=1e-6",
-                                      "model.max_seq_len=1024"}));
+                                      "model.max_seq_len=1024", "model.rope_scaling=linear", "model.rope_factor=4.0"}));
   EXPECT_TRUE(c.refused.empty());
-  EXPECT_EQ(c.warned.size(), 3u);
+  EXPECT_EQ(c.warned.size(), 5u);  // context extension: RoPE scaling on a pretrained checkpoint
 }
 
 TEST(ModelCompat, ResolvedDefaultsEqualTheirExplicitValues) {
@@ -92,8 +92,8 @@ TEST(ModelCompat, MoeCoefficientsAreNotedAndCapacityWarned) {
 
 TEST(ModelCompat, MoeBlocksAndExpertWidthCompareAsResolved) {
   const std::string saved = config_to_toml(config_of(kMoe));  // 4 blocks: 0 and 2 are MoE; d_ff_expert = 0
-  const ModelChanges c = model_changes(saved, config_of({"moe.n_experts=4", "moe.layers=[0, 2]",
-                                                         "moe.d_ff_expert=512"}));
+  const ModelChanges c =
+      model_changes(saved, config_of({"moe.n_experts=4", "moe.layers=[0, 2]", "moe.d_ff_expert=512"}));
   EXPECT_TRUE(c.refused.empty()) << c.refused[0];
   EXPECT_TRUE(c.warned.empty());
   EXPECT_TRUE(c.noted.empty());

@@ -142,8 +142,8 @@ TEST(Bf16Ops, RopeRotatesBf16InPlaceBothWays) {
   const Shape shape{B, T, (H + 2 * Hkv) * D};
   for (const RopeDirection dir : {RopeDirection::forward, RopeDirection::backward}) {
     Operand qkv = random_operand(static_cast<size_t>(n), 6);
-    rope_apply(kBf16, Tensor(qkv.f32.data(), shape), H, Hkv, 10000.0f, dir, 3);
-    rope_apply(kBf16, qkv.bf16.tensor(shape), H, Hkv, 10000.0f, dir, 3);
+    rope_apply(kBf16, Tensor(qkv.f32.data(), shape), H, Hkv, RopeFrequencies{10000.0}, dir, 3);
+    rope_apply(kBf16, qkv.bf16.tensor(shape), H, Hkv, RopeFrequencies{10000.0}, dir, 3);
     expect_rounded(qkv.bf16, qkv.f32, 0.0, dir == RopeDirection::forward ? "rope forward" : "rope backward");
   }
 }
@@ -218,8 +218,8 @@ void expect_near_rounded_sums(const Bf16Buffer& got, const std::vector<float>& w
   for (float w : want) top = std::max(top, static_cast<double>(std::fabs(w)));
   for (size_t i = 0; i < want.size(); ++i) {
     const double err = std::fabs(static_cast<double>(bf16_to_float(got.bits[i])) - want[i]);
-    ASSERT_LE(err, 4 * kBf16Roundoff * top) << what << " at " << i << ": " << bf16_to_float(got.bits[i]) << " for "
-                                            << want[i];
+    ASSERT_LE(err, 4 * kBf16Roundoff * top)
+        << what << " at " << i << ": " << bf16_to_float(got.bits[i]) << " for " << want[i];
     sum_err += err;
     sum_want += std::fabs(want[i]);
   }

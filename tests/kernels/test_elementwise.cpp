@@ -26,11 +26,13 @@ TEST(Gelu, MatchesTanhFormulaAndCentralDifferences) {
   for (int i = 0; i < n; ++i) want[i] = gelu(x[i]);
   test::expect_near_all(out, want, 1e-6, 1e-5, "gelu");
   gelu_backward(S, Tensor(dx.data(), {n}), Tensor(r.data(), {n}), Tensor(x.data(), {n}));
-  expect_grad(dx, fd_grad(to_double(x), [&](const std::vector<double>& v) {
-                double l = 0;
-                for (int i = 0; i < n; ++i) l += gelu(v[i]) * r[i];
-                return l;
-              }),
+  expect_grad(dx,
+              fd_grad(to_double(x),
+                      [&](const std::vector<double>& v) {
+                        double l = 0;
+                        for (int i = 0; i < n; ++i) l += gelu(v[i]) * r[i];
+                        return l;
+                      }),
               "gelu dinp");
 }
 
@@ -48,12 +50,14 @@ TEST(SwiGlu, MatchesFormulaAndCentralDifferences) {
     for (int j = 0; j < F; ++j) want[i * F + j] = swiglu(to_double(x), i, j);
   test::expect_near_all(out, want, 1e-6, 1e-5, "swiglu");
   swiglu_backward(S, Tensor(dx.data(), {N, 2 * F}), Tensor(r.data(), {N, F}), Tensor(x.data(), {N, 2 * F}));
-  expect_grad(dx, fd_grad(to_double(x), [&](const std::vector<double>& v) {
-                double l = 0;
-                for (int i = 0; i < N; ++i)
-                  for (int j = 0; j < F; ++j) l += swiglu(v, i, j) * r[i * F + j];
-                return l;
-              }),
+  expect_grad(dx,
+              fd_grad(to_double(x),
+                      [&](const std::vector<double>& v) {
+                        double l = 0;
+                        for (int i = 0; i < N; ++i)
+                          for (int j = 0; j < F; ++j) l += swiglu(v, i, j) * r[i * F + j];
+                        return l;
+                      }),
               "swiglu dinp");
 }
 
@@ -62,7 +66,7 @@ TEST(Rope, RotateHalfConventionAndInverse) {
   const int row = (H + 2 * Hkv) * D;
   auto x = randn(B * T * row, 24);
   auto y = x;
-  rope_apply(S, Tensor(y.data(), {B, T, row}), H, Hkv, 10000.0f, RopeDirection::forward);
+  rope_apply(S, Tensor(y.data(), {B, T, row}), H, Hkv, RopeFrequencies{10000.0}, RopeDirection::forward);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < H + 2 * Hkv; ++h)
@@ -77,7 +81,7 @@ TEST(Rope, RotateHalfConventionAndInverse) {
           }
           ASSERT_NEAR(y[base + j], want, 1e-5) << "b" << b << " t" << t << " h" << h << " j" << j;
         }
-  rope_apply(S, Tensor(y.data(), {B, T, row}), H, Hkv, 10000.0f, RopeDirection::backward);
+  rope_apply(S, Tensor(y.data(), {B, T, row}), H, Hkv, RopeFrequencies{10000.0}, RopeDirection::backward);
   for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(y[i], x[i], 1e-5);
 }
 
@@ -89,11 +93,11 @@ TEST(Rope, PositionOffsetMatchesTheRowsOfALongerSequence) {
   auto full = randn(T * row, 29);
   std::vector<float> part(full.begin() + pos0 * row, full.begin() + (pos0 + n) * row);
   const auto orig = part;
-  rope_apply(S, Tensor(full.data(), {1, T, row}), H, Hkv, 500.0f, RopeDirection::forward);
-  rope_apply(S, Tensor(part.data(), {1, n, row}), H, Hkv, 500.0f, RopeDirection::forward, pos0);
+  rope_apply(S, Tensor(full.data(), {1, T, row}), H, Hkv, RopeFrequencies{500.0}, RopeDirection::forward);
+  rope_apply(S, Tensor(part.data(), {1, n, row}), H, Hkv, RopeFrequencies{500.0}, RopeDirection::forward, pos0);
   for (int i = 0; i < n * row; ++i)
     ASSERT_EQ(part[static_cast<size_t>(i)], full[static_cast<size_t>(pos0 * row + i)]) << i;
-  rope_apply(S, Tensor(part.data(), {1, n, row}), H, Hkv, 500.0f, RopeDirection::backward, pos0);
+  rope_apply(S, Tensor(part.data(), {1, n, row}), H, Hkv, RopeFrequencies{500.0}, RopeDirection::backward, pos0);
   for (int i = 0; i < n * row; ++i) ASSERT_NEAR(part[static_cast<size_t>(i)], orig[static_cast<size_t>(i)], 1e-5);
 }
 
@@ -107,8 +111,7 @@ TEST(Embedding, ForwardAndBackwardScatterOfAVocabularyShard) {
     const bool mine = tok[i] >= first && tok[i] < first + V;
     for (int c = 0; c < C; ++c) ASSERT_EQ(out[i * C + c], mine ? wte[(tok[i] - first) * C + c] : 0.0f) << i;
   }
-  embedding_backward(S, Tensor(dwte.data(), {V, C}), Tensor(dout.data(), {B, T, C}), Tensor(tok.data(), {B, T}),
-                     first);
+  embedding_backward(S, Tensor(dwte.data(), {V, C}), Tensor(dout.data(), {B, T, C}), Tensor(tok.data(), {B, T}), first);
   std::vector<double> want(V * C, 0.5);
   for (int i = 0; i < B * T; ++i)
     if (tok[i] >= first && tok[i] < first + V)
@@ -141,8 +144,8 @@ struct LossSteps {
            float scale) {
     const Tensor L(logits.data(), {N, V}), t(tgt.data(), {N});
     cross_entropy_max(S, Tensor(row_max.data(), {N}), L, valid);
-    cross_entropy_sums(S, Tensor(sum_exp.data(), {N}), Tensor(target_logit.data(), {N}), L,
-                       Tensor(row_max.data(), {N}), t, first, valid, grad);
+    cross_entropy_sums(S, Tensor(sum_exp.data(), {N}), Tensor(target_logit.data(), {N}), L, Tensor(row_max.data(), {N}),
+                       t, first, valid, grad);
     cross_entropy_finish(S, Tensor(losses.data(), {N}), L, Tensor(row_max.data(), {N}), Tensor(sum_exp.data(), {N}),
                          Tensor(target_logit.data(), {N}), t, first, valid, grad, scale);
   }
@@ -246,7 +249,8 @@ TEST(Scale, ScalesEveryElementIncludingTheTail) {
 TEST(Dropout, ReproducibleUnbiasedAndKeyed) {
   const int n = 100000;
   std::vector<float> a(n, 1.0f), b(n, 1.0f), c(n, 1.0f);
-  const RngKey k1{7, static_cast<uint32_t>(RngPurpose::dropout), 3, 0}, k2{7, static_cast<uint32_t>(RngPurpose::dropout), 4, 0};
+  const RngKey k1{7, static_cast<uint32_t>(RngPurpose::dropout), 3, 0},
+      k2{7, static_cast<uint32_t>(RngPurpose::dropout), 4, 0};
   dropout_apply(S, Tensor(a.data(), {n}), 0.25f, k1);
   dropout_apply(S, Tensor(b.data(), {n}), 0.25f, k1);
   dropout_apply(S, Tensor(c.data(), {n}), 0.25f, k2);

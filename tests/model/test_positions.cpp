@@ -74,10 +74,11 @@ TEST(RowPositions, RopeAtThePositionsIsTheKernelOnEachRowAtItsPosition) {
     const int Tl = p.local_len();
     for (RopeDirection dir : {RopeDirection::forward, RopeDirection::backward}) {
       std::vector<float> got = seeded(B * Tl * w), want = got;
-      rope_at(Stream::cpu(), Tensor(got.data(), Shape{B, Tl, w}), p, H, Hkv, 10000.0f, dir);
+      rope_at(Stream::cpu(), Tensor(got.data(), Shape{B, Tl, w}), p, H, Hkv, RopeFrequencies{10000.0}, dir);
       for (int64_t r = 0; r < int64_t{B} * Tl; ++r) {
         const int position = split.cp == 1 ? static_cast<int>(r % Tl) : split.position(static_cast<int>(r % Tl));
-        rope_apply(Stream::cpu(), Tensor(want.data() + r * w, Shape{1, 1, w}), H, Hkv, 10000.0f, dir, position);
+        rope_apply(Stream::cpu(), Tensor(want.data() + r * w, Shape{1, 1, w}), H, Hkv, RopeFrequencies{10000.0}, dir,
+                   position);
       }
       EXPECT_EQ(got, want) << "cp " << split.cp;
     }

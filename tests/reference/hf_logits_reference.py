@@ -1,7 +1,8 @@
 """megatrain's Hugging Face interop against transformers itself: the same tokens give the same
 logits in megatrain and in the model that `AutoModelForCausalLM.from_pretrained` builds, for one
 family (GPT-2 → GPT2LMHeadModel; Llama with grouped-query attention and an untied head →
-LlamaForCausalLM; Mixtral, the same with every block's MLP replaced by 4 experts of which a softmax
+LlamaForCausalLM, also with each RoPE scaling of rope_scaling (llama3, linear, yarn); Qwen2 with its
+q/k/v bias and a tied head → Qwen2ForCausalLM; Mixtral, the same with every block's MLP replaced by 4 experts of which a softmax
 router picks 2 per token → MixtralForCausalLM), in both directions:
 
   export: a model trained 3 steps by `megatrain train` (so biases and norm weights are no longer
@@ -36,7 +37,7 @@ gap under MIN_ROUTER_GAP between its 2nd and 3rd router logits in transformers' 
 router logits are of the same size and depth), and the smallest gaps of the cases here are 0.075
 (export) and 0.017 (import), so every choice is unambiguous and all T tokens are compared.
 
-Usage: hf_logits_reference.py --megatrain BIN --logits-tool BIN --family gpt2|llama|mixtral --out DIR
+Usage: hf_logits_reference.py --megatrain BIN --logits-tool BIN --family FAMILY (of FAMILIES) --out DIR
 Exit status 0: equal within the tolerance; 1: a difference or a failing command (the message says
 which). DIR is emptied first and kept after a failure.
 """
@@ -58,6 +59,12 @@ TOLERANCE = 3e-5       # of max(1, max |logit|)
 MIN_SPREAD = 1.0       # smallest allowed standard deviation of a row of logits
 MIN_ROUTER_GAP = 1e-3  # smallest allowed gap between the k-th and (k+1)-th router logit of a token
 
+LLAMA = ('norm = "rmsnorm"\nposition = "rope"\nactivation = "swiglu"\nn_kv_heads = 2\n'
+         "bias = false\ntie_embeddings = false\n")
+LLAMA_HF = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
+                rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
+
 FAMILIES = {
     "gpt2": {
         "class": "GPT2LMHeadModel",
@@ -67,14 +74,39 @@ FAMILIES = {
             activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
             layer_norm_epsilon=1e-5, tie_word_embeddings=True),
     },
-    "llama": {
+    "llama": {"class": "LlamaForCausalLM", "megatrain": LLAMA, "hf_config": lambda: transformers.LlamaConfig(**LLAMA_HF)},
+    # RoPE rescaled for a longer context (Llama 3.1's rope_scaling): with head size 16 and θ = 10⁴
+    # the wavelengths are 6.3, 20, 63, … positions, so an original context of 32 keeps pair 0,
+    # blends pair 1 and divides the rest by the factor: all three of llama3's cases.
+    "llama3_rope": {
         "class": "LlamaForCausalLM",
-        "megatrain": 'norm = "rmsnorm"\nposition = "rope"\nactivation = "swiglu"\nn_kv_heads = 2\n'
-                     "bias = false\ntie_embeddings = false\n",
+        "megatrain": LLAMA + 'rope_scaling = "llama3"\nrope_factor = 8.0\nrope_original_max_len = 32\n',
         "hf_config": lambda: transformers.LlamaConfig(
+            **LLAMA_HF, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
+    },
+    "linear_rope": {
+        "class": "LlamaForCausalLM",
+        "megatrain": LLAMA + 'rope_scaling = "linear"\nrope_factor = 4.0\n',
+        "hf_config": lambda: transformers.LlamaConfig(**LLAMA_HF, rope_scaling={"type": "linear", "factor": 4.0}),
+    },
+    # YaRN over max_position_embeddings = 32 (transformers 4.49 measures its ramp there): pairs 0, 1
+    # and 2 on are unscaled, blended and divided by the factor; q and k scaled by 0.1·ln 4 + 1.
+    "yarn_rope": {
+        "class": "LlamaForCausalLM",
+        "megatrain": LLAMA + 'rope_scaling = "yarn"\nrope_factor = 4.0\n',
+        "hf_config": lambda: transformers.LlamaConfig(**LLAMA_HF, rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+    },
+    # Qwen2.5: Llama with a bias on q, k and v only; tied head, as the small Qwen2.5 models.
+    "qwen2": {
+        "class": "Qwen2ForCausalLM",
+        "megatrain": 'norm = "rmsnorm"\nposition = "rope"\nactivation = "swiglu"\nn_kv_heads = 2\n'
+                     "bias = false\nqkv_bias = true\ntie_embeddings = true\nrope_theta = 1000000.0\n"
+                     "norm_eps = 1e-6\n",
+        "hf_config": lambda: transformers.Qwen2Config(
             vocab_size=VOCAB, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
-            rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False),
+            rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True),
     },
     # Dropless (capacity_factor 0), so checkpoint_logits' training forward routes as transformers does.
     "mixtral": {

@@ -105,9 +105,13 @@ TEST_F(OpsParity, GeluAndSwiglu) {
 TEST_F(OpsParity, RopeBothDirectionsWithGroupedKv) {
   const int B = 2, T = 5, H = 4, Hkv = 2, D = 8;
   Twin qkv = f32({B, T, (H + 2 * Hkv) * D}, 36);
-  both([&](const Stream& s, Side d) { rope_apply(s, qkv(d), H, Hkv, 10000.0f, RopeDirection::forward, 3); });
+  both([&](const Stream& s, Side d) {
+    rope_apply(s, qkv(d), H, Hkv, RopeFrequencies{10000.0}, RopeDirection::forward, 3);
+  });
   expect_close(qkv, "forward");
-  both([&](const Stream& s, Side d) { rope_apply(s, qkv(d), H, Hkv, 500.0f, RopeDirection::backward, 0); });
+  both([&](const Stream& s, Side d) {
+    rope_apply(s, qkv(d), H, Hkv, RopeFrequencies{500.0}, RopeDirection::backward, 0);
+  });
   expect_close(qkv, "backward");
 }
 
@@ -211,15 +215,14 @@ TEST_F(OpsParity, CrossEntropyThreeStepsInPlaceAndNot) {
     both([&](const Stream& s, Side d) { cross_entropy_max(s, row_max(d), logits(d), valid); });
     expect_bitwise(row_max, "row_max");
     both([&](const Stream& s, Side d) {
-      cross_entropy_sums(s, sum_exp(d), target_logit(d), logits(d), row_max(d), targets(d), vocab_begin, valid,
-                         grad);
+      cross_entropy_sums(s, sum_exp(d), target_logit(d), logits(d), row_max(d), targets(d), vocab_begin, valid, grad);
     });
     expect_close(sum_exp, "sum_exp");
     expect_bitwise(target_logit, "target_logit");
     expect_close(logits, "logits after step 2");
     both([&](const Stream& s, Side d) {
-      cross_entropy_finish(s, losses(d), logits(d), row_max(d), sum_exp(d), target_logit(d), targets(d),
-                           vocab_begin, valid, grad, 0.25f);
+      cross_entropy_finish(s, losses(d), logits(d), row_max(d), sum_exp(d), target_logit(d), targets(d), vocab_begin,
+                           valid, grad, 0.25f);
     });
     expect_close(losses, "losses");
     expect_close(logits, "dlogits");
