@@ -91,9 +91,13 @@ std::string BlendedDataset::describe(int64_t i, int t) const {
   return datasets_[static_cast<size_t>(s.dataset)]->describe(s.sample, t);
 }
 
-void BlendedDataset::sample(int64_t i, int32_t* out) const {
+void BlendedDataset::read_sample(int64_t i, int32_t* tokens, uint8_t* learned) const {
   const Source s = source(i);
-  datasets_[static_cast<size_t>(s.dataset)]->sample(s.sample, out);
+  datasets_[static_cast<size_t>(s.dataset)]->read_sample(s.sample, tokens, learned);
+}
+
+bool BlendedDataset::has_loss_mask() const {
+  return std::any_of(datasets_.begin(), datasets_.end(), [](const auto& d) { return d->has_loss_mask(); });
 }
 
 }  // namespace megatrain

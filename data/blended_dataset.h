@@ -48,7 +48,8 @@ class BlendedDataset : public SampleSource {
 
   int seq_len() const override { return datasets_.front()->seq_len(); }
   int64_t num_samples() const override { return num_samples_; }
-  void sample(int64_t i, int32_t* out) const override;
+  void read_sample(int64_t i, int32_t* tokens, uint8_t* learned) const override;
+  bool has_loss_mask() const override;  // any of the datasets has one
   std::string describe(int64_t i, int t) const override;
 
   struct Source {

@@ -1,5 +1,5 @@
 // GPT samples read through a sample index (contract in gpt_dataset.h and gpt_sample_index.h).
-// Invariant: sample() only reads; every index entry it follows is bounds-checked.
+// Invariant: read_sample() only reads; every index entry it follows is bounds-checked.
 #include "data/gpt_dataset.h"
 
 #include <algorithm>
@@ -37,7 +37,7 @@ std::string GptDataset::describe(int64_t i, int t) const {
   return "";
 }
 
-void GptDataset::sample(int64_t i, int32_t* out) const {
+void GptDataset::read_sample(int64_t i, int32_t* out, uint8_t* learned) const {
   const int64_t g = source_sample(i), n = index_.docs_per_epoch;
   const int32_t* doc_order = index_.doc_idx.data() + (g / index_.samples_per_epoch) * n;
   int64_t pos = index_.sample_idx[static_cast<size_t>(2 * g)],
@@ -49,6 +49,7 @@ void GptDataset::sample(int64_t i, int32_t* out) const {
     MT_CHECK(offset <= doc.count, "sample {} of \"{}\" starts past its document", i, dataset_.prefix());
     const int64_t take = std::min(remaining, doc.count - offset);
     dataset_.read_tokens(doc.first + offset, take, out);
+    if (learned != nullptr) dataset_.read_loss_mask(doc.first + offset, take, learned), learned += take;
     out += take, remaining -= take, ++pos, offset = 0;
   }
 }

@@ -33,7 +33,8 @@ class GptDataset : public SampleSource {
   int seq_len() const override { return spec_.seq_len; }
   // Every sample of the indexed epochs (≥ spec.num_samples).
   int64_t num_samples() const override { return static_cast<int64_t>(index_.shuffle_idx.size()); }
-  void sample(int64_t i, int32_t* out) const override;
+  void read_sample(int64_t i, int32_t* tokens, uint8_t* learned) const override;
+  bool has_loss_mask() const override { return dataset_.has_loss_mask(); }
   std::string describe(int64_t i, int t) const override;
 
   int64_t num_samples_per_epoch() const { return index_.samples_per_epoch; }

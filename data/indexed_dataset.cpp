@@ -3,17 +3,16 @@
 // plain copy from the mapping (see the layout in indexed_dataset.h).
 #include "data/indexed_dataset.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <utility>
 
+#include "data/loss_mask.h"
+#include "data/read_only_mapping.h"
 #include "kernels/check.h"
 
 static_assert(std::endian::native == std::endian::little, "the .idx/.bin format is little-endian");
@@ -41,57 +40,6 @@ void store_le(std::vector<unsigned char>& out, T v) {
 }
 
 bool valid_dtype_code(uint8_t code) { return code >= 1 && code <= 8; }
-
-// A read-only mapping of a whole file (size 0 maps nothing). Movable, unmaps on destruction.
-class Mapping {
- public:
-  Mapping() = default;
-  Mapping(Mapping&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr, o.size_ = 0; }
-  Mapping& operator=(Mapping&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(size_, o.size_);
-    return *this;
-  }
-  Mapping(const Mapping&) = delete;
-  ~Mapping() {
-    if (data_ != nullptr) munmap(const_cast<unsigned char*>(data_), size_);
-  }
-
-  static Mapping map(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      int err = errno;
-      MT_DATA_CHECK(err != ENOENT, "{}: file not found; run `megatrain preprocess --input FILE... "
-                     "--output-prefix PREFIX` to create it", path);
-      MT_DATA_CHECK(false, "{}: cannot open ({}); check its permissions", path, std::strerror(err));
-    }
-    struct stat st{};
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      MT_DATA_CHECK(false, "{}: not a regular file; point the dataset prefix at a .bin/.idx pair", path);
-    }
-    Mapping m;
-    m.size_ = static_cast<size_t>(st.st_size);
-    if (m.size_ > 0) {
-      void* p = mmap(nullptr, m.size_, PROT_READ, MAP_SHARED, fd, 0);
-      int err = errno;
-      ::close(fd);
-      MT_DATA_CHECK(p != MAP_FAILED, "{}: mmap failed ({}); check the file system supports mmap",
-                     path, std::strerror(err));
-      m.data_ = static_cast<const unsigned char*>(p);
-    } else {
-      ::close(fd);
-    }
-    return m;
-  }
-
-  const unsigned char* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  const unsigned char* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 template <class T>
 void convert_tokens(const unsigned char* src, int64_t count, int32_t* out) {
@@ -141,7 +89,8 @@ TokenDtype smallest_token_dtype(int64_t vocab_size) {
 
 struct IndexedDataset::Impl {
   std::string prefix;
-  Mapping idx, bin;
+  ReadOnlyMapping idx, bin;
+  std::optional<LossMask> loss_mask;  // PREFIX.lossmask, when it exists
   TokenDtype dtype = TokenDtype::u16;
   int itemsize = 2;
   int64_t sequence_count = 0, document_count = 0, num_tokens = 0;
@@ -154,8 +103,8 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   auto impl = std::make_shared<Impl>();
   impl->prefix = prefix;
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  impl->idx = Mapping::map(idx_path);
-  impl->bin = Mapping::map(bin_path);
+  impl->idx = ReadOnlyMapping::map(idx_path);
+  impl->bin = ReadOnlyMapping::map(bin_path);
   const unsigned char* p = impl->idx.data();
   const size_t size = impl->idx.size();
 
@@ -230,6 +179,11 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
                  "{}: {} bytes, but {} says {} {} tokens = {} bytes; the pair does not belong "
                  "together or a copy was cut short; {}", bin_path, impl->bin.size(), idx_path, tokens,
                  token_dtype_name(impl->dtype), bin_expected, kRecreate);
+
+  // 6. The loss-mask companion, when there is one, belongs to these documents.
+  std::vector<int32_t> lengths(seq);
+  if (seq > 0) std::memcpy(lengths.data(), impl->lengths, 4 * seq);
+  impl->loss_mask = LossMask::open_beside(prefix, tokens, loss_mask_fingerprint(lengths));
   return IndexedDataset(std::move(impl));
 }
 
@@ -271,6 +225,17 @@ void IndexedDataset::read_tokens(int64_t first_token, int64_t count, int32_t* ou
   MT_CHECK(false, "dtype {} passed validation", token_dtype_name(impl_->dtype));
 }
 
+bool IndexedDataset::has_loss_mask() const { return impl_->loss_mask.has_value(); }
+
+void IndexedDataset::read_loss_mask(int64_t first_token, int64_t count, uint8_t* out) const {
+  MT_CHECK(first_token >= 0 && count >= 0 && first_token <= impl_->num_tokens - count,
+           "tokens [{}, {}) out of range [0, {})", first_token, first_token + count, impl_->num_tokens);
+  if (impl_->loss_mask)
+    impl_->loss_mask->read(first_token, count, out);
+  else
+    std::fill_n(out, count, uint8_t{1});
+}
+
 // ---------------------------------------------------------------------------------------------
 // Writer
 
@@ -297,7 +262,7 @@ void pack_tokens(std::span<const int32_t> tokens, TokenDtype dtype, std::vector<
 
 }  // namespace
 
-IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)
+IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype, bool loss_mask)
     : prefix_(prefix), dtype_(dtype) {
   MT_CHECK(valid_dtype_code(static_cast<uint8_t>(dtype)) && dtype != TokenDtype::f32 &&
                dtype != TokenDtype::f64,
@@ -306,6 +271,7 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype
   bin_ = std::fopen(path.c_str(), "wb");
   MT_DATA_CHECK(bin_ != nullptr, "{}: cannot create ({}); check that the output prefix's directory "
                  "exists and is writable", path, std::strerror(errno));
+  if (loss_mask) mask_ = std::make_unique<LossMaskWriter>(prefix_);
 }
 
 IndexedDatasetWriter::~IndexedDatasetWriter() {
@@ -316,6 +282,19 @@ IndexedDatasetWriter::~IndexedDatasetWriter() {
 }
 
 void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
+  MT_CHECK(mask_ == nullptr, "this writer writes a loss mask: pass each document's learned flags");
+  append(tokens);
+}
+
+void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens, std::span<const uint8_t> learned) {
+  MT_CHECK(mask_ != nullptr, "this writer writes no loss mask: construct it with loss_mask = true");
+  MT_CHECK(learned.size() == tokens.size(), "{} learned flags for a document of {} tokens", learned.size(),
+           tokens.size());
+  append(tokens);
+  mask_->add(learned);
+}
+
+void IndexedDatasetWriter::append(std::span<const int32_t> tokens) {
   MT_CHECK(!finalized_ && bin_ != nullptr, "add_document after finalize");
   MT_CHECK(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
            "a document of {} tokens exceeds the format's int32 sequence length", tokens.size());
@@ -366,8 +345,13 @@ void IndexedDatasetWriter::finalize() {
   if (!ok) write_failed(idx_tmp, err != 0 ? err : errno);
 
   // .bin first: a crash between the renames leaves a new .bin beside an old .idx, which open()
-  // rejects unless the two happen to describe the same number of bytes.
+  // rejects unless the two happen to describe the same number of bytes. The loss mask goes before
+  // the .idx too (a stale one is removed): any crash leaves a companion its .idx refuses or none.
   if (std::rename(bin_tmp.c_str(), (prefix_ + ".bin").c_str()) != 0) write_failed(prefix_ + ".bin", errno);
+  if (mask_ != nullptr)
+    mask_->finalize(lengths_);
+  else if (std::remove((prefix_ + ".lossmask").c_str()) != 0 && errno != ENOENT)
+    write_failed(prefix_ + ".lossmask", errno);
   if (std::rename(idx_tmp.c_str(), (prefix_ + ".idx").c_str()) != 0) write_failed(prefix_ + ".idx", errno);
   finalized_ = true;
 }

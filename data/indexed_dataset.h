@@ -27,6 +27,8 @@
 
 namespace megatrain {
 
+class LossMaskWriter;
+
 // Megatron's dtype codes. f32/f64 exist in the format but are rejected as token streams.
 enum class TokenDtype : uint8_t { u8 = 1, i8 = 2, i16 = 3, i32 = 4, i64 = 5, f64 = 6, f32 = 7, u16 = 8 };
 
@@ -55,6 +57,11 @@ class IndexedDataset {
   // converted to int32 (an i64 token outside int32 range throws DataError).
   void read_tokens(int64_t first_token, int64_t count, int32_t* out) const;
 
+  // The loss-mask companion PREFIX.lossmask (data/loss_mask.h), checked against this dataset on open.
+  bool has_loss_mask() const;
+  // out[i] ← 1 if token first_token + i is learned, else 0; all 1 without a companion.
+  void read_loss_mask(int64_t first_token, int64_t count, uint8_t* out) const;
+
  private:
   struct Impl;
   explicit IndexedDataset(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
@@ -63,24 +70,30 @@ class IndexedDataset {
 
 // Writes a dataset one document (= one sequence) at a time. Output goes to PREFIX.bin.tmp and
 // PREFIX.idx.tmp; finalize() renames them into place (.bin first, then .idx), so readers never see
-// a half-written dataset. Destroying an unfinalized writer removes the temporary files.
+// a half-written dataset. Destroying an unfinalized writer removes the temporary files. With
+// LOSS_MASK it also writes the companion PREFIX.lossmask; without, finalize() removes a stale one.
 class IndexedDatasetWriter {
  public:
-  IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype);
+  IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype, bool loss_mask = false);
   ~IndexedDatasetWriter();
   IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
   IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
 
-  // Appends one document; every token must fit the dtype.
+  // Appends one document; every token must fit the dtype. The first form for a writer without a
+  // loss mask, the second (LEARNED[i] nonzero: token i counts in the loss) for one with.
   void add_document(std::span<const int32_t> tokens);
+  void add_document(std::span<const int32_t> tokens, std::span<const uint8_t> learned);
   void finalize();
 
   int64_t num_documents() const { return static_cast<int64_t>(lengths_.size()); }
   int64_t num_tokens() const { return num_tokens_; }
 
  private:
+  void append(std::span<const int32_t> tokens);
+
   std::string prefix_;
   TokenDtype dtype_;
+  std::unique_ptr<LossMaskWriter> mask_;
   std::FILE* bin_ = nullptr;
   std::vector<int32_t> lengths_;
   std::vector<unsigned char> scratch_;  // one document converted to dtype

@@ -29,15 +29,16 @@ const char* type_name(simdjson::dom::element_type type) {  // nlohmann-json's na
 std::string not_an_object(const char* type) {
   return fmt::format("a JSON {} where a JSON object was expected", type);
 }
-std::string no_key(const std::string& key) {
-  return fmt::format("the JSON object has no key \"{}\" (check --json-key)", key);
+std::string no_key(const std::string& key, const std::string& hint) {
+  return fmt::format("the JSON object has no key \"{}\" ({})", key, hint);
 }
 std::string not_a_string(const std::string& key, const char* type) {
   return fmt::format("key \"{}\" holds a JSON {}, not a string", key, type);
 }
 
 // The slow path: nlohmann-json decides, and names the error.
-bool extract_slow(const std::string& line, const std::string& key, std::string& text, std::string& error) {
+bool extract_slow(const std::string& line, const std::string& key, const std::string& hint, std::string& text,
+                  std::string& error) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
@@ -51,7 +52,7 @@ bool extract_slow(const std::string& line, const std::string& key, std::string& 
   }
   auto it = j.find(key);
   if (it == j.end()) {
-    error = no_key(key);
+    error = no_key(key, hint);
     return false;
   }
   if (!it->is_string()) {
@@ -68,7 +69,8 @@ struct JsonlField::Parser {
   simdjson::dom::parser dom;
 };
 
-JsonlField::JsonlField(std::string key) : key_(std::move(key)), parser_(std::make_unique<Parser>()) {}
+JsonlField::JsonlField(std::string key, std::string missing_hint)
+    : key_(std::move(key)), missing_hint_(std::move(missing_hint)), parser_(std::make_unique<Parser>()) {}
 JsonlField::~JsonlField() = default;
 
 bool JsonlField::extract(std::string& line, std::string& text, std::string& error) {
@@ -76,7 +78,7 @@ bool JsonlField::extract(std::string& line, std::string& text, std::string& erro
   simdjson::dom::element root;
   if (parser_->dom.parse(simdjson::padded_string_view(line.data(), line.size(), line.capacity())).get(root) !=
       simdjson::SUCCESS)
-    return extract_slow(line, key_, text, error);
+    return extract_slow(line, key_, missing_hint_, text, error);
   simdjson::dom::object object;
   if (root.get(object) != simdjson::SUCCESS) {
     error = not_an_object(type_name(root.type()));
@@ -91,7 +93,7 @@ bool JsonlField::extract(std::string& line, std::string& text, std::string& erro
     }
   }
   if (!found) {
-    error = no_key(key_);
+    error = no_key(key_, missing_hint_);
     return false;
   }
   std::string_view s;

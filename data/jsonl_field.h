@@ -16,7 +16,8 @@ namespace megatrain {
 
 class JsonlField {
  public:
-  explicit JsonlField(std::string key);
+  // MISSING_HINT: the fix a line without the key is told, in parentheses ("check --json-key").
+  JsonlField(std::string key, std::string missing_hint);
   ~JsonlField();
   JsonlField(const JsonlField&) = delete;
   JsonlField& operator=(const JsonlField&) = delete;
@@ -29,7 +30,7 @@ class JsonlField {
 
  private:
   struct Parser;
-  std::string key_;
+  std::string key_, missing_hint_;
   std::unique_ptr<Parser> parser_;
 };
 

@@ -17,7 +17,9 @@ BatchLoader::BatchLoader(const SampleSource& dataset, int micro_batch_size, int 
       dp_size_(dp_size),
       micro_batches_(0),
       vocab_size_(vocab_size),
-      scratch_(static_cast<size_t>(dataset.seq_len()) + 1) {
+      has_loss_mask_(dataset.has_loss_mask()),
+      scratch_(static_cast<size_t>(dataset.seq_len()) + 1),
+      learned_(has_loss_mask_ ? scratch_.size() : 0) {
   MT_CHECK(dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size, "dp rank {} of {}", dp_rank, dp_size);
   MT_INPUT_CHECK(micro_batch_size >= 1, "train.micro_batch_size = {} must be at least 1", micro_batch_size);
   MT_INPUT_CHECK(global_batch_size >= 1 && global_batch_size % (static_cast<int64_t>(micro_batch_size) * dp_size) == 0,
@@ -52,10 +54,13 @@ void BatchLoader::load(int64_t step, int micro, int32_t* inputs, int32_t* target
   const size_t s = static_cast<size_t>(dataset_.seq_len());
   for (int b = 0; b < micro_batch_size_; ++b) {
     const int64_t i = sample_index(step, micro, b);
-    dataset_.sample(i, scratch_.data());
+    dataset_.read_sample(i, scratch_.data(), has_loss_mask_ ? learned_.data() : nullptr);
     if (vocab_size_ > 0) check_tokens(i);
     std::copy_n(scratch_.data(), s, inputs + b * s);
     std::copy_n(scratch_.data() + 1, s, targets + b * s);
+    if (has_loss_mask_)
+      for (size_t t = 0; t < s; ++t)
+        if (learned_[t + 1] == 0) targets[b * s + t] = kUnlearnedTarget;
   }
 }
 

@@ -5,7 +5,8 @@
 //   rank r takes the contiguous slice starting at k·G + r·(G/dp), of G/dp samples;
 //   its micro-batch m (0 ≤ m < G/(B·dp)) is the next B samples of that slice:
 //   row b of micro-batch m = sample k·G + r·(G/dp) + m·B + b.
-//   inputs[b·S + t] = sample[t], targets[b·S + t] = sample[t + 1].
+//   inputs[b·S + t] = sample[t], targets[b·S + t] = sample[t + 1], or kUnlearnedTarget when token
+//   t + 1 of the sample is not learned (its loss-mask bit is 0; data/loss_mask.h).
 //
 // Invariant: load() is a pure function of (step, micro, rank layout, dataset), so a resumed run
 // reads exactly what an uninterrupted one would (the consumed-sample count k·G is the whole loader
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "data/loss_mask.h"
 #include "data/sample_source.h"
 
 namespace megatrain {
@@ -29,6 +31,8 @@ class BatchLoader {
   int micro_batches_per_step() const { return micro_batches_; }  // G / (B·dp)
   int micro_batch_size() const { return micro_batch_size_; }
   int seq_len() const { return dataset_.seq_len(); }
+  // Some targets may be kUnlearnedTarget: the loss must count the targets, not assume B·S.
+  bool has_loss_mask() const { return has_loss_mask_; }
 
   // The global sample index of row b of micro-batch `micro` at `step` on this rank.
   int64_t sample_index(int64_t step, int micro, int row) const;
@@ -44,7 +48,9 @@ class BatchLoader {
   const SampleSource& dataset_;
   int micro_batch_size_, global_batch_size_, dp_rank_, dp_size_, micro_batches_;
   int64_t vocab_size_;
+  bool has_loss_mask_;
   mutable std::vector<int32_t> scratch_;  // (S+1)
+  mutable std::vector<uint8_t> learned_;  // (S+1) when has_loss_mask_
 };
 
 }  // namespace megatrain

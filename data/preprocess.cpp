@@ -52,12 +52,14 @@ bool is_blank(std::string_view line) {
 
 struct Batch {
   int64_t index = 0;
-  std::vector<std::string> docs;
+  std::vector<std::string> docs;     // the text, or the completion in prompt-completion mode
+  std::vector<std::string> prompts;  // prompt-completion mode: docs[i]'s prompt
   int64_t bytes = 0;
 };
 
 struct EncodedBatch {
   std::vector<int32_t> tokens;  // every document's tokens, each followed by EOD
+  std::vector<uint8_t> learned;  // prompt-completion mode: per token, whether the loss learns it
   std::vector<size_t> ends;     // end of document i in tokens
   int64_t bytes = 0;
   std::exception_ptr error;
@@ -71,7 +73,13 @@ struct Stopped {};  // thrown inside the reader thread when the pipeline is torn
 class Pipeline {
  public:
   Pipeline(const PreprocessOptions& options, const Tokenizer& tok)
-      : options_(options), tok_(tok), max_in_flight_(2 * options.workers), json_(options.json_key.value_or("")) {}
+      : options_(options),
+        tok_(tok),
+        max_in_flight_(2 * options.workers),
+        pairs_(options.format == PreprocessFormat::prompt_completion),
+        json_(pairs_ ? "completion" : options.json_key.value_or(""),
+              pairs_ ? "--format prompt-completion reads \"prompt\" and \"completion\"" : "check --json-key"),
+        prompt_json_("prompt", "--format prompt-completion reads \"prompt\" and \"completion\"") {}
   ~Pipeline() {
     {
       std::lock_guard lock(mu_);
@@ -141,7 +149,7 @@ class Pipeline {
     while (std::getline(in, line)) {
       ++line_no;
       const bool had_newline = !in.eof();  // getline hit EOF before a '\n': last line, unterminated
-      if (options_.json_key) {
+      if (options_.json_key || pairs_) {
         read_json_line(path, line_no, line);
         continue;
       }
@@ -163,15 +171,18 @@ class Pipeline {
 
   void read_json_line(const std::string& path, int64_t line_no, std::string& line) {
     if (is_blank(line)) return;
-    std::string doc, error;
-    if (!json_.extract(line, doc, error)) {
+    std::string doc, prompt, error;
+    bool ok = json_.extract(line, doc, error) && (!pairs_ || prompt_json_.extract(line, prompt, error));
+    if (ok && pairs_ && doc.empty())
+      ok = false, error = "key \"completion\" holds an empty string: the pair has nothing to learn";
+    if (!ok) {
       // A line with invalid UTF-8 fails in either parser; name the byte rather than the parser's view.
       if (const size_t at = invalid_utf8_at(line); at != std::string_view::npos)
         error = fmt::format("invalid UTF-8 at byte {} of the line", at + 1);
       bad_line(path, line_no, error);
       return;
     }
-    add_document(doc);
+    add_document(doc, pairs_ ? &prompt : nullptr);
   }
 
   void bad_line(const std::string& path, int64_t line_no, const std::string& what) {
@@ -181,11 +192,13 @@ class Pipeline {
     if (skipped_first_.size() < kSkippedShown) skipped_first_.push_back(fmt::format("{}:{}", path, line_no));
   }
 
-  // Moves a non-empty `doc` into the current batch and clears it.
-  void add_document(std::string& doc) {
+  // Moves a non-empty `doc` (with its PROMPT in prompt-completion mode) into the current batch and
+  // clears it.
+  void add_document(std::string& doc, std::string* prompt = nullptr) {
     if (doc.empty()) return;
-    const auto size = static_cast<int64_t>(doc.size());
+    const auto size = static_cast<int64_t>(doc.size() + (prompt != nullptr ? prompt->size() : 0));
     if (!batch_.docs.empty() && batch_.bytes + size > options_.batch_bytes) push_batch();
+    if (prompt != nullptr) batch_.prompts.push_back(std::move(*prompt));
     batch_.docs.push_back(std::move(doc));
     batch_.bytes += size;
     doc.clear();
@@ -222,11 +235,17 @@ class Pipeline {
       try {
         out.ends.reserve(batch.docs.size());
         const int32_t eod = tok_.eod_id();
-        for (const auto& doc : batch.docs) {
-          auto ids = tok_.encode(doc);
+        for (size_t d = 0; d < batch.docs.size(); ++d) {
+          if (pairs_) {
+            const auto prompt = tok_.encode(batch.prompts[d]);
+            out.tokens.insert(out.tokens.end(), prompt.begin(), prompt.end());
+            out.learned.resize(out.tokens.size(), 0);
+          }
+          auto ids = tok_.encode(batch.docs[d]);
           out.tokens.insert(out.tokens.end(), ids.begin(), ids.end());
           out.tokens.push_back(eod);
           out.ends.push_back(out.tokens.size());
+          if (pairs_) out.learned.resize(out.tokens.size(), 1);
         }
       } catch (...) {
         out.error = std::current_exception();
@@ -242,7 +261,8 @@ class Pipeline {
   const PreprocessOptions& options_;
   const Tokenizer& tok_;
   const int64_t max_in_flight_;
-  JsonlField json_;  // reader thread only
+  const bool pairs_;  // prompt-completion mode
+  JsonlField json_, prompt_json_;  // reader thread only
   std::vector<std::thread> threads_;
 
   std::mutex mu_;
@@ -308,6 +328,10 @@ PreprocessStats preprocess(const PreprocessOptions& options) {
                  "--json-key reads one document per JSONL line; drop --doc-separator/--blank-line-docs");
   MT_DATA_CHECK(!options.json_key || !options.json_key->empty(), "preprocess: --json-key is empty; give "
                  "the key of the document text, such as text");
+  const bool pairs = options.format == PreprocessFormat::prompt_completion;
+  MT_DATA_CHECK(!pairs || !(options.json_key || options.doc_separator || options.blank_line_docs),
+                "preprocess: --format prompt-completion reads the keys \"prompt\" and \"completion\" of each "
+                "JSONL line; drop --json-key/--doc-separator/--blank-line-docs");
   auto tokenizer = make_tokenizer(options.tokenizer);
   // Fail on a missing input before creating any output file.
   for (const auto& path : options.inputs) {
@@ -317,7 +341,7 @@ PreprocessStats preprocess(const PreprocessOptions& options) {
   }
 
   PreprocessStats stats;
-  IndexedDatasetWriter writer(options.output_prefix, smallest_token_dtype(tokenizer->vocab_size()));
+  IndexedDatasetWriter writer(options.output_prefix, smallest_token_dtype(tokenizer->vocab_size()), pairs);
   {
     Progress progress(options.progress);
     Pipeline pipeline(options, *tokenizer);
@@ -326,8 +350,12 @@ PreprocessStats preprocess(const PreprocessOptions& options) {
     while (pipeline.next(batch)) {
       size_t begin = 0;
       const std::span<const int32_t> tokens(batch.tokens);
+      const std::span<const uint8_t> learned(batch.learned);
       for (size_t end : batch.ends) {
-        writer.add_document(tokens.subspan(begin, end - begin));
+        if (pairs)
+          writer.add_document(tokens.subspan(begin, end - begin), learned.subspan(begin, end - begin));
+        else
+          writer.add_document(tokens.subspan(begin, end - begin));
         begin = end;
       }
       stats.documents += static_cast<int64_t>(batch.ends.size());
@@ -338,7 +366,8 @@ PreprocessStats preprocess(const PreprocessOptions& options) {
     stats.skipped_lines = pipeline.skipped_lines();
     stats.skipped_first = pipeline.skipped_first();
   }
-  const char* mode = options.json_key ? " (with --json-key)"
+  const char* mode = pairs               ? " (with --format prompt-completion)"
+                     : options.json_key ? " (with --json-key)"
                      : options.doc_separator ? " (with --doc-separator)"
                      : options.blank_line_docs ? " (with --blank-line-docs)"
                                                : "";

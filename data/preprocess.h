@@ -7,7 +7,11 @@
 //   - text mode with blank_line_docs: one or more blank lines (empty, or only spaces, tabs and a
 //     final '\r') end a document; blank lines are part of no document;
 //   - JSONL mode (json_key set): each non-blank line is a JSON object and its document is the
-//     string at json_key.
+//     string at json_key;
+//   - prompt-completion mode (format = prompt_completion): each non-blank line is a JSON object
+//     with strings "prompt" and "completion" (not empty); its document is encode(prompt) followed
+//     by encode(completion) (each encoded on its own) and EOD, and the loss-mask companion
+//     PREFIX.lossmask (data/loss_mask.h) learns the completion and the EOD, not the prompt.
 // A text-mode document's text is kept exactly, including its final newline. Empty documents are
 // skipped. Every document is encoded and followed by the tokenizer's EOD token, and written as one
 // sequence; dtype = smallest_token_dtype(vocab_size).
@@ -18,8 +22,9 @@
 // batches are in flight, so memory is bounded regardless of corpus size, and the output is
 // byte-identical for any number of workers.
 //
-// Bad input (invalid UTF-8 in any mode; in JSONL mode a line that is not a JSON object, lacks
-// json_key or holds a non-string there) throws DataError naming FILE:LINE, unless
+// Bad input (invalid UTF-8 in any mode; in the JSONL modes a line that is not a JSON object, lacks
+// a key or holds a non-string there, or an empty completion) throws DataError naming FILE:LINE and
+// the field, unless
 // skip_bad_lines: then the line is dropped (in text mode from its document; in JSONL mode the
 // line's document), counted and listed in the stats.
 //
@@ -33,13 +38,16 @@
 
 namespace megatrain {
 
+enum class PreprocessFormat { documents, prompt_completion };
+
 struct PreprocessOptions {
   std::vector<std::string> inputs;           // text or JSONL files, read in this order
   std::string tokenizer = "bytes";           // make_tokenizer spec
-  std::string output_prefix;                 // writes PREFIX.bin and PREFIX.idx
+  std::string output_prefix;                 // writes PREFIX.bin and PREFIX.idx (and PREFIX.lossmask)
   std::optional<std::string> doc_separator;  // e.g. "%" for fortune files
   bool blank_line_docs = false;              // blank lines end documents (text mode)
   std::optional<std::string> json_key;       // set: inputs are JSONL, document = string at key
+  PreprocessFormat format = PreprocessFormat::documents;  // prompt_completion: JSONL prompt/completion
   int workers = 1;                           // tokenizer threads, >= 1
   bool skip_bad_lines = false;               // count and drop bad lines instead of failing
   bool progress = false;                     // progress on stderr (also when stderr is a terminal)

@@ -134,8 +134,8 @@ double RankRun::mean_over_replicas(double sum, int64_t tokens) const {
   return sum / static_cast<double>(tokens);
 }
 
-int64_t RankRun::counted_tokens(const StepBatch& batch, int64_t all) const {
-  if (!cfg_.data.eod_mask_loss) return all;
+int64_t RankRun::counted_tokens(const StepBatch& batch, const BatchLoader& loader, int64_t all) const {
+  if (!cfg_.data.eod_mask_loss && !loader.has_loss_mask()) return all;
   int64_t n = batch.counted();  // this rank's rows; the tp and pp ranks of a replica read the same
   if (groups_.dp_cp().size() > 1) groups_.dp_cp().all_reduce(&n, 1).wait();
   return std::max<int64_t>(n, 1);  // a batch of masked positions only adds nothing
@@ -145,7 +145,7 @@ double RankRun::forward_backward(int64_t batch, double loss_scale) {
   feed_.train->load(data_.train(), batch, feed_.digest);
   if (feed_.digest) feed_.samples[batch] = feed_.train->digest();
   feed_.current = &*feed_.train;
-  feed_.counted = counted_tokens(*feed_.train, tokens_per_step());
+  feed_.counted = counted_tokens(*feed_.train, data_.train(), tokens_per_step());
   feed_.loss_scale = loss_scale;
   feed_.loss_sum = 0.0;
   for (Chunk& ch : chunks_) {
@@ -284,7 +284,7 @@ double RankRun::evaluate() {
   int64_t tokens = 0;
   for (int64_t batch = 0; batch < cfg_.train.eval_steps; ++batch) {
     feed_.valid->load(*data_.valid(), batch, false);
-    tokens += counted_tokens(*feed_.valid, tokens_per_step());
+    tokens += counted_tokens(*feed_.valid, *data_.valid(), tokens_per_step());
     pipeline_->run_forward(micro, *this);
   }
   feed_.evaluating = false;

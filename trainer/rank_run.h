@@ -150,8 +150,9 @@ class RankRun final : public PipelineWork {
   };
   // The mean token loss from this rank's sum of token losses over `tokens` counted over all replicas.
   double mean_over_replicas(double sum, int64_t tokens) const;
-  // The tokens the loss counts in `batch` over all replicas (data.eod_mask_loss; else `all`).
-  int64_t counted_tokens(const StepBatch& batch, int64_t all) const;
+  // The tokens the loss counts in `batch`, read from `loader`, over all replicas: `all` unless
+  // data.eod_mask_loss or the data's loss mask leave some out.
+  int64_t counted_tokens(const StepBatch& batch, const BatchLoader& loader, int64_t all) const;
   // Each group's hook before the step that writes the chunk's final gradients of a micro-batch (its
   // backward, or its weight step when backwards are split); gradients_end() closes it.
   void gradients_begin(int chunk);

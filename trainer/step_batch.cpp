@@ -1,9 +1,13 @@
 #include "trainer/step_batch.h"
 
+#include <algorithm>
+
 #include "kernels/check.h"
 #include "kernels/ops.h"
 
 namespace megatrain {
+
+static_assert(kUnlearnedTarget == kMaskedTarget, "the loss leaves out the loader's unlearned targets");
 
 StepBatch::StepBatch(const CpSplit& split, int B, int micro_batches, bool reads, const DocumentRules& rules)
     : split_(split),
@@ -47,7 +51,9 @@ void StepBatch::load(const BatchLoader& loader, int64_t batch, bool digest) {
       split_.take_local(inputs, tokens, B_);
       split_.take_local(outputs, targets, B_);
     }
-    counted_ += rules_.mask_eod ? mask_eod_targets(tokens, targets, rows_, rules_.eod, kMaskedTarget) : rows_;
+    // Counted: the targets neither the loss mask (the loader's kUnlearnedTarget) nor the rules mask.
+    counted_ += rules_.mask_eod ? mask_eod_targets(tokens, targets, rows_, rules_.eod, kMaskedTarget)
+                                : rows_ - std::count(targets, targets + rows_, kMaskedTarget);
   }
 }
 

@@ -5,7 +5,8 @@
 // then only index it. Ranks whose chunks neither embed nor compute the loss read nothing, unless the
 // samples' documents are found (every stage's attention and positions read them). With documents
 // (data/packed_documents.h): each micro-batch's document starts over its whole sequences, the
-// targets after an end-of-document input masked (kMaskedTarget), and the count of targets left.
+// targets after an end-of-document input masked (kMaskedTarget), and the count of targets left —
+// which also leaves out the targets the data's loss mask left out (data/loss_mask.h).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -17,7 +17,7 @@ struct Result {
 };
 
 Result extract(const std::string& key, std::string line) {
-  JsonlField field(key);
+  JsonlField field(key, "check --json-key");
   std::string text, error;
   const bool ok = field.extract(line, text, error);
   return {ok, ok ? text : error};
@@ -72,7 +72,7 @@ TEST(JsonlFieldTest, ErrorsNameWhatIsWrong) {
 }
 
 TEST(JsonlFieldTest, OneFieldReadsManyLinesOfChangingLength) {
-  JsonlField field("text");
+  JsonlField field("text", "check --json-key");
   std::string text, error;
   for (int n : {300, 3, 5000, 0, 70}) {
     std::string line = nlohmann::json{{"text", std::string(n, 'x')}}.dump();

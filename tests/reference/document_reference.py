@@ -1,5 +1,5 @@
-"""Documents packed into samples (data.reset_position_ids, reset_attention_mask, eod_mask_loss)
-against an independent PyTorch trainer: 10 steps of `megatrain train` from a model that
+"""Documents packed into samples (data.reset_position_ids, reset_attention_mask, eod_mask_loss) and
+a loss mask in the data (PREFIX.lossmask) against an independent PyTorch trainer: 10 steps of `megatrain train` from a model that
 transformers made at random (`megatrain import`), against the same 10 steps in float64 PyTorch
 written here from the published definitions and Megatron-LM's semantics, not from megatrain's code:
 
@@ -12,6 +12,9 @@ written here from the published definitions and Megatron-LM's semantics, not fro
             (reset_position_ids); query t sees keys of its own document up to t only
             (reset_attention_mask: a block-diagonal causal mask); loss_mask[inputs == EOD] = 0
             (eod_mask_loss).
+  loss mask each document's first k tokens (k drawn from 0 … its length − 1: a prompt) are not
+            learned, the rest are; written as PREFIX.lossmask from README's layout (FNV-1a 64
+            of the .idx lengths computed here); target t counts only if its token is learned.
   loss      sum over the global batch of the counted positions' cross-entropy, divided by the
             number of counted positions in the global batch (Megatron's per-token normalisation),
             whatever the micro-batch (2 micro-batches of 2 here: their counts differ).
@@ -20,14 +23,17 @@ written here from the published definitions and Megatron-LM's semantics, not fro
             rotate-half; RMSNorm, SwiGLU, grouped-query attention, untied head); AdamW as
             torch.optim.AdamW, constant learning rate, no weight decay or clipping.
 
-Two runs: all three keys, and reset_position_ids with eod_mask_loss but attention across
+Four runs: all three keys; reset_position_ids with eod_mask_loss but attention across
 documents (with the attention inside documents, RoPE's scores depend on distances within a
-document only, so restarted positions change nothing for Llama there).
+document only, so restarted positions change nothing for Llama there); over the dataset with its
+loss mask, whose samples hold different numbers of learned targets, all three keys and none.
 Shown, for each: megatrain's loss of every step (its metrics file) equals the reference's within
-TOL_LOSS, and the reference's loss without the keys differs from it by more than 100·TOL_LOSS at
-step 1, so the keys change every loss far beyond the tolerance. Checked by mutation (each fails
+TOL_LOSS, and the reference's loss without the keys (and, in the third run, without the loss mask
+alone) differs from it by more than 100·TOL_LOSS at step 1, so each changes the loss far beyond
+the tolerance. Checked by mutation (each fails
 here): positions not restarted (the second run), the mask one token late, the loss divided by all
-positions instead of the counted ones. After the 10 steps the exported weights equal the
+positions instead of the counted ones, the loss mask ignored, the loss mask read one token early
+(at the input instead of the target). After the 10 steps the exported weights equal the
 reference's within TOL_WEIGHTS of each tensor's largest entry.
 
 Tolerances: megatrain computes in float32 (u = 6e-8) and the reference in float64. The losses are
@@ -101,22 +107,39 @@ def write_indexed(prefix, docs):
     return tokens.astype(numpy.int64)
 
 
+def write_loss_mask(prefix, docs, seed=9):
+    """PREFIX.lossmask (README "Loss masks in the data"): each document's first k tokens unlearned."""
+    rng = numpy.random.RandomState(seed)
+    learned = numpy.concatenate([numpy.repeat([0, 1], [k, len(d) - k]) for d in docs
+                                 for k in [rng.randint(0, len(d))]]).astype(numpy.uint8)
+    fingerprint = 0xCBF29CE484222325  # FNV-1a 64 over the .idx's int32 lengths
+    for byte in numpy.asarray([len(d) for d in docs], dtype="<i4").tobytes():
+        fingerprint = ((fingerprint ^ byte) * 0x100000001B3) % 2 ** 64
+    with open(prefix + ".lossmask", "wb") as f:
+        f.write(b"MTLMASK\x00")
+        f.write(numpy.asarray([1, len(learned), fingerprint], dtype="<u8").tobytes())
+        f.write(numpy.packbits(learned, bitorder="little").tobytes())
+    return learned
+
+
 def sample(stream, i):
     s = stream[i * SEQ: i * SEQ + SEQ + 1]
     return s[:-1], s[1:]
 
 
-# The keys a run sets: (reset_position_ids, reset_attention_mask, eod_mask_loss).
-ALL_KEYS, NO_KEYS = (True, True, True), (False, False, False)
+# What a run sets: (reset_position_ids, reset_attention_mask, eod_mask_loss, the loss mask).
+ALL_KEYS, NO_KEYS = (True, True, True, False), (False, False, False, False)
 # With the attention kept within each document RoPE's scores depend on distances inside a document
 # only, so restarting the positions changes nothing for Llama; the second run attends across
 # documents with restarted positions, where it does.
-RUNS = [ALL_KEYS, (True, False, True)]
+# The loss mask runs with the keys and alone (where only the mask leaves targets out).
+RUNS = [ALL_KEYS, (True, False, True, False), (True, True, True, True), (False, False, False, True)]
 
 
-def layout(inputs, keys):
-    """(positions, allowed (S, S) mask, counted targets) of one sample, Megatron's semantics."""
-    reset_positions, reset_attention, mask_eod = keys
+def layout(inputs, learned, keys):
+    """(positions, allowed (S, S) mask, counted targets) of one sample, Megatron's semantics;
+    learned: the loss-mask bits of the sample's targets."""
+    reset_positions, reset_attention, mask_eod, loss_mask = keys
     S = len(inputs)
     start = numpy.zeros(S, dtype=numpy.int64)
     s = 0
@@ -128,6 +151,8 @@ def layout(inputs, keys):
     j, i = numpy.meshgrid(numpy.arange(S), numpy.arange(S))
     allowed = (j <= i) & (j >= start[:, None]) if reset_attention else j <= i
     counted = inputs != EOD if mask_eod else numpy.ones(S, dtype=bool)
+    if loss_mask:
+        counted = counted & (learned == 1)
     return torch.tensor(positions), torch.tensor(allowed), torch.tensor(counted)
 
 
@@ -187,7 +212,7 @@ def llama_logits(P, cfg, tokens, positions, allowed):
     return lin(rms(x, "model.norm"), "lm_head")
 
 
-def reference_losses(family, model, stream, keys, steps):
+def reference_losses(family, model, stream, learned, keys, steps):
     cfg = model.config
     P = {k: v.detach().double().clone().requires_grad_(True) for k, v in model.state_dict().items()
          if not (family == "gpt2" and k == "lm_head.weight")}  # GPT-2's head is wte (tied)
@@ -197,7 +222,7 @@ def reference_losses(family, model, stream, keys, steps):
     for step in range(steps):
         opt.zero_grad()
         samples = [sample(stream, step * GLOBAL + i) for i in range(GLOBAL)]
-        layouts = [layout(inp, keys) for inp, _ in samples]
+        layouts = [layout(inp, sample(learned, step * GLOBAL + i)[1], keys) for i, (inp, _) in enumerate(samples)]
         counted = sum(int(c.sum()) for _, _, c in layouts)
         total = 0.0
         for (inp, tgt), (pos, allowed, mask) in zip(samples, layouts):
@@ -211,7 +236,8 @@ def reference_losses(family, model, stream, keys, steps):
     return losses, {k: v.detach().numpy() for k, v in P.items()}
 
 
-def megatrain_run(args, keys, model, prefix, work):
+def megatrain_run(args, keys, model, prefixes, work):
+    prefix = prefixes[keys[3]]
     work = os.path.join(work, "run_" + "".join("1" if k else "0" for k in keys))
     hf_dir = os.path.join(work, "transformers")
     model.save_pretrained(hf_dir, safe_serialization=True)
@@ -239,10 +265,10 @@ def megatrain_run(args, keys, model, prefix, work):
     return losses, load_file(os.path.join(exported, "model.safetensors"))
 
 
-def check_run(args, keys, model, prefix, stream, work):
-    print(f"reset_position_ids, reset_attention_mask, eod_mask_loss = {keys}")
-    ours, weights = megatrain_run(args, keys, model, prefix, work)
-    want, want_weights = reference_losses(args.family, model, stream, keys, STEPS)
+def check_run(args, keys, model, prefixes, stream, learned, work):
+    print(f"reset_position_ids, reset_attention_mask, eod_mask_loss, loss mask = {keys}")
+    ours, weights = megatrain_run(args, keys, model, prefixes, work)
+    want, want_weights = reference_losses(args.family, model, stream, learned, keys, STEPS)
     if len(ours) != STEPS:
         raise Mismatch(f"megatrain's metrics hold {len(ours)} step losses, expected {STEPS}")
     worst = 0.0
@@ -252,11 +278,17 @@ def check_run(args, keys, model, prefix, stream, work):
         print(f"step {step}: megatrain {a:.8f}  reference {b:.8f}  relative {err:.2e}")
         if err > TOL_LOSS:
             raise Mismatch(f"{keys}, step {step}: loss {a} against the reference's {b} (relative {err:.2e} > {TOL_LOSS})")
-    plain, _ = reference_losses(args.family, model, stream, NO_KEYS, 1)
+    plain, _ = reference_losses(args.family, model, stream, learned, NO_KEYS, 1)
     gap = abs(plain[0] - want[0]) / abs(want[0])
     print(f"step 1 without the keys (reference): {plain[0]:.8f}, relative gap {gap:.2e}")
     if gap <= 100 * TOL_LOSS:
         raise Mismatch(f"the keys change step 1's loss by only {gap:.2e}: the case cannot tell them apart")
+    if keys[3] and keys[:3] != NO_KEYS[:3]:
+        unmasked, _ = reference_losses(args.family, model, stream, learned, keys[:3] + (False,), 1)
+        gap = abs(unmasked[0] - want[0]) / abs(want[0])
+        print(f"step 1 without the loss mask (reference): {unmasked[0]:.8f}, relative gap {gap:.2e}")
+        if gap <= 100 * TOL_LOSS:
+            raise Mismatch(f"the loss mask changes step 1's loss by only {gap:.2e}: the case cannot tell it apart")
     wmax = 0.0
     for name, ref in want_weights.items():
         got = weights[name].astype(numpy.float64)
@@ -281,8 +313,11 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     torch.set_num_threads(1)
-    prefix = os.path.join(work, "docs")
-    stream = write_indexed(prefix, documents(STEPS * GLOBAL * SEQ + SEQ + 1))
+    prefixes = {False: os.path.join(work, "docs"), True: os.path.join(work, "masked")}
+    docs = documents(STEPS * GLOBAL * SEQ + SEQ + 1)
+    stream = write_indexed(prefixes[False], docs)
+    write_indexed(prefixes[True], docs)
+    learned = write_loss_mask(prefixes[True], docs)
     torch.manual_seed(4321)
     model = transformers.AutoModelForCausalLM.from_config(FAMILIES[args.family](), torch_dtype=torch.float32)
     with torch.no_grad():
@@ -293,7 +328,7 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     try:
         for keys in RUNS:
-            check_run(args, keys, model, prefix, stream, work)
+            check_run(args, keys, model, prefixes, stream, learned, work)
     except Mismatch as e:
         print(f"FAIL: {e}\n(work files kept in {work})")
         return 1

@@ -4,6 +4,7 @@
 // digest, which is the samples' and not the layout's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "data/loader.h"
@@ -18,8 +19,9 @@ class Numbered final : public SampleSource {
  public:
   int seq_len() const override { return 8; }
   int64_t num_samples() const override { return 1000; }
-  void sample(int64_t i, int32_t* out) const override {
+  void read_sample(int64_t i, int32_t* out, uint8_t* learned) const override {
     for (int t = 0; t <= seq_len(); ++t) out[t] = static_cast<int32_t>(1000 * i + t);
+    if (learned != nullptr) std::fill_n(learned, seq_len() + 1, uint8_t{1});
   }
 };
 
