@@ -101,6 +101,20 @@ interval = 1
                      name);
   }
 
+  // Trains 10 steps of `extra` (which saves every 5 steps, no evaluation) in one process, and again
+  // in two runs of 5 steps, the second resumed from the first's checkpoint: the resumed steps'
+  // losses and gradient norms must equal the uninterrupted run's bitwise.
+  void expect_bitwise_resume(const std::string& extra) {
+    const std::string a = "--set checkpoint.dir='\"" + (dir_ / "resume_a").string() + "\"' ";
+    const std::string b = "--set checkpoint.dir='\"" + (dir_ / "resume_b").string() + "\"' ";
+    const auto full = train_parity(1, extra + a, "full");
+    train_parity(1, extra + b + "--set train.steps=5", "first");
+    const auto resumed = train_parity(1, extra + b + "--set checkpoint.load=latest", "resumed");
+    EXPECT_EQ(metrics_field(resumed, "loss", 0), metrics_field(full, "loss", 5));
+    EXPECT_EQ(metrics_field(resumed, "grad_norm", 0), metrics_field(full, "grad_norm", 5));
+    EXPECT_EQ(metrics_field(resumed, "loss", 0).size(), 5u);
+  }
+
   // The bytes of model.safetensors that `megatrain export` writes for CHECKPOINT (a step folder):
   // equal bytes, equal weights.
   std::string exported_weights(const std::string& checkpoint) {
