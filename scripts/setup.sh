@@ -66,6 +66,30 @@ if [ "${SKIP_PIP:-0}" != 1 ]; then
   fi
 fi
 
+# minja (Google, MIT): the header-only Jinja renderer of chat templates (data/chat_template.h). PyPI
+# ships it inside the llama-cpp-python 0.3.16 source package (vendor/llama.cpp/vendor/minja), with the
+# published chat templates its tests render (models/templates); only those files are unpacked into
+# build/_deps/minja, once, from the pinned, hash-checked package. Its metadata is prepared with
+# scikit-build-core from a throwaway venv (with build isolation pip would fetch a whole toolchain).
+minja_dir=build/_deps/minja
+if [ ! -f "$minja_dir/minja.hpp" ]; then
+  tmp=$(mktemp -d)
+  /usr/bin/python3 -m venv "$tmp/venv"
+  "$tmp/venv/bin/python3" -m pip install -q --disable-pip-version-check scikit-build-core
+  "$tmp/venv/bin/python3" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+    --no-build-isolation -d "$tmp" llama-cpp-python==0.3.16
+  echo "34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6  $tmp/llama_cpp_python-0.3.16.tar.gz" |
+    sha256sum -c --quiet
+  src=llama_cpp_python-0.3.16/vendor/llama.cpp
+  templates=(meta-llama-Llama-3.1-8B-Instruct.jinja Qwen-Qwen3-0.6B.jinja)
+  tar xzf "$tmp/llama_cpp_python-0.3.16.tar.gz" -C "$tmp" "$src/vendor/minja/minja.hpp" \
+    "${templates[@]/#/$src/models/templates/}"
+  mkdir -p "$minja_dir/templates"
+  cp "$tmp/$src/vendor/minja/minja.hpp" "$minja_dir/"
+  for t in "${templates[@]}"; do cp "$tmp/$src/models/templates/$t" "$minja_dir/templates/"; done
+  rm -rf "$tmp"
+fi
+
 # The CUDA toolkit where NVIDIA's installers put it, when its nvcc is not on PATH: the cuDNN
 # frontend below is fetched only where nvcc is found, and CMake's check_language(CUDA) looks on PATH.
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
