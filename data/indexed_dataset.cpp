@@ -181,9 +181,7 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
                  token_dtype_name(impl->dtype), bin_expected, kRecreate);
 
   // 6. The loss-mask companion, when there is one, belongs to these documents.
-  std::vector<int32_t> lengths(seq);
-  if (seq > 0) std::memcpy(lengths.data(), impl->lengths, 4 * seq);
-  impl->loss_mask = LossMask::open_beside(prefix, tokens, loss_mask_fingerprint(lengths));
+  impl->loss_mask = LossMask::open_beside(prefix, tokens, {impl->lengths, static_cast<size_t>(4 * seq)});
   return IndexedDataset(std::move(impl));
 }
 

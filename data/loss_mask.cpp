@@ -27,15 +27,18 @@ uint64_t header_field(const unsigned char* data, int i) {
   return v;
 }
 
+// FNV-1a 64 of a dataset's int32 sequence lengths, little-endian as the .idx stores them: what ties
+// a companion to its documents.
+uint64_t fingerprint(const void* lengths, size_t bytes) { return fnv1a(lengths, bytes); }
+
 [[noreturn]] void write_failed(const std::string& path, int err) {
   throw DataError(fmt::format("{}: write failed ({}); check free disk space", path, std::strerror(err)));
 }
 
 }  // namespace
 
-uint64_t loss_mask_fingerprint(std::span<const int32_t> lengths) { return fnv1a(lengths.data(), lengths.size_bytes()); }
-
-std::optional<LossMask> LossMask::open_beside(const std::string& prefix, int64_t num_tokens, uint64_t fingerprint) {
+std::optional<LossMask> LossMask::open_beside(const std::string& prefix, int64_t num_tokens,
+                                              std::span<const unsigned char> lengths) {
   const std::string path = prefix + ".lossmask";
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return std::nullopt;
@@ -48,7 +51,7 @@ std::optional<LossMask> LossMask::open_beside(const std::string& prefix, int64_t
   MT_DATA_CHECK(header_field(d, 1) == static_cast<uint64_t>(num_tokens),
                 "{}: written for {} tokens, but {}.bin holds {}: it belongs to another dataset; {}", path,
                 header_field(d, 1), prefix, num_tokens, kFix);
-  MT_DATA_CHECK(header_field(d, 2) == fingerprint,
+  MT_DATA_CHECK(header_field(d, 2) == fingerprint(lengths.data(), lengths.size()),
                 "{}: written for other documents than {}.idx describes (their lengths differ); {}", path, prefix, kFix);
   const uint64_t bytes = (static_cast<uint64_t>(num_tokens) + 7) / 8;
   MT_DATA_CHECK(file.size() == kHeaderBytes + bytes, "{}: {} bytes, expected {} for {} tokens (damaged); {}", path,
@@ -93,7 +96,7 @@ void LossMaskWriter::finalize(std::span<const int32_t> lengths) {
   MT_CHECK(!finalized_ && file_ != nullptr, "loss mask finalized twice");
   const std::string tmp = prefix_ + ".lossmask.tmp";
   if ((tokens_ & 7) != 0 && std::fputc(byte_, file_) == EOF) write_failed(tmp, errno);
-  uint64_t header[3] = {kVersion, static_cast<uint64_t>(tokens_), loss_mask_fingerprint(lengths)};
+  uint64_t header[3] = {kVersion, static_cast<uint64_t>(tokens_), fingerprint(lengths.data(), lengths.size_bytes())};
   const bool ok = std::fseek(file_, 0, SEEK_SET) == 0 && std::fwrite(kMagic, 1, 8, file_) == 8 &&
                   std::fwrite(header, 8, 3, file_) == 3;
   const int err = errno;

@@ -27,14 +27,13 @@ namespace megatrain {
 // The target the loader writes for a token that is not learned; kernels/ops.h's kMaskedTarget.
 inline constexpr int32_t kUnlearnedTarget = -1;
 
-// FNV-1a 64 of a dataset's sequence lengths (int32 each, little-endian): what ties a companion to it.
-uint64_t loss_mask_fingerprint(std::span<const int32_t> lengths);
-
 class LossMask {
  public:
-  // PREFIX.lossmask when it exists (nullopt otherwise), checked against the dataset it sits beside:
-  // NUM_TOKENS tokens whose sequence lengths have FINGERPRINT. DataError naming the file otherwise.
-  static std::optional<LossMask> open_beside(const std::string& prefix, int64_t num_tokens, uint64_t fingerprint);
+  // PREFIX.lossmask when it exists (nullopt otherwise, and LENGTHS is not read), checked against the
+  // dataset it sits beside: NUM_TOKENS tokens whose .idx sequence lengths are the bytes LENGTHS
+  // (int32 little-endian, as stored there, unaligned). DataError naming the file otherwise.
+  static std::optional<LossMask> open_beside(const std::string& prefix, int64_t num_tokens,
+                                             std::span<const unsigned char> lengths);
 
   // out[i] ← 1 if token first + i is learned, else 0, for i < count.
   void read(int64_t first, int64_t count, uint8_t* out) const;
