@@ -88,6 +88,14 @@ int32_t utf8_next(std::string_view s, size_t& pos) {
   return c;
 }
 
+size_t invalid_utf8_at(std::string_view s) {
+  for (size_t pos = 0; pos < s.size();) {
+    const size_t at = pos;
+    if (utf8_next(s, pos) < 0) return at;
+  }
+  return std::string_view::npos;
+}
+
 std::string byte_level_encode(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size() * 2);

@@ -29,6 +29,9 @@ void utf8_append(std::string& out, char32_t c);
 // Code point of the UTF-8 sequence at s[pos]; advances pos past it. A malformed or truncated
 // sequence yields -1 and advances pos by one byte.
 int32_t utf8_next(std::string_view s, size_t& pos);
+// Index of the first byte of `s` that is not part of well-formed UTF-8 (utf8_next's rules), or
+// npos when all of it is valid.
+size_t invalid_utf8_at(std::string_view s);
 
 // Each byte of `bytes` replaced by its symbol.
 std::string byte_level_encode(std::string_view bytes);
