@@ -15,9 +15,12 @@ namespace megatrain {
 namespace {
 
 const char* json_kind(const nlohmann::ordered_json& v) {
-  return v.is_null() ? "null" : v.is_array() ? "an array" : v.is_object() ? "an object" : v.is_string() ? "a string"
-                                                            : v.is_boolean()          ? "a boolean"
-                                                                                      : "a number";
+  return v.is_null()      ? "null"
+         : v.is_array()   ? "an array"
+         : v.is_object()  ? "an object"
+         : v.is_string()  ? "a string"
+         : v.is_boolean() ? "a boolean"
+                          : "a number";
 }
 
 nlohmann::ordered_json messages_of(const std::string& line) {
@@ -31,7 +34,8 @@ nlohmann::ordered_json messages_of(const std::string& line) {
   }
   MT_DATA_CHECK(conv.is_object(), "{} where a JSON object {{\"messages\": [...]}} was expected", json_kind(conv));
   const auto it = conv.find("messages");
-  MT_DATA_CHECK(it != conv.end(), "the JSON object has no key \"messages\" (--format chat reads "
+  MT_DATA_CHECK(it != conv.end(),
+                "the JSON object has no key \"messages\" (--format chat reads "
                 "{{\"messages\": [{{\"role\": ..., \"content\": ...}}, ...]}})");
   MT_DATA_CHECK(it->is_array() && !it->empty(), "\"messages\" holds {}, not a non-empty array of messages",
                 it->is_array() ? "an empty array" : json_kind(*it));
@@ -64,9 +68,11 @@ void encode_chat_line(const std::string& line, const ChatTemplate& chat, const T
     if (range < r.learned.size() && r.learned[range].first < end) learned[first + t] = 1;
     begin = end;
   }
-  MT_DATA_CHECK(begin == r.text.size(), "the tokenizer's tokens spell {} bytes of a {}-byte rendering, so the "
+  MT_DATA_CHECK(begin == r.text.size(),
+                "the tokenizer's tokens spell {} bytes of a {}-byte rendering, so the "
                 "learned text cannot be placed on them; --format chat needs a tokenizer whose tokens spell the "
-                "text exactly (no add_prefix_space, no lstrip/rstrip added tokens)", begin, r.text.size());
+                "text exactly (no add_prefix_space, no lstrip/rstrip added tokens)",
+                begin, r.text.size());
   tokens.push_back(tok.eod_id());
   learned.push_back(0);
 }

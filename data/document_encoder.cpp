@@ -61,9 +61,12 @@ class ChatEncoder final : public DocumentEncoder {
 
 std::unique_ptr<DocumentEncoder> make_document_encoder(const PreprocessOptions& options, const Tokenizer& tok) {
   switch (options.format) {
-    case PreprocessFormat::documents: return std::make_unique<TextEncoder>(tok);
-    case PreprocessFormat::prompt_completion: return std::make_unique<PairEncoder>(tok);
-    case PreprocessFormat::chat: return std::make_unique<ChatEncoder>(options.chat_config, tok);
+    case PreprocessFormat::documents:
+      return std::make_unique<TextEncoder>(tok);
+    case PreprocessFormat::prompt_completion:
+      return std::make_unique<PairEncoder>(tok);
+    case PreprocessFormat::chat:
+      return std::make_unique<ChatEncoder>(options.chat_config, tok);
   }
   return nullptr;
 }

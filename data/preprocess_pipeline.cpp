@@ -113,8 +113,7 @@ void PreprocessPipeline::read_file(const std::string& path) {
       bad_line(path, line_no, fmt::format("invalid UTF-8 at byte {} of the line", at + 1));
       continue;
     }
-    if ((options_.doc_separator && line == *options_.doc_separator) ||
-        (options_.blank_line_docs && is_blank(line))) {
+    if ((options_.doc_separator && line == *options_.doc_separator) || (options_.blank_line_docs && is_blank(line))) {
       add_document(doc);
       continue;
     }
@@ -150,8 +149,10 @@ void PreprocessPipeline::read_json_line(const std::string& path, int64_t line_no
 }
 
 void PreprocessPipeline::bad_line(const std::string& path, int64_t line_no, const std::string& what) {
-  MT_DATA_CHECK(options_.skip_bad_lines, "preprocess: {}:{}: {}; fix the input, or use --skip-bad-lines to skip "
-                "such lines", path, line_no, what);
+  MT_DATA_CHECK(options_.skip_bad_lines,
+                "preprocess: {}:{}: {}; fix the input, or use --skip-bad-lines to skip "
+                "such lines",
+                path, line_no, what);
   ++skipped_lines_;
   if (skipped_first_.size() < kSkippedShown) skipped_first_.push_back(fmt::format("{}:{}", path, line_no));
 }
@@ -217,8 +218,10 @@ void PreprocessPipeline::encode_batch(const DocumentEncoder& encoder, const Batc
       encoder.encode(doc, out.tokens, out.learned);
       const size_t n = out.tokens.size() - start;
       if (limit > 0 && n > limit) {
-        MT_DATA_CHECK(options_.truncate, "the document is {} tokens (its EOD included), more than --max-tokens {}; "
-                      "shorten it, raise --max-tokens, or cut such documents with --truncate", n, limit);
+        MT_DATA_CHECK(options_.truncate,
+                      "the document is {} tokens (its EOD included), more than --max-tokens {}; "
+                      "shorten it, raise --max-tokens, or cut such documents with --truncate",
+                      n, limit);
         out.tokens[start + limit - 1] = out.tokens.back();  // the EOD, after the first limit - 1 tokens
         out.tokens.resize(start + limit);
         if (encoder.masks()) {
@@ -231,8 +234,10 @@ void PreprocessPipeline::encode_batch(const DocumentEncoder& encoder, const Batc
       if (doc.origin.empty()) throw;
       out.tokens.resize(start);
       if (encoder.masks()) out.learned.resize(start);
-      MT_DATA_CHECK(options_.skip_bad_lines, "preprocess: {}: {}; fix the input, or use --skip-bad-lines to skip "
-                    "such lines", doc.origin, e.what());
+      MT_DATA_CHECK(options_.skip_bad_lines,
+                    "preprocess: {}: {}; fix the input, or use --skip-bad-lines to skip "
+                    "such lines",
+                    doc.origin, e.what());
       ++out.skipped;
       if (out.skipped_first.size() < kSkippedShown) out.skipped_first.push_back(doc.origin);
       continue;

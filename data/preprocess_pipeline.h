@@ -32,7 +32,7 @@ struct EncodedBatch {
   std::vector<uint8_t> learned;  // the masked formats: per token, whether the loss learns it
   std::vector<size_t> ends;      // end of document i in tokens
   int64_t bytes = 0;
-  int64_t skipped = 0, truncated = 0;     // documents the workers dropped (skip_bad_lines) or cut
+  int64_t skipped = 0, truncated = 0;      // documents the workers dropped (skip_bad_lines) or cut
   std::vector<std::string> skipped_first;  // FILE:LINE of the first few dropped
   std::exception_ptr error;
 };
@@ -75,7 +75,7 @@ class PreprocessPipeline {
   const PreprocessOptions& options_;
   const Tokenizer& tok_;
   const int64_t max_in_flight_;
-  JsonlField json_, prompt_json_;  // reader thread only
+  JsonlField json_, prompt_json_;                           // reader thread only
   std::vector<std::unique_ptr<DocumentEncoder>> encoders_;  // one per worker thread
   std::vector<std::thread> threads_;
 

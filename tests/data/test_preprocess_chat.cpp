@@ -33,7 +33,8 @@ const char* kTagged =
     "{% if add_generation_prompt %}<assistant>{% endif %}";
 // The same text without tags: the prefix rule learns the same bytes.
 const char* kPlain =
-    "{% for m in messages %}<{{ m.role }}>{{ m.content }}|{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}|{% endfor %}{% if add_generation_prompt %}<assistant>{% "
+    "endif %}";
 
 class ChatPreprocess : public ::testing::Test {
  public:
@@ -172,8 +173,10 @@ TEST_F(ChatPreprocess, LongConversationsAreRefusedOrCut) {
   EXPECT_EQ(preprocess(o).documents, 1);  // exactly at the limit: kept whole
   o.max_tokens = n - 1;
   const std::string msg = test::input_error_of([&] { preprocess(o); });
-  EXPECT_CONTAINS(msg, ":1: the document is " + std::to_string(n) + " tokens (its EOD included), more than "
-                  "--max-tokens " + std::to_string(n - 1));
+  EXPECT_CONTAINS(msg, ":1: the document is " + std::to_string(n) +
+                           " tokens (its EOD included), more than "
+                           "--max-tokens " +
+                           std::to_string(n - 1));
   EXPECT_CONTAINS(msg, "--truncate");
   o.max_tokens = 39;  // cut inside the first answer
   o.truncate = true;
