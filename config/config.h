@@ -111,6 +111,9 @@ struct DataConfig {
   // eod_token: the end-of-document id preprocess appended (README "Documents in a sample"); -1 = unset.
   bool reset_position_ids = false, reset_attention_mask = false, eod_mask_loss = false;
   int64_t eod_token = -1;
+  // true: documents packed into samples of seq_len + 1 tokens; false: one document a sample,
+  // padded (padding not learned) or cut to seq_len + 1 tokens (data/gpt_sample_index.h).
+  bool pack = true;
   friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 

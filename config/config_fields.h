@@ -114,6 +114,7 @@ void for_each_field(C& c, V&& v) {
   v("data", "reset_position_ids", c.data.reset_position_ids),
       v("data", "reset_attention_mask", c.data.reset_attention_mask);
   v("data", "eod_mask_loss", c.data.eod_mask_loss), v("data", "eod_token", c.data.eod_token);
+  v("data", "pack", c.data.pack);
   auto& k = c.checkpoint;
   v("checkpoint", "dir", k.dir), v("checkpoint", "save_interval", k.save_interval);
   v("checkpoint", "keep_last", k.keep_last), v("checkpoint", "load", k.load), v("checkpoint", "async", k.async);

@@ -39,7 +39,7 @@ std::vector<GptSampleSpec> dataset_specs(std::span<const BlendPart> parts, const
   const std::vector<int64_t> counts =
       parts.size() == 1 ? std::vector<int64_t>{o.num_samples} : blend_counts(blend, parts.size());
   std::vector<GptSampleSpec> specs;
-  for (size_t d = 0; d < parts.size(); ++d) specs.push_back({parts[d].docs, o.seq_len, o.shuffle, o.seed, counts[d]});
+  for (size_t d = 0; d < parts.size(); ++d) specs.push_back({parts[d].docs, o.seq_len, o.shuffle, o.seed, counts[d], o.pack});
   return specs;
 }
 
@@ -74,6 +74,7 @@ std::string sample_index_key(std::span<const BlendPart> parts, const SampleIndex
   const std::vector<double> weights = part_weights(parts);
   std::string key = fmt::format("megatrain sample index v1\nseq_len {} seed {} shuffle {} samples {}\n", o.seq_len,
                                 o.seed, o.shuffle, o.num_samples);
+  if (!o.pack) key += "unpacked\n";  // only then, so that the keys of packed indices are those of before
   for (size_t d = 0; d < parts.size(); ++d) {
     const std::string prefix = fs::absolute(parts[d].dataset->prefix()).lexically_normal().string();
     key += fmt::format("dataset {} weight {:.17g} documents [{}, {}) prefix {}\n  idx {}\n  bin {}\n", d, weights[d],
@@ -116,8 +117,14 @@ std::unique_ptr<BlendedDataset> build_blended_dataset(std::span<const BlendPart>
   }
   const std::vector<GptSampleSpec> specs = dataset_specs(parts, o, set.blend);
   std::vector<std::unique_ptr<GptDataset>> datasets;
-  for (size_t d = 0; d < parts.size(); ++d)
+  for (size_t d = 0; d < parts.size(); ++d) {
     datasets.push_back(std::make_unique<GptDataset>(*parts[d].dataset, specs[d], std::move(set.datasets[d])));
+    if (const int64_t cut = datasets.back()->cut_documents(); cut > 0)
+      report.warnings.push_back(fmt::format(
+          "data.pack = false: {} of the {} documents of \"{}\" are longer than train.seq_len + 1 = {} tokens and "
+          "only their first {} are read; preprocess with --max-tokens {} to refuse or cut them there",
+          cut, parts[d].docs.size(), parts[d].dataset->prefix(), o.seq_len + 1, o.seq_len + 1, o.seq_len + 1));
+  }
   auto blended = std::make_unique<BlendedDataset>(std::move(datasets), std::move(set.blend), o.num_samples);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return blended;

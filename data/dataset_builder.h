@@ -37,6 +37,7 @@ struct SampleIndexOptions {
   std::string cache_dir;     // "" = next to the first dataset
   bool use_cache = true;     // false: always build in memory, touch no file
   bool write_cache = false;  // this process writes a missing or damaged cache file (one rank only)
+  bool pack = true;          // data.pack (GptSampleSpec::pack)
 };
 
 struct BuildReport {

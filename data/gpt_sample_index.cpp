@@ -51,7 +51,9 @@ std::vector<int64_t> range_lengths(const IndexedDataset& ds, const GptSampleSpec
     total += len;
   }
   MT_DATA_CHECK(spec.seq_len >= 1, "train.seq_len = {} must be at least 1", spec.seq_len);
-  MT_DATA_CHECK(total >= int64_t{spec.seq_len} + 1,
+  MT_DATA_CHECK(r.size() >= 1, "{} hold no document; use more data or a data.split that gives this part "
+                "documents", range_name(ds, r));
+  MT_DATA_CHECK(!spec.pack || total >= int64_t{spec.seq_len} + 1,
                  "{} hold {} tokens, fewer than train.seq_len + 1 = {}; use more data, a smaller train.seq_len "
                  "or a data.split that gives this part more documents",
                  range_name(ds, r), total, int64_t{spec.seq_len} + 1);
@@ -59,6 +61,10 @@ std::vector<int64_t> range_lengths(const IndexedDataset& ds, const GptSampleSpec
 }
 
 int64_t epochs_for(int64_t num_samples, int64_t per_epoch) { return (num_samples + per_epoch - 1) / per_epoch; }
+
+int64_t samples_per_epoch(const GptSampleSpec& spec, int64_t total) {
+  return spec.pack ? (total - 1) / spec.seq_len : spec.docs.size();
+}
 
 }  // namespace
 
@@ -77,7 +83,7 @@ GptSampleIndex build_gpt_sample_index(const IndexedDataset& ds, const GptSampleS
   GptSampleIndex x;
   const int64_t n = spec.docs.size(), S = spec.seq_len;
   x.docs_per_epoch = n;
-  x.samples_per_epoch = (total - 1) / S;
+  x.samples_per_epoch = samples_per_epoch(spec, total);
   x.epochs = epochs_for(spec.num_samples, x.samples_per_epoch);
   MT_DATA_CHECK(x.epochs < (int64_t{1} << 31), "{}: {} samples need {} epochs, more than 2^31",
                  range_name(ds, spec.docs), spec.num_samples, x.epochs);
@@ -92,8 +98,11 @@ GptSampleIndex build_gpt_sample_index(const IndexedDataset& ds, const GptSampleS
     std::iota(order.begin(), order.end(), static_cast<int32_t>(spec.docs.begin));
     if (spec.shuffle) permute(std::span<int32_t>(order), spec.seed, stream);
     std::copy(order.begin(), order.end(), x.doc_idx.begin() + e * n);
+    if (!spec.pack) {  // sample p is the epoch's document p, from its start
+      for (int64_t p = 0; p < pe; ++p) x.sample_idx[static_cast<size_t>(2 * (e * pe + p))] = static_cast<int32_t>(p);
+    }
     int64_t k = 0, t = 0;  // document position in the epoch, stream token where it starts
-    for (int64_t p = 0; p < pe; ++p) {
+    for (int64_t p = 0; p < pe && spec.pack; ++p) {
       const int64_t start = p * S;
       while (t + lengths[static_cast<size_t>(order[static_cast<size_t>(k)] - spec.docs.begin)] <= start)
         t += lengths[static_cast<size_t>(order[static_cast<size_t>(k++)] - spec.docs.begin)];
@@ -111,7 +120,7 @@ GptSampleIndex build_gpt_sample_index(const IndexedDataset& ds, const GptSampleS
 std::string gpt_sample_index_problem(const GptSampleIndex& x, const IndexedDataset& ds, const GptSampleSpec& spec) {
   int64_t total = 0;
   range_lengths(ds, spec, total);
-  const int64_t n = spec.docs.size(), pe = (total - 1) / spec.seq_len, epochs = epochs_for(spec.num_samples, pe);
+  const int64_t n = spec.docs.size(), pe = samples_per_epoch(spec, total), epochs = epochs_for(spec.num_samples, pe);
   if (x.docs_per_epoch != n || x.samples_per_epoch != pe || x.epochs != epochs)
     return fmt::format("shape (documents {}, samples per epoch {}, epochs {}) instead of ({}, {}, {})",
                        x.docs_per_epoch, x.samples_per_epoch, x.epochs, n, pe, epochs);
@@ -124,6 +133,8 @@ std::string gpt_sample_index_problem(const GptSampleIndex& x, const IndexedDatas
   for (size_t g = 0; g < x.shuffle_idx.size(); ++g) {
     if (x.sample_idx[2 * g] < 0 || x.sample_idx[2 * g] >= n || x.sample_idx[2 * g + 1] < 0)
       return fmt::format("sample {} starts at a position outside its epoch", g);
+    if (!spec.pack && (x.sample_idx[2 * g] != static_cast<int64_t>(g) % pe || x.sample_idx[2 * g + 1] != 0))
+      return fmt::format("unpacked sample {} does not start its own document", g);
     const int64_t e = static_cast<int64_t>(g) / pe, s = x.shuffle_idx[g];
     if (s < e * pe || s >= (e + 1) * pe) return fmt::format("shuffle entry {} = {} outside its epoch", g, s);
   }

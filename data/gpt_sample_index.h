@@ -18,6 +18,11 @@
 // With shuffle = false and the whole dataset as range this is exactly the ordered contract: sample
 // i = tokens [(i mod per_epoch)·S, … + S] of the dataset's stream.
 //
+// Unpacked (pack = false; data.pack): per_epoch = n and sample p of epoch e is the document at
+// position p of epoch e's order (sample_idx (p, 0)); shuffle_idx as above. The sample holds its
+// first min(length, S+1) tokens; the rest are padding — the document's last token repeated (0 for
+// an empty document), never learned (GptDataset). A range needs one document, not S+1 tokens.
+//
 // Invariant: the index holds whole epochs, and epoch e depends only on (documents, S, shuffle,
 // seed, e) — never on how many samples were asked for — so an index built for more samples
 // extends one built for fewer, and sample i is the same in both.
@@ -38,6 +43,7 @@ struct GptSampleSpec {
   bool shuffle = false;
   uint64_t seed = 0;
   int64_t num_samples = 0;  // samples the run reads; the index covers ⌈num_samples / per_epoch⌉ epochs
+  bool pack = true;         // false: one document a sample (see "Unpacked" above)
 };
 
 struct GptSampleIndex {

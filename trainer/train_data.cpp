@@ -53,7 +53,8 @@ TrainData::TrainData(const Config& c, int dp_rank, int dp) {
     return parts;
   };
   auto build = [&](const std::string& key, const std::vector<BlendPart>& parts, bool shuffle, int64_t samples) {
-    SampleIndexOptions o{c.train.seq_len, shuffle, c.train.seed, samples, c.data.cache_dir, true, dp_rank == 0};
+    SampleIndexOptions o{c.train.seq_len, shuffle, c.train.seed, samples, c.data.cache_dir, true, dp_rank == 0,
+                         c.data.pack};
     BuildReport report;
     std::unique_ptr<BlendedDataset> set;
     try {

@@ -23,10 +23,15 @@ written here from the published definitions and Megatron-LM's semantics, not fro
             rotate-half; RMSNorm, SwiGLU, grouped-query attention, untied head); AdamW as
             torch.optim.AdamW, constant learning rate, no weight decay or clipping.
 
-Four runs: all three keys; reset_position_ids with eod_mask_loss but attention across
+  unpacked  data.pack = false: sample i is document i, its first S+1 tokens (longer ones cut), then
+            its last token repeated; the padding's targets never count.
+
+Six runs: all three keys; reset_position_ids with eod_mask_loss but attention across
 documents (with the attention inside documents, RoPE's scores depend on distances within a
 document only, so restarted positions change nothing for Llama there); over the dataset with its
-loss mask, whose samples hold different numbers of learned targets, all three keys and none.
+loss mask, whose samples hold different numbers of learned targets, all three keys and none;
+unpacked, alone and with the loss mask (the unpacked runs must also differ by
+more than 100·TOL_LOSS from the reference that learns the padding).
 Shown, for each: megatrain's loss of every step (its metrics file) equals the reference's within
 TOL_LOSS, and the reference's loss without the keys (and, in the third run, without the loss mask
 alone) differs from it by more than 100·TOL_LOSS at step 1, so each changes the loss far beyond
@@ -127,19 +132,33 @@ def sample(stream, i):
     return s[:-1], s[1:]
 
 
-# What a run sets: (reset_position_ids, reset_attention_mask, eod_mask_loss, the loss mask).
-ALL_KEYS, NO_KEYS = (True, True, True, False), (False, False, False, False)
+def unpacked_sample(docs, bits, i, pads_learned=False):
+    """data.pack = false (README "Documents in a sample"): sample i is document i (shuffle off), its
+    first SEQ+1 tokens, padded with its last token; (inputs, targets, the targets' learned bits),
+    padding unlearned (learned only in the mutation the run must be told apart from)."""
+    d, b = list(docs[i % len(docs)][:SEQ + 1]), list(bits[i % len(docs)][:SEQ + 1])
+    pad = SEQ + 1 - len(d)
+    d, b = d + [d[-1]] * pad, b + [int(pads_learned)] * pad
+    return numpy.asarray(d[:-1]), numpy.asarray(d[1:]), numpy.asarray(b[1:])
+
+
+# What a run sets: (reset_position_ids, reset_attention_mask, eod_mask_loss, the loss mask,
+# data.pack = false).
+ALL_KEYS, NO_KEYS = (True, True, True, False, False), (False, False, False, False, False)
 # With the attention kept within each document RoPE's scores depend on distances inside a document
 # only, so restarting the positions changes nothing for Llama; the second run attends across
 # documents with restarted positions, where it does.
 # The loss mask runs with the keys and alone (where only the mask leaves targets out).
-RUNS = [ALL_KEYS, (True, False, True, False), (True, True, True, True), (False, False, False, True)]
+# Unpacked: one document a sample, padded or cut (documents of 2 to 41 tokens, samples of 33), alone
+# and with the loss mask (not with eod_mask_loss, which leaves out EOD padding on its own).
+RUNS = [ALL_KEYS, (True, False, True, False, False), (True, True, True, True, False), (False, False, False, True, False),
+        (False, False, False, False, True), (False, False, False, True, True)]
 
 
 def layout(inputs, learned, keys):
     """(positions, allowed (S, S) mask, counted targets) of one sample, Megatron's semantics;
     learned: the loss-mask bits of the sample's targets."""
-    reset_positions, reset_attention, mask_eod, loss_mask = keys
+    reset_positions, reset_attention, mask_eod, loss_mask, unpacked = keys
     S = len(inputs)
     start = numpy.zeros(S, dtype=numpy.int64)
     s = 0
@@ -151,7 +170,7 @@ def layout(inputs, learned, keys):
     j, i = numpy.meshgrid(numpy.arange(S), numpy.arange(S))
     allowed = (j <= i) & (j >= start[:, None]) if reset_attention else j <= i
     counted = inputs != EOD if mask_eod else numpy.ones(S, dtype=bool)
-    if loss_mask:
+    if loss_mask or unpacked:  # unpacked: padding is never learned
         counted = counted & (learned == 1)
     return torch.tensor(positions), torch.tensor(allowed), torch.tensor(counted)
 
@@ -212,7 +231,9 @@ def llama_logits(P, cfg, tokens, positions, allowed):
     return lin(rms(x, "model.norm"), "lm_head")
 
 
-def reference_losses(family, model, stream, learned, keys, steps):
+def reference_losses(family, model, data, keys, steps, pads_learned=False):
+    stream, learned, docs = data
+    bits = numpy.split(learned if keys[3] else numpy.ones_like(learned), numpy.cumsum([len(d) for d in docs])[:-1])
     cfg = model.config
     P = {k: v.detach().double().clone().requires_grad_(True) for k, v in model.state_dict().items()
          if not (family == "gpt2" and k == "lm_head.weight")}  # GPT-2's head is wte (tied)
@@ -221,8 +242,13 @@ def reference_losses(family, model, stream, learned, keys, steps):
     losses = []
     for step in range(steps):
         opt.zero_grad()
-        samples = [sample(stream, step * GLOBAL + i) for i in range(GLOBAL)]
-        layouts = [layout(inp, sample(learned, step * GLOBAL + i)[1], keys) for i, (inp, _) in enumerate(samples)]
+        ids = [step * GLOBAL + i for i in range(GLOBAL)]
+        if keys[4]:
+            unpacked = [unpacked_sample(docs, bits, i, pads_learned) for i in ids]
+            samples, targets_learned = [(inp, tgt) for inp, tgt, _ in unpacked], [b for _, _, b in unpacked]
+        else:
+            samples, targets_learned = [sample(stream, i) for i in ids], [sample(learned, i)[1] for i in ids]
+        layouts = [layout(inp, b, keys) for (inp, _), b in zip(samples, targets_learned)]
         counted = sum(int(c.sum()) for _, _, c in layouts)
         total = 0.0
         for (inp, tgt), (pos, allowed, mask) in zip(samples, layouts):
@@ -251,7 +277,8 @@ def megatrain_run(args, keys, model, prefixes, work):
             "optimizer.eps": EPS, "optimizer.weight_decay": 0.0, "optimizer.grad_clip": 0.0,
             "model.dropout": 0.0, "data.train": f'"{prefix}"', "data.shuffle": "false",
             "data.eod_token": EOD, "data.reset_position_ids": flag(keys[0]),
-            "data.reset_attention_mask": flag(keys[1]), "data.eod_mask_loss": flag(keys[2]), "log.interval": 1, "log.metrics_file": f'"{metrics}"',
+            "data.reset_attention_mask": flag(keys[1]), "data.eod_mask_loss": flag(keys[2]),
+            "data.pack": flag(not keys[4]), "log.interval": 1, "log.metrics_file": f'"{metrics}"',
             "checkpoint.dir": f'"{ckpt}"', "checkpoint.save_interval": STEPS,
             "checkpoint.load": f'"{imported}"'}
     cmd = [args.megatrain, "train", "--config", config]
@@ -265,10 +292,10 @@ def megatrain_run(args, keys, model, prefixes, work):
     return losses, load_file(os.path.join(exported, "model.safetensors"))
 
 
-def check_run(args, keys, model, prefixes, stream, learned, work):
-    print(f"reset_position_ids, reset_attention_mask, eod_mask_loss, loss mask = {keys}")
+def check_run(args, keys, model, prefixes, data, work):
+    print(f"reset_position_ids, reset_attention_mask, eod_mask_loss, loss mask, unpacked = {keys}")
     ours, weights = megatrain_run(args, keys, model, prefixes, work)
-    want, want_weights = reference_losses(args.family, model, stream, learned, keys, STEPS)
+    want, want_weights = reference_losses(args.family, model, data, keys, STEPS)
     if len(ours) != STEPS:
         raise Mismatch(f"megatrain's metrics hold {len(ours)} step losses, expected {STEPS}")
     worst = 0.0
@@ -278,13 +305,22 @@ def check_run(args, keys, model, prefixes, stream, learned, work):
         print(f"step {step}: megatrain {a:.8f}  reference {b:.8f}  relative {err:.2e}")
         if err > TOL_LOSS:
             raise Mismatch(f"{keys}, step {step}: loss {a} against the reference's {b} (relative {err:.2e} > {TOL_LOSS})")
-    plain, _ = reference_losses(args.family, model, stream, learned, NO_KEYS, 1)
-    gap = abs(plain[0] - want[0]) / abs(want[0])
-    print(f"step 1 without the keys (reference): {plain[0]:.8f}, relative gap {gap:.2e}")
-    if gap <= 100 * TOL_LOSS:
-        raise Mismatch(f"the keys change step 1's loss by only {gap:.2e}: the case cannot tell them apart")
-    if keys[3] and keys[:3] != NO_KEYS[:3]:
-        unmasked, _ = reference_losses(args.family, model, stream, learned, keys[:3] + (False,), 1)
+    # Unpacked samples are other samples than packed ones: what they must be told apart from is the
+    # padding learned (below), not the packed run.
+    if not keys[4]:
+        plain, _ = reference_losses(args.family, model, data, NO_KEYS, 1)
+        gap = abs(plain[0] - want[0]) / abs(want[0])
+        print(f"step 1 without the keys (reference): {plain[0]:.8f}, relative gap {gap:.2e}")
+        if gap <= 100 * TOL_LOSS:
+            raise Mismatch(f"the keys change step 1's loss by only {gap:.2e}: the case cannot tell them apart")
+    if keys[4]:
+        padded, _ = reference_losses(args.family, model, data, keys, 1, pads_learned=True)
+        gap = abs(padded[0] - want[0]) / abs(want[0])
+        print(f"step 1 with the padding learned (reference): {padded[0]:.8f}, relative gap {gap:.2e}")
+        if gap <= 100 * TOL_LOSS:
+            raise Mismatch(f"learning the padding changes step 1's loss by only {gap:.2e}: the case cannot tell")
+    if keys[3] and (keys[:3] != NO_KEYS[:3] or keys[4]):
+        unmasked, _ = reference_losses(args.family, model, data, keys[:3] + (False,) + keys[4:], 1)
         gap = abs(unmasked[0] - want[0]) / abs(want[0])
         print(f"step 1 without the loss mask (reference): {unmasked[0]:.8f}, relative gap {gap:.2e}")
         if gap <= 100 * TOL_LOSS:
@@ -328,7 +364,7 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     try:
         for keys in RUNS:
-            check_run(args, keys, model, prefixes, stream, learned, work)
+            check_run(args, keys, model, prefixes, (stream, learned, docs), work)
     except Mismatch as e:
         print(f"FAIL: {e}\n(work files kept in {work})")
         return 1
