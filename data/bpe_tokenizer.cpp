@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
+#include <utf8proc.h>
 
 #include "data/bpe_merges.h"
 #include "data/gpt2_split.h"
@@ -112,6 +113,7 @@ struct BpeTokenizer::Impl {
   TokenIndex raw_index, normalized_index;  // added tokens with normalized = false / true
   std::vector<PreStep> steps;
   bool ignore_merges = false;
+  bool nfc = false;  // normalizer: NFC
   uint64_t serial = WordCache::new_owner();  // names this tokenizer's entries in the WordCaches
 
   void split_added(std::vector<Segment>& segments, const TokenIndex& index) const;
@@ -261,10 +263,19 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     bad(path, "is not valid JSON:", fmt::format("{}; re-save it with tokenizers", e.what()));
   }
   if (!j.is_object()) bad(path, "top level", "must be a JSON object with a \"model\" field");
-  if (j.contains("normalizer") && !j["normalizer"].is_null())
-    bad(path, "normalizer",
-        "is set; normalizers are not supported (byte-level BPE needs none): "
-        "remove it if the model was trained without one");
+  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+    const json& n = j["normalizer"];
+    const json* step = &n;
+    if (n.is_object() && n.value("type", "") == "Sequence" && n.contains("normalizers") &&
+        n["normalizers"].is_array() && n["normalizers"].size() == 1)
+      step = &n["normalizers"][0];
+    if (!step->is_object() || step->value("type", "") != "NFC")
+      bad(path, "normalizer",
+          fmt::format("is {}; the only normalizer supported is NFC (alone or as a Sequence's only step); "
+                      "remove it if the model was trained without one",
+                      n.dump().substr(0, 120)));
+    m.nfc = true;
+  }
   const json& model = j.contains("model") ? j["model"] : kNull;
   if (get_string(model, "type", path, "model") != "BPE")
     bad(path, "model.type",
@@ -372,9 +383,32 @@ BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
 BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
 BpeTokenizer::~BpeTokenizer() = default;
 
+std::string BpeTokenizer::normalize(std::string_view text) const {
+  if (!impl_->nfc) return std::string(text);
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) {
+    std::free(out);
+    const size_t at = invalid_utf8_at(text);
+    throw DataError(fmt::format("tokenizer file '{}': normalizer NFC: the text is not valid UTF-8 ({}{}); "
+                                "Hugging Face tokenizers read only valid UTF-8",
+                                impl_->path, utf8proc_errmsg(n),
+                                at == std::string_view::npos ? "" : fmt::format(" at byte {}", at + 1)));
+  }
+  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return result;
+}
+
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<Segment> segments{{text}};
   impl_->split_added(segments, impl_->raw_index);
+  std::forward_list<std::string> normalized;  // the NFC text the segments below point into
+  if (impl_->nfc)
+    for (Segment& seg : segments)
+      if (seg.id < 0) seg.text = normalized.emplace_front(normalize(seg.text));
   impl_->split_added(segments, impl_->normalized_index);
   std::vector<int32_t> ids;
   for (const Segment& seg : segments) {

@@ -6,11 +6,16 @@
 // to the GPT-2 byte alphabet and apply model.merges lowest rank first, leftmost first on ties.
 // decode maps ids back to their bytes (added tokens to their content). The decoder and
 // post_processor sections are not used: encode adds no BOS/EOS (preprocess appends eod_id()).
-// Unsupported settings (a normalizer, BPE dropout, subword prefixes/suffixes, Split behaviours
-// other than Isolated, single_word added tokens) are rejected with DataError, never ignored.
+// The one normalizer read is NFC ({"type": "NFC"}, alone or as a Sequence's only step, as Qwen2
+// and Qwen3 have it), applied as HF does: after splitting off the added tokens with
+// normalized=false, before matching those with normalized=true (utf8proc; its Unicode version is
+// Debian's). Unsupported settings (other normalizers, BPE dropout, subword prefixes/suffixes,
+// Split behaviours other than Isolated, single_word added tokens) are rejected with DataError,
+// never ignored.
 // Invariants: all 256 byte symbols are in the vocab, so every byte string encodes and every id
 // is < vocab_size(); decode(encode(x)) == x for every byte string x (valid UTF-8 or not) unless
-// ByteLevel.add_prefix_space is set or an added token has lstrip/rstrip (HF drops text there).
+// ByteLevel.add_prefix_space is set or an added token has lstrip/rstrip (HF drops text there);
+// with NFC, decode(encode(x)) == normalize(x) for valid UTF-8 x, and invalid UTF-8 is refused.
 // encode is thread-safe (each thread keeps its own word cache).
 #pragma once
 #include <cstdint>
@@ -42,6 +47,9 @@ class BpeTokenizer final : public Tokenizer {
   int vocab_size() const override;
   // Id of "<|endoftext|>", else "<|end_of_text|>", else "</s>"; DataError when none exists.
   int32_t eod_id() const override;
+  // NFC (Unicode Normalization Form C) when the file's normalizer is NFC; DataError for invalid
+  // UTF-8 then (Hugging Face's tokenizers read only valid UTF-8).
+  std::string normalize(std::string_view text) const override;
   // Id of an added token's content or of a vocab entry (byte-level spelling); nullopt if none.
   std::optional<int32_t> token_id(std::string_view token) const;
 

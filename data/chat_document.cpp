@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 #include <span>
+#include <string_view>
 
 #include "data/byte_unicode.h"
 #include "data/chat_template.h"
@@ -51,11 +52,27 @@ nlohmann::ordered_json messages_of(const std::string& line) {
   return *it;
 }
 
+// R as the tokenizer reads it: each learned range and each stretch between them normalized on its
+// own (NFC for Qwen's tokenizers), the ranges moved to match.
+ChatRendering normalized(const ChatRendering& r, const Tokenizer& tok) {
+  ChatRendering out;
+  size_t at = 0;
+  for (const auto& [begin, end] : r.learned) {
+    out.text += tok.normalize(std::string_view(r.text).substr(at, begin - at));
+    const size_t first = out.text.size();
+    out.text += tok.normalize(std::string_view(r.text).substr(begin, end - begin));
+    out.learned.emplace_back(first, out.text.size());
+    at = end;
+  }
+  out.text += tok.normalize(std::string_view(r.text).substr(at));
+  return out;
+}
+
 }  // namespace
 
 void encode_chat_line(const std::string& line, const ChatTemplate& chat, const Tokenizer& tok,
                       std::vector<int32_t>& tokens, std::vector<uint8_t>& learned) {
-  const ChatRendering r = chat.render_learned(messages_of(line));
+  const ChatRendering r = normalized(chat.render_learned(messages_of(line)), tok);
   MT_DATA_CHECK(!r.learned.empty(), "the conversation has no assistant text to learn");
   const std::vector<int32_t> ids = tok.encode(r.text);
   const size_t first = tokens.size();

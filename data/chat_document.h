@@ -7,10 +7,12 @@
 // apply_chat_template(tokenize=True) does, so a token may straddle a learned range's edge — and a
 // token is learned when its bytes overlap a learned range (return_assistant_tokens_mask's rule:
 // every token from the one holding a range's first character to the one holding its last).
+// A tokenizer that normalizes (NFC) reads the rendering normalized, each learned range and each
+// stretch between them on its own, the ranges moved to match.
 // The tokens are followed by EOD, not learned: a conversation ends with its template's own
 // end-of-turn text, and EOD only marks where the next document starts.
 //
-// Invariant: the decoded tokens spell the rendering exactly, byte for byte; a tokenizer that does
+// Invariant: the decoded tokens spell the (normalized) rendering exactly, byte for byte; a tokenizer that does
 // not (add_prefix_space, lstrip/rstrip added tokens) is refused rather than mis-masked.
 #pragma once
 #include <cstdint>

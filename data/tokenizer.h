@@ -21,6 +21,9 @@ class Tokenizer {
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int vocab_size() const = 0;
   virtual int32_t eod_id() const = 0;  // appended after every document by preprocess
+  // The text as encode() reads it after normalization (a tokenizer.json's NFC normalizer); the
+  // text itself for a tokenizer without one. encode(normalize(x)) == encode(x).
+  virtual std::string normalize(std::string_view text) const { return std::string(text); }
 };
 
 // Byte-level: id = byte value (0..255); 256 = <|endoftext|> (decodes to that literal text).

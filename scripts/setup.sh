@@ -15,6 +15,8 @@ packages=(
   ocl-icd-opencl-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libpcre2-dev
   libsimdjson-dev
+  # data/bpe_tokenizer.cpp: the NFC normalizer of Qwen's tokenizer.json files
+  libutf8proc-dev
   # checkpoint/crc32.h: the CRC-32 of libdeflate, the values of zlib at several times its speed
   libdeflate-dev
   libgtest-dev libgmock-dev libbenchmark-dev

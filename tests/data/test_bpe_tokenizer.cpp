@@ -308,6 +308,28 @@ void expect_rejected(BpeTokenizerTest& t, const std::string& text, const std::st
   EXPECT_CONTAINS(msg, what);
 }
 
+// Qwen's normalizer: NFC after the normalized=false added tokens are split off, before the
+// normalized=true ones are matched (Hugging Face's order); ids against transformers with a trained
+// Qwen2-shaped tokenizer in tests/reference/tokenizer_reference.py.
+TEST_F(BpeTokenizerTest, TheNfcNormalizerComposesBetweenTheTwoKindsOfAddedTokens) {
+  const std::string decomposed = "e\xCC\x81", composed = "\xC3\xA9";  // e + U+0301, é
+  json j = llama3_json();
+  const Ids plain = load(j).encode(decomposed);
+  EXPECT_EQ(plain.size(), 3u);  // e, CC, 81: without a normalizer the bytes stay as they are
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}};
+  json normalized_token = added_token(268, "x" + composed, false);
+  normalized_token["normalized"] = true;
+  j["added_tokens"].push_back(added_token(269, "!" + decomposed, false));  // matched on the raw text
+  j["added_tokens"].push_back(normalized_token);                        // matched on the NFC text
+  const BpeTokenizer nfc = load(j);
+  EXPECT_EQ(nfc.encode(decomposed), Ids{264});
+  EXPECT_EQ(nfc.normalize("a" + decomposed), "a" + composed);
+  EXPECT_EQ(nfc.encode("x" + decomposed), Ids{268});
+  EXPECT_EQ(nfc.encode("!" + decomposed), Ids{269});
+  EXPECT_EQ(nfc.decode(nfc.encode("h" + decomposed + "llo")), "h" + composed + "llo");
+  EXPECT_CONTAINS(test::input_error_of([&] { nfc.encode("ok \xFF"); }), "normalizer NFC: the text is not valid UTF-8");
+}
+
 TEST_F(BpeTokenizerTest, BadFilesAreInputErrors) {
   const std::string missing = (dir_ / "no_such_tokenizer.json").string();
   EXPECT_CONTAINS(test::input_error_of([&] { make_tokenizer(missing); }), missing);
@@ -332,8 +354,8 @@ TEST_F(BpeTokenizerTest, BadFilesAreInputErrors) {
   j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
   expect_rejected(*this, j.dump(), "behavior");
   j = gpt2_json();
-  j["normalizer"] = {{"type", "NFC"}};
-  expect_rejected(*this, j.dump(), "normalizer");
+  j["normalizer"] = {{"type", "NFKC"}};
+  expect_rejected(*this, j.dump(), "the only normalizer supported is NFC");
   j = gpt2_json();
   j["added_tokens"] = json::array();
   j["model"]["vocab"].erase("aa");  // the merge (a, a) now names a missing token

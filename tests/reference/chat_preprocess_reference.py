@@ -1,13 +1,14 @@
 """`megatrain preprocess --format chat` against transformers' apply_chat_template(tokenize=True,
 return_assistant_tokens_mask=True): the 50 conversations of chat_template_reference.py (system
 prompts, multi-turn, non-ASCII text, some ending on a user turn) and two whose answers begin with a
-newline (a token across the learned text's first byte), and every document megatrain
+newline (a token across the learned text's first byte) and one in decomposed accents (NFC), and every document megatrain
 writes must be transformers' input_ids followed by EOD, with a loss mask equal to transformers'
 assistant_masks followed by 0 (EOD is not learned).
 
 The tokenizers are trained here with the `tokenizers` library: one Llama-3-shaped (Llama 3's split
 regex, byte-level, its special tokens) for Llama 3.1's template, one Qwen2-shaped (Qwen2's regex,
-ChatML tokens, <think> and </think> as added tokens) for Qwen3's and ChatML's. transformers finds
+ChatML tokens, <think> and </think> as added tokens, NFC as Qwen's tokenizer.json has it) for Qwen3's
+and ChatML's. transformers finds
 assistant tokens only through {% generation %} tags, which the published templates lack, so each
 template is also tagged here — around what megatrain's prefix rule learns of each assistant turn
 (data/chat_template.h): Llama 3.1's content and <|eot_id|>, ChatML's and Qwen3's answer through
@@ -32,7 +33,7 @@ import sys
 import numpy
 import tokenizers
 import transformers
-from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 
 from chat_template_reference import CHATML, LLAMA_DATE, PHRASES, conversations
 from ref_process import Mismatch, run
@@ -45,8 +46,10 @@ LLAMA_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", 
 QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-def train_tokenizer(path, split, special, added=()):
+def train_tokenizer(path, split, special, added=(), nfc=False):
     tok = tokenizers.Tokenizer(models.BPE())
+    if nfc:
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
@@ -168,7 +171,9 @@ def main():
     # assistant header: a token straddling the learned text's first byte, learned as in transformers.
     convs = conversations() + [[{"role": "user", "content": "Why?"}, {"role": "assistant", "content": "\nBecause."}],
                                [{"role": "user", "content": "List"}, {"role": "assistant", "content": "\n\n- one\n- two"},
-                                {"role": "user", "content": "More"}, {"role": "assistant", "content": "\n- three"}]]
+                                {"role": "user", "content": "More"}, {"role": "assistant", "content": "\n- three"}],
+                               # decomposed accents, which the Qwen-shaped tokenizer's NFC composes
+                               [{"role": "user", "content": "Cafe\u0301?"}, {"role": "assistant", "content": "Oui, cafe\u0301 et the\u0301."}]]
     inputs = os.path.join(work, "conversations.jsonl")
     with open(inputs, "w", encoding="utf-8") as f:
         for c in convs:
@@ -177,7 +182,7 @@ def main():
     for family, split, special, added, bos, eos in (("llama", LLAMA3_SPLIT, LLAMA_SPECIAL, (), "<|begin_of_text|>", "<|eot_id|>"),
                                                     ("qwen", QWEN2_SPLIT, QWEN_SPECIAL, ("<think>", "</think>"), None, "<|im_end|>")):
         path = os.path.join(work, family + "-tokenizer.json")
-        train_tokenizer(path, split, special, added)
+        train_tokenizer(path, split, special, added, nfc=family == "qwen")
         toks[family] = (path, transformers.PreTrainedTokenizerFast(tokenizer_file=path, bos_token=bos, eos_token=eos))
     print(f"transformers {transformers.__version__}, tokenizers {tokenizers.__version__}, {len(convs)} conversations")
     # name: (tokenizer family, template megatrain renders, the tagged template transformers renders, workers)

@@ -13,6 +13,10 @@ generated strings below:
           (every split of a token into two tokens, in the rank order of the token), so tiktoken's
           rank-based BPE and Hugging Face's merge-list BPE give the same ids; Llama 3's special
           tokens after the vocabulary.
+  qwen2   vocab 20 000: Qwen2's NFC normalizer and Split regex (single digits) + ByteLevel, ChatML's
+          special tokens and a normalized added token; its corpus adds every tenth string
+          decomposed (NFD) and strings of combining marks, which NFC must compose as Hugging
+          Face's normalizer does.
 Every string of the corpus -- the training documents (each fortune, each license paragraph) and
 strings generated deterministically here: many scripts, digits, whitespace runs, contractions,
 emoji, code, control and unusual code points, added tokens inside text, long words and runs, and
@@ -52,13 +56,14 @@ import struct
 import subprocess
 import sys
 import time
+import unicodedata
 
 from gpt2_bytes import byte_to_unicode
 
 try:
     import numpy
     import tiktoken
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 except ImportError as e:
     sys.exit(f"tokenizer_reference: {e}; run scripts/setup.sh, which installs the pinned "
              "references of scripts/requirements-ref.txt into build/pyref")
@@ -214,6 +219,35 @@ def make_llama3(texts, path):
     spec["model"]["ignore_merges"] = True
     with open(path, "w", encoding="utf-8") as f:
         f.write(json.dumps(spec, ensure_ascii=False))
+
+
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def make_qwen2(texts, path):
+    """Qwen2/Qwen3 style: the NFC normalizer, Qwen2's split regex, ChatML's special tokens, and one
+    added token with normalized=true (matched after NFC; Greek, outside the byte-level alphabet, so
+    that Hugging Face's ByteLevel decoder gives its text back rather than bytes of it)."""
+    split = pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False)
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                                                  use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=20000, show_progress=False,
+                                                       special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.add_tokens([AddedToken("<think>", normalized=False), AddedToken("καφέ", normalized=True)])
+    tok.save(path)
+
+
+def decomposed(strings):
+    """Every tenth string in NFD, and combining marks after letters, NFC's work."""
+    marks = ["e\u0301", "a\u0308", "o\u0302\u0301", "\u1100\u1161\u11a8", "n\u0303o", "cafe\u0301 ok", "\u03ba\u03b1\u03c6\u03b5\u0301!",
+             "\u0041\u030a\u0301", "x\u0301\u0301"]
+    return [unicodedata.normalize("NFD", t) for t in strings[::10]] + [" ".join(marks[i:] + marks[:i])
+                                                                      for i in range(len(marks))] + marks
 
 
 def make_tiktoken(hf):
@@ -372,11 +406,15 @@ def main():
     gpt2_path, llama3_path = os.path.join(out_dir, "gpt2.json"), os.path.join(out_dir, "llama3.json")
     make_gpt2(training + generated, gpt2_path)
     make_llama3(training + generated, llama3_path)
-    print(f"trained both tokenizers with Hugging Face's BpeTrainer in {time.time() - t0:.1f} s")
+    qwen2_path = os.path.join(out_dir, "qwen2.json")
+    make_qwen2(training + generated, qwen2_path)
+    print(f"trained the three tokenizers with Hugging Face's BpeTrainer in {time.time() - t0:.1f} s")
 
     bad = check_tokenizer("gpt2", megatrain, gpt2_path, "<|endoftext|>", strings, sample, out_dir)
     bad += check_tokenizer("llama3", megatrain, llama3_path, "<|end_of_text|>", strings, sample, out_dir,
                            make_tiktoken(Tokenizer.from_file(llama3_path)))
+    bad += check_tokenizer("qwen2", megatrain, qwen2_path, "<|endoftext|>", strings + decomposed(strings), sample,
+                           out_dir)
     print(f"{'FAILED' if bad else 'passed'}: {bad} mismatches; {time.time() - start:.1f} s")
     return 1 if bad else 0
 
