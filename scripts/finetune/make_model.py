@@ -13,11 +13,29 @@ import os
 import tokenizers
 import torch
 import transformers
-from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
-SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+LLAMA_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+
+
+def byte_level_bpe(texts, split, special, vocab_size, added=(), nfc=False):
+    """A byte-level BPE trained by `tokenizers` on TEXTS: the SPLIT regex (isolated) then ByteLevel
+    without its own regex, SPECIAL tokens first, ADDED tokens (normalized=false) after; NFC as
+    Qwen's tokenizers have it when NFC. (Also used by tests/reference/chat_preprocess_reference.py.)"""
+    tok = tokenizers.Tokenizer(models.BPE())
+    if nfc:
+        tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
+                                                       show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in added])
+    return tok
 
 
 def main():
@@ -29,13 +47,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     texts = [m["content"] for line in open(args.chat, encoding="utf-8") for m in json.loads(line)["messages"]]
     texts.append("system user assistant Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n")
-    tok = tokenizers.Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=512, special_tokens=SPECIAL, show_progress=False,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = byte_level_bpe(texts, LLAMA3_SPLIT, LLAMA_SPECIAL, 512)
     tok.save(os.path.join(args.out, "tokenizer.json"))
     with open(os.path.join(args.out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
         json.dump({"chat_template": open(args.template, encoding="utf-8").read(), "bos_token": "<|begin_of_text|>",

@@ -22,44 +22,26 @@ template is also tagged here — around what megatrain's prefix rule learns of e
 
 Usage: chat_preprocess_reference.py --megatrain BIN --templates DIR --out DIR
 """
-import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import numpy
 import tokenizers
 import transformers
-from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 
-from chat_template_reference import CHATML, LLAMA_DATE, PHRASES, conversations
+from chat_template_reference import CHATML, LLAMA_DATE, PHRASES, conversations, reference_args
 from ref_process import Mismatch, run
 
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
-                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "finetune"))
+from make_model import LLAMA3_SPLIT, LLAMA_SPECIAL, byte_level_bpe  # noqa: E402
+
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                r"\s*[\r\n]+|\s+(?!\S)|\s+")
-LLAMA_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-
-
-def train_tokenizer(path, split, special, added=(), nfc=False):
-    tok = tokenizers.Tokenizer(models.BPE())
-    if nfc:
-        tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=800, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=special, show_progress=False)
-    tok.train_from_iterator(PHRASES * 10 + ["You are a helpful assistant. Réponds en français. system user",
-                                            "\n\n- one\n\n- two\n\n"], trainer)
-    tok.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in added])
-    tok.save(path)
+CORPUS = PHRASES * 10 + ["You are a helpful assistant. Réponds en français. system user", "\n\n- one\n\n- two\n\n"]
 
 
 def must_replace(text, old, new):
@@ -157,15 +139,7 @@ def compare(name, got, want, eod):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--megatrain", required=True)
-    p.add_argument("--templates", required=True)
-    p.add_argument("--out", required=True)
-    args = p.parse_args()
-    work = os.path.abspath(args.out)
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    read = lambda name: open(os.path.join(args.templates, name), encoding="utf-8").read()
+    args, work, read = reference_args(__doc__)
     llama, qwen3 = read("meta-llama-Llama-3.1-8B-Instruct.jinja"), read("Qwen-Qwen3-0.6B.jinja")
     # And two whose answers begin with newlines, which the split regex joins to the "\n" ending the
     # assistant header: a token straddling the learned text's first byte, learned as in transformers.
@@ -182,7 +156,7 @@ def main():
     for family, split, special, added, bos, eos in (("llama", LLAMA3_SPLIT, LLAMA_SPECIAL, (), "<|begin_of_text|>", "<|eot_id|>"),
                                                     ("qwen", QWEN2_SPLIT, QWEN_SPECIAL, ("<think>", "</think>"), None, "<|im_end|>")):
         path = os.path.join(work, family + "-tokenizer.json")
-        train_tokenizer(path, split, special, added, nfc=family == "qwen")
+        byte_level_bpe(CORPUS, split, special, 800, added, nfc=family == "qwen").save(path)
         toks[family] = (path, transformers.PreTrainedTokenizerFast(tokenizer_file=path, bos_token=bos, eos_token=eos))
     print(f"transformers {transformers.__version__}, tokenizers {tokenizers.__version__}, {len(convs)} conversations")
     # name: (tokenizer family, template megatrain renders, the tagged template transformers renders, workers)

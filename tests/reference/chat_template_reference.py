@@ -73,8 +73,10 @@ def reference_tokenizer(template, bos, eos):
     return tok
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def reference_args(doc):
+    """The command line of the chat references (--megatrain BIN --templates DIR --out DIR; DOC's first
+    paragraph their help): the arguments, the emptied work folder, and a reader of DIR's templates."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--megatrain", required=True)
     p.add_argument("--templates", required=True)
     p.add_argument("--out", required=True)
@@ -82,7 +84,11 @@ def main():
     work = os.path.abspath(args.out)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    read = lambda name: open(os.path.join(args.templates, name), encoding="utf-8").read()
+    return args, work, lambda name: open(os.path.join(args.templates, name), encoding="utf-8").read()
+
+
+def main():
+    args, work, read = reference_args(__doc__)
     cases = {
         "llama3.1": (read("meta-llama-Llama-3.1-8B-Instruct.jinja"), "<|begin_of_text|>", "<|eot_id|>"),
         "qwen3": (read("Qwen-Qwen3-0.6B.jinja"), None, "<|im_end|>"),
