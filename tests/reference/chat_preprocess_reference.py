@@ -138,6 +138,20 @@ def compare(name, got, want, eod):
     print(f"{name}: {len(got)} documents, {sum(len(d) for d, _ in got)} tokens ({learned} learned) equal transformers'")
 
 
+def check_inspect(megatrain, prefix, got):
+    """`megatrain data inspect` reports the dataset's learned tokens and each document's bits as read
+    here from the files."""
+    out = run(megatrain, "data", "inspect", prefix)
+    want = f"{sum(sum(m) for _, m in got)} of {sum(len(d) for d, _ in got)} tokens learned"
+    if want not in out:
+        raise Mismatch(f"`data inspect {prefix}` says {out!r}, expected {want!r}")
+    for d in (0, len(got) - 1):
+        bits = re.search(r"^learned: (.*)$", run(megatrain, "data", "inspect", prefix, "--doc", d), re.M)
+        if bits is None or [int(b) for b in bits[1].split()] != got[d][1]:
+            raise Mismatch(f"`data inspect {prefix} --doc {d}` prints other mask bits than the .lossmask holds")
+    print(f"data inspect: {want}, and the bits of documents 0 and {len(got) - 1}")
+
+
 def main():
     args, work, read = reference_args(__doc__)
     llama, qwen3 = read("meta-llama-Llama-3.1-8B-Instruct.jinja"), read("Qwen-Qwen3-0.6B.jinja")
@@ -175,7 +189,10 @@ def main():
             run(args.megatrain, "preprocess", "--format", "chat", "--tokenizer", path, "--tokenizer-config", config,
                 "--input", inputs, "--output-prefix", prefix, "--workers", workers)
             eod = tok.convert_tokens_to_ids("<|end_of_text|>" if family == "llama" else "<|endoftext|>")
-            compare(name, read_dataset(prefix), expected(tok, tagged, convs), eod)
+            got = read_dataset(prefix)
+            compare(name, got, expected(tok, tagged, convs), eod)
+            if n == 0:
+                check_inspect(args.megatrain, prefix, got)
         # The published Qwen3 template: refused where a user turn follows an answer, the rest kept.
         path, tok = toks["qwen"]
         config = os.path.join(work, "qwen3-stock.json")
