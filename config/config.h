@@ -18,7 +18,9 @@
 
 namespace megatrain {
 
-enum class DecayKind { cosine, linear, constant };
+enum class DecayKind { cosine, linear, constant, wsd };
+// The shape of a WSD schedule's final decay (Megatron-LM's --lr-wsd-decay-style).
+enum class WsdShape { linear, cosine, exponential, minus_sqrt };
 
 struct ParallelConfig {
   int tp = 1, pp = 1, cp = 1;
@@ -84,6 +86,10 @@ struct OptimizerConfig {
   int64_t warmup_steps = 0;
   DecayKind decay = DecayKind::cosine;
   int64_t decay_steps = 0;  // 0 = train.steps
+  // decay = "wsd": warmup, constant lr, then the last wsd_decay_steps of the decay steps fall to
+  // min_lr in wsd_decay_style's shape (trainer/lr_schedule.h). Needed (> 0) by wsd, refused otherwise.
+  int64_t wsd_decay_steps = 0;
+  WsdShape wsd_decay_style = WsdShape::linear;
   bool decay_embeddings = false;
   bool decay_norms_and_biases = false;
   friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;

@@ -34,7 +34,12 @@ constexpr Spelling<AttentionImpl> kAttentionSpellings[] = {
 constexpr Spelling<Recompute> kRecomputeSpellings[] = {
     {Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}};
 constexpr Spelling<DecayKind> kDecaySpellings[] = {
-    {DecayKind::cosine, "cosine"}, {DecayKind::linear, "linear"}, {DecayKind::constant, "constant"}};
+    {DecayKind::cosine, "cosine"}, {DecayKind::linear, "linear"}, {DecayKind::constant, "constant"},
+    {DecayKind::wsd, "wsd"}};
+constexpr Spelling<WsdShape> kWsdShapeSpellings[] = {{WsdShape::linear, "linear"},
+                                                     {WsdShape::cosine, "cosine"},
+                                                     {WsdShape::exponential, "exponential"},
+                                                     {WsdShape::minus_sqrt, "minus_sqrt"}};
 constexpr Spelling<RouterKind> kRouterSpellings[] = {{RouterKind::softmax, "softmax"},
                                                      {RouterKind::sigmoid, "sigmoid"}};
 constexpr Spelling<DropPolicy> kDropPolicySpellings[] = {{DropPolicy::probs, "probs"},
@@ -47,6 +52,7 @@ inline std::span<const Spelling<PositionKind>> spellings(PositionKind) { return 
 inline std::span<const Spelling<ActivationKind>> spellings(ActivationKind) { return kActivationSpellings; }
 inline std::span<const Spelling<RopeScaling>> spellings(RopeScaling) { return kRopeScalingSpellings; }
 inline std::span<const Spelling<DecayKind>> spellings(DecayKind) { return kDecaySpellings; }
+inline std::span<const Spelling<WsdShape>> spellings(WsdShape) { return kWsdShapeSpellings; }
 inline std::span<const Spelling<Recompute>> spellings(Recompute) { return kRecomputeSpellings; }
 inline std::span<const Spelling<Precision>> spellings(Precision) { return kPrecisionSpellings; }
 inline std::span<const Spelling<Device>> spellings(Device) { return kDeviceSpellings; }
@@ -107,6 +113,7 @@ void for_each_field(C& c, V&& v) {
   v("optimizer", "beta2", o.beta2), v("optimizer", "eps", o.eps), v("optimizer", "weight_decay", o.weight_decay);
   v("optimizer", "grad_clip", o.grad_clip), v("optimizer", "warmup_steps", o.warmup_steps);
   v("optimizer", "decay", o.decay), v("optimizer", "decay_steps", o.decay_steps);
+  v("optimizer", "wsd_decay_steps", o.wsd_decay_steps), v("optimizer", "wsd_decay_style", o.wsd_decay_style);
   v("optimizer", "decay_embeddings", o.decay_embeddings);
   v("optimizer", "decay_norms_and_biases", o.decay_norms_and_biases);
   v("data", "train", c.data.train), v("data", "valid", c.data.valid), v("data", "split", c.data.split);

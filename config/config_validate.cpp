@@ -158,6 +158,7 @@ void validate_config_fields(const Config& c) {
   r.at_least("optimizer.grad_clip", o.grad_clip, 0.0f, "(0 = no clipping)");
   r.at_least("optimizer.warmup_steps", o.warmup_steps, int64_t{0});
   r.at_least("optimizer.decay_steps", o.decay_steps, int64_t{0}, "(0 = train.steps)");
+  r.at_least("optimizer.wsd_decay_steps", o.wsd_decay_steps, int64_t{0});
 
   MT_INPUT_CHECK(c.data.split.empty() || parse_doc_split(c.data.split),
                  "{}: data.split = \"{}\" must be 1 to 3 comma-separated non-negative numbers with a positive sum "
@@ -361,6 +362,14 @@ void resolve_config(Config& c, int world_size) {
                  "{}: optimizer.warmup_steps = {} exceeds the decay steps = {} (optimizer.decay_steps, or train.steps "
                  "when 0); lower warmup_steps or raise decay_steps",
                  f, o.warmup_steps, o.decay_steps);
+  MT_INPUT_CHECK(o.decay != DecayKind::wsd || (o.wsd_decay_steps >= 1 && o.wsd_decay_steps <= o.decay_steps - o.warmup_steps),
+                 "{}: optimizer.decay = \"wsd\" needs optimizer.wsd_decay_steps, the steps of its final decay, from 1 to "
+                 "the decay steps after warmup ({} − {} = {}); it is {}",
+                 f, o.decay_steps, o.warmup_steps, o.decay_steps - o.warmup_steps, o.wsd_decay_steps);
+  MT_INPUT_CHECK(o.decay == DecayKind::wsd || o.wsd_decay_steps == 0,
+                 "{}: optimizer.wsd_decay_steps = {} is read by optimizer.decay = \"wsd\" only; drop it, or set decay "
+                 "= \"wsd\"",
+                 f, o.wsd_decay_steps);
 
   // 5. Features that need another key.
   MT_INPUT_CHECK(c.data.split.empty() || c.data.valid.empty(),

@@ -42,8 +42,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   log_run_summary(cfg, run, at);
   ReplicaCheck replicas(cfg, run, snapshots);
   UpdateGuard guard(cfg, world.rank() == 0);
-  const LrSchedule lr{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps,
-                      cfg.optimizer.decay_steps, cfg.optimizer.decay};
+  const LrSchedule lr{cfg.optimizer.lr,          cfg.optimizer.min_lr,          cfg.optimizer.warmup_steps,
+                      cfg.optimizer.decay_steps, cfg.optimizer.decay,           cfg.optimizer.wsd_decay_steps,
+                      cfg.optimizer.wsd_decay_style};
   StepLog log(cfg, run, at, result);
   SampleLog samples(cfg, run, at);
   StepFaults step_faults(cfg, run, faults);
