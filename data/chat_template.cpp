@@ -49,8 +49,6 @@ std::string with_generation_marks(const std::string& source, int& count) {
   return out;
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
 }  // namespace
 
 ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path) {
@@ -96,20 +94,25 @@ ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std
   }
 }
 
-std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
-  return render_marked(messages, add_generation_prompt).text;
-}
-
-ChatRendering ChatTemplate::render_learned(const nlohmann::ordered_json& messages) const {
-  return (this->*learn_)(messages);
-}
-
-ChatRendering ChatTemplate::render_marked(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
+void ChatTemplate::check_unmarked(const nlohmann::ordered_json& messages) const {
   const std::string dumped = messages.dump();
   MT_DATA_CHECK(dumped.find(kBegin) == std::string::npos && dumped.find(kEnd) == std::string::npos,
                 "{}: the conversation holds U+FDD0 or U+FDD1, Unicode noncharacters that mark {{% generation %}} "
                 "blocks while rendering; remove them from the messages",
                 origin_);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
+  check_unmarked(messages);
+  return render_marked(messages, add_generation_prompt).text;
+}
+
+ChatRendering ChatTemplate::render_learned(const nlohmann::ordered_json& messages) const {
+  check_unmarked(messages);
+  return (this->*learn_)(messages);
+}
+
+ChatRendering ChatTemplate::render_marked(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
   std::string raw;
   try {
     auto context = minja::Context::make(
@@ -155,7 +158,7 @@ ChatRendering ChatTemplate::learned_by_prefixes(const nlohmann::ordered_json& me
     const nlohmann::ordered_json before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
     const nlohmann::ordered_json upto(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i + 1));
     const std::string prompt = render_marked(before, true).text, turn = render_marked(upto, false).text;
-    MT_DATA_CHECK(starts_with(turn, prompt) && starts_with(out.text, turn),
+    MT_DATA_CHECK(turn.starts_with(prompt) && out.text.starts_with(turn),
                   "{}: messages[{}] (an assistant turn) is rendered differently once later messages follow, so "
                   "its text cannot be found by prefixes (megatrain learns what the rendering of messages[:{}] adds "
                   "to that of messages[:{}] with the generation prompt); mark the assistant text with "

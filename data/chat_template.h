@@ -52,6 +52,9 @@ class ChatTemplate {
   ChatRendering render_learned(const nlohmann::ordered_json& messages) const;
 
  private:
+  // DataError when MESSAGES hold a mark character; render and render_learned check once, and the
+  // renderings below (of MESSAGES and their prefixes) rely on it.
+  void check_unmarked(const nlohmann::ordered_json& messages) const;
   ChatRendering render_marked(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
   ChatRendering learned_by_tags(const nlohmann::ordered_json& messages) const;
   ChatRendering learned_by_prefixes(const nlohmann::ordered_json& messages) const;

@@ -100,14 +100,15 @@ GptSampleIndex build_gpt_sample_index(const IndexedDataset& ds, const GptSampleS
     std::copy(order.begin(), order.end(), x.doc_idx.begin() + e * n);
     if (!spec.pack) {  // sample p is the epoch's document p, from its start
       for (int64_t p = 0; p < pe; ++p) x.sample_idx[static_cast<size_t>(2 * (e * pe + p))] = static_cast<int32_t>(p);
-    }
-    int64_t k = 0, t = 0;  // document position in the epoch, stream token where it starts
-    for (int64_t p = 0; p < pe && spec.pack; ++p) {
-      const int64_t start = p * S;
-      while (t + lengths[static_cast<size_t>(order[static_cast<size_t>(k)] - spec.docs.begin)] <= start)
-        t += lengths[static_cast<size_t>(order[static_cast<size_t>(k++)] - spec.docs.begin)];
-      x.sample_idx[static_cast<size_t>(2 * (e * pe + p))] = static_cast<int32_t>(k);
-      x.sample_idx[static_cast<size_t>(2 * (e * pe + p) + 1)] = static_cast<int32_t>(start - t);
+    } else {
+      int64_t k = 0, t = 0;  // document position in the epoch, stream token where it starts
+      for (int64_t p = 0; p < pe; ++p) {
+        const int64_t start = p * S;
+        while (t + lengths[static_cast<size_t>(order[static_cast<size_t>(k)] - spec.docs.begin)] <= start)
+          t += lengths[static_cast<size_t>(order[static_cast<size_t>(k++)] - spec.docs.begin)];
+        x.sample_idx[static_cast<size_t>(2 * (e * pe + p))] = static_cast<int32_t>(k);
+        x.sample_idx[static_cast<size_t>(2 * (e * pe + p) + 1)] = static_cast<int32_t>(start - t);
+      }
     }
     std::iota(sigma.begin(), sigma.end(), int64_t{0});
     if (spec.shuffle) permute(std::span<int64_t>(sigma), spec.seed, stream + 1);

@@ -25,7 +25,6 @@ namespace megatrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kSkippedShown = 5;  // FILE:LINE of the first skipped lines kept for the summary
 
 const char* format_flag(const PreprocessOptions& o) {
   return o.format == PreprocessFormat::chat ? "--format chat" : "--format prompt-completion";

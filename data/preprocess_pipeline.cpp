@@ -18,8 +18,6 @@
 namespace megatrain {
 namespace {
 
-constexpr size_t kSkippedShown = 5;  // FILE:LINE of the first skipped lines kept for the summary
-
 bool is_blank(std::string_view line) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   return std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t'; });
@@ -28,6 +26,15 @@ bool is_blank(std::string_view line) {
 bool jsonl_format(const PreprocessOptions& o) { return o.json_key || o.format != PreprocessFormat::documents; }
 
 const char* pairs_hint = "--format prompt-completion reads \"prompt\" and \"completion\"";
+
+// A bad line at WHERE (FILE:LINE): DataError saying WHAT, unless SKIP — then counted in COUNT and,
+// among the first kSkippedShown, listed in FIRST. The reader's lines and the workers' alike.
+void skip_or_refuse(bool skip, const std::string& where, const std::string& what, int64_t& count,
+                    std::vector<std::string>& first) {
+  MT_DATA_CHECK(skip, "preprocess: {}: {}; fix the input, or use --skip-bad-lines to skip such lines", where, what);
+  ++count;
+  if (first.size() < kSkippedShown) first.push_back(where);
+}
 
 }  // namespace
 
@@ -149,12 +156,7 @@ void PreprocessPipeline::read_json_line(const std::string& path, int64_t line_no
 }
 
 void PreprocessPipeline::bad_line(const std::string& path, int64_t line_no, const std::string& what) {
-  MT_DATA_CHECK(options_.skip_bad_lines,
-                "preprocess: {}:{}: {}; fix the input, or use --skip-bad-lines to skip "
-                "such lines",
-                path, line_no, what);
-  ++skipped_lines_;
-  if (skipped_first_.size() < kSkippedShown) skipped_first_.push_back(fmt::format("{}:{}", path, line_no));
+  skip_or_refuse(options_.skip_bad_lines, fmt::format("{}:{}", path, line_no), what, skipped_lines_, skipped_first_);
 }
 
 // Moves a non-empty DOC into the current batch and clears it.
@@ -234,12 +236,7 @@ void PreprocessPipeline::encode_batch(const DocumentEncoder& encoder, const Batc
       if (doc.origin.empty()) throw;
       out.tokens.resize(start);
       if (encoder.masks()) out.learned.resize(start);
-      MT_DATA_CHECK(options_.skip_bad_lines,
-                    "preprocess: {}: {}; fix the input, or use --skip-bad-lines to skip "
-                    "such lines",
-                    doc.origin, e.what());
-      ++out.skipped;
-      if (out.skipped_first.size() < kSkippedShown) out.skipped_first.push_back(doc.origin);
+      skip_or_refuse(options_.skip_bad_lines, doc.origin, e.what(), out.skipped, out.skipped_first);
       continue;
     }
     out.ends.push_back(out.tokens.size());

@@ -27,6 +27,8 @@ namespace megatrain {
 
 class Tokenizer;
 
+constexpr size_t kSkippedShown = 5;  // FILE:LINE of the first skipped lines kept for the summary
+
 struct EncodedBatch {
   std::vector<int32_t> tokens;   // every document's tokens, each followed by EOD
   std::vector<uint8_t> learned;  // the masked formats: per token, whether the loss learns it
