@@ -165,12 +165,13 @@ struct Reader {
     if (std::abs(d) > std::numeric_limits<float>::max()) fail(key, "a number in float32 range", n);
     out = static_cast<float>(d);
   }
-  void read(std::vector<int>& out, const toml::node& n, const std::string& key) const {
+  template <class I>
+  requires std::is_integral_v<I> void read(std::vector<I>& out, const toml::node& n, const std::string& key) const {
     constexpr std::string_view kWant = "an array of integers, e.g. [3, 4, 4, 3]";
     if (!n.is_array()) fail(key, kWant, n);
     out.clear();
     for (const toml::node& e : *n.as_array()) {
-      int v = 0;
+      I v = 0;
       if (!e.is_integer()) fail(key, kWant, n);
       read(v, e, key);
       out.push_back(v);

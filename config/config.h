@@ -77,6 +77,11 @@ struct TrainConfig {
   // fp32/bf16: a step whose gradients hold Inf/NaN is skipped; this many in a row stop the run
   // (exit code 76). fp16 overflows are the loss scaler's (loss_scale).
   int64_t max_consecutive_skips = 5;
+  // Megatron's --rampup-batch-size: [start, increment, samples] — the global batch grows from start
+  // by increment over the first `samples` samples, then stays global_batch_size
+  // (data/batch_sizes.h); empty = constant. The schedule's step counts then name the samples the
+  // run has consumed by that step (trainer/lr_schedule.h).
+  std::vector<int64_t> rampup_batch_size;
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 

@@ -107,7 +107,7 @@ void for_each_field(C& c, V&& v) {
   v("train", "attention_backend", t.attention_backend), v("train", "recompute", t.recompute);
   v("train", "recompute_layers", t.recompute_layers), v("train", "bf16_activations", t.bf16_activations);
   v("train", "exit_duration_mins", t.exit_duration_mins), v("train", "exit_after_steps", t.exit_after_steps);
-  v("train", "max_consecutive_skips", t.max_consecutive_skips);
+  v("train", "max_consecutive_skips", t.max_consecutive_skips), v("train", "rampup_batch_size", t.rampup_batch_size);
   auto& o = c.optimizer;
   v("optimizer", "lr", o.lr), v("optimizer", "min_lr", o.min_lr), v("optimizer", "beta1", o.beta1);
   v("optimizer", "beta2", o.beta2), v("optimizer", "eps", o.eps), v("optimizer", "weight_decay", o.weight_decay);

@@ -21,7 +21,10 @@ std::string to_toml_value(float v) { return float_text(v); }
 std::string to_toml_value(double v) { return float_text(v); }
 std::string to_toml_value(bool v) { return v ? "true" : "false"; }
 std::string to_toml_value(const std::string& v) { return quote(v); }
-std::string to_toml_value(const std::vector<int>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+template <class I>
+requires std::is_integral_v<I> std::string to_toml_value(const std::vector<I>& v) {
+  return fmt::format("[{}]", fmt::join(v, ", "));
+}
 std::string to_toml_value(const PeakTflops& v) { return v.automatic ? quote("auto") : float_text(v.value); }
 // moe.layers: the list of MoE blocks when given, else the integer `every`.
 std::string to_toml_value(const MoeConfig& v) {

@@ -8,6 +8,7 @@
 
 #include "config/config.h"
 #include "config/optim_groups.h"
+#include "config/train_batches.h"
 #include "data/doc_split.h"
 #include "kernels/check.h"
 #include "kernels/field_rules.h"
@@ -343,15 +344,7 @@ void resolve_config(Config& c, int world_size) {
                    f, per_step);
     t.global_batch_size = static_cast<int>(per_step);
   }
-  MT_INPUT_CHECK(t.global_batch_size % per_step == 0,
-                 "{}: train.global_batch_size = {} is not divisible by train.micro_batch_size · dp = {} · {} = {}; "
-                 "pick a multiple of {} (or 0 for {})",
-                 f, t.global_batch_size, t.micro_batch_size, p.dp, per_step, per_step, per_step);
-
-  const int micro_per_step = static_cast<int>(t.global_batch_size / per_step);
-  const std::string pipe = schedule_problem(p.pipeline_schedule, {p.pp, micro_per_step, p.virtual_stages});
-  MT_INPUT_CHECK(pipe.empty(), "{}: parallel.pipeline_schedule: {} (global_batch_size / (micro_batch_size · dp) = {} "
-                 "micro-batches per step); adjust train.global_batch_size", f, pipe, micro_per_step);
+  check_train_batches(c);
 
   // 4. Learning-rate schedule.
   OptimizerConfig& o = c.optimizer;

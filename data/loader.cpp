@@ -3,38 +3,40 @@
 #include "data/loader.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "kernels/check.h"
 
 namespace megatrain {
 
-BatchLoader::BatchLoader(const SampleSource& dataset, int micro_batch_size, int global_batch_size, int dp_rank,
+BatchLoader::BatchLoader(const SampleSource& dataset, int micro_batch_size, BatchSizes sizes, int dp_rank,
                          int dp_size, int64_t vocab_size)
     : dataset_(dataset),
       micro_batch_size_(micro_batch_size),
-      global_batch_size_(global_batch_size),
       dp_rank_(dp_rank),
       dp_size_(dp_size),
-      micro_batches_(0),
+      sizes_(std::move(sizes)),
+      per_micro_(int64_t{micro_batch_size} * dp_size),
       vocab_size_(vocab_size),
       has_loss_mask_(dataset.has_loss_mask()),
       scratch_(static_cast<size_t>(dataset.seq_len()) + 1),
       learned_(has_loss_mask_ ? scratch_.size() : 0) {
   MT_CHECK(dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size, "dp rank {} of {}", dp_rank, dp_size);
   MT_INPUT_CHECK(micro_batch_size >= 1, "train.micro_batch_size = {} must be at least 1", micro_batch_size);
-  MT_INPUT_CHECK(global_batch_size >= 1 && global_batch_size % (static_cast<int64_t>(micro_batch_size) * dp_size) == 0,
-                 "train.global_batch_size = {} must be a positive multiple of train.micro_batch_size "
-                 "× dp = {} × {} = {}; change one of them",
-                 global_batch_size, micro_batch_size, dp_size, static_cast<int64_t>(micro_batch_size) * dp_size);
-  micro_batches_ = global_batch_size / (micro_batch_size * dp_size);
+  for (const int64_t g : sizes_.sizes())
+    MT_INPUT_CHECK(g % per_micro_ == 0,
+                   "train.global_batch_size = {} must be a positive multiple of train.micro_batch_size "
+                   "× dp = {} × {} = {}; change one of them",
+                   g, micro_batch_size, dp_size, per_micro_);
 }
 
 int64_t BatchLoader::sample_index(int64_t step, int micro, int row) const {
-  MT_CHECK(step >= 0 && micro >= 0 && micro < micro_batches_ && row >= 0 && row < micro_batch_size_,
-           "step {} micro {} row {} (micro-batches per step {}, micro-batch size {})", step, micro, row, micro_batches_,
+  const int micros = step >= 0 ? micro_batches(step) : 0;
+  MT_CHECK(step >= 0 && micro >= 0 && micro < micros && row >= 0 && row < micro_batch_size_,
+           "step {} micro {} row {} (micro-batches this step {}, micro-batch size {})", step, micro, row, micros,
            micro_batch_size_);
-  const int64_t per_rank = global_batch_size_ / dp_size_;
-  return step * global_batch_size_ + dp_rank_ * per_rank + static_cast<int64_t>(micro) * micro_batch_size_ + row;
+  const int64_t per_rank = sizes_.size(step) / dp_size_;
+  return sizes_.first_sample(step) + dp_rank_ * per_rank + static_cast<int64_t>(micro) * micro_batch_size_ + row;
 }
 
 void BatchLoader::check_tokens(int64_t i) const {

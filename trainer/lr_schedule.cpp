@@ -4,7 +4,6 @@
 #include <cmath>
 #include <numbers>
 
-
 namespace megatrain {
 
 double LrSchedule::at(int64_t t) const {
@@ -25,6 +24,12 @@ double LrSchedule::at(int64_t t) const {
   const double p = span <= 0 ? 1.0 : std::min(1.0, static_cast<double>(t - warmup_steps) / static_cast<double>(span));
   if (decay == DecayKind::linear) return lr_max - (lr_max - lr_min) * p;
   return lr_min + (lr_max - lr_min) * 0.5 * (1.0 + std::cos(std::numbers::pi * p));
+}
+
+LrSchedule lr_schedule_of(const OptimizerConfig& o, const BatchSizes& sizes) {
+  const int64_t decay = sizes.first_sample(o.decay_steps);
+  const int64_t wsd = o.wsd_decay_steps > 0 ? decay - sizes.first_sample(o.decay_steps - o.wsd_decay_steps) : 0;
+  return {o.lr, o.min_lr, sizes.first_sample(o.warmup_steps), decay, o.decay, wsd, o.wsd_decay_style};
 }
 
 }  // namespace megatrain

@@ -11,10 +11,17 @@
 // — Megatron-Core's OptimizerParamScheduler.get_lr at num_steps = t (with init_lr 0), checked
 // against it by tests/reference/lr_schedule_reference.py. Since Dn defaults to train.steps, a WSD
 // run resumed with more train.steps stays at lr_max longer: its decay moves to the new end.
+//
+// The run counts samples, as Megatron's scheduler does (it steps by the samples of each update):
+// lr_schedule_of gives the curve in samples — each step count X of the config becomes the samples
+// the run's first X batches hold, first_sample(X) (data/batch_sizes.h) — and update t is at
+// first_sample(t). With a constant batch every count is multiplied by G, the same rationals, so
+// the same float64 learning rates; on a batch ramp the warmup and the decay follow the samples.
 #pragma once
 #include <cstdint>
 
 #include "config/config.h"
+#include "data/batch_sizes.h"
 
 namespace megatrain {
 
@@ -26,5 +33,8 @@ struct LrSchedule {
   WsdShape wsd_shape = WsdShape::linear;
   double at(int64_t t) const;
 };
+
+// [optimizer]'s schedule counted in the samples of `sizes`'s batches (resolved: decay_steps set).
+LrSchedule lr_schedule_of(const OptimizerConfig& o, const BatchSizes& sizes);
 
 }  // namespace megatrain

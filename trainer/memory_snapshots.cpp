@@ -51,7 +51,7 @@ void MemorySnapshots::updated(const StepOutcome& out) {
   const Comm& world = run_.world();
   // The state as the update left it (on a device, its host copy made now); nothing changes it
   // before the next update, which waits for the copy.
-  SnapshotHeader header{world.rank(), world.size(), layout_json(cfg_, world.size()), at_.saved(out.step, cfg_)};
+  SnapshotHeader header{world.rank(), world.size(), layout_json(cfg_, world.size()), at_.saved(out.step, cfg_, run_.data().train().sizes())};
   std::promise<void> copied;
   copied_ = copied.get_future();
   ++cost_.taken;

@@ -170,6 +170,8 @@ void MetricsLog::step(const StepMetrics& m) {
   j["world"] = m.world;
   j["loss_scale"] = m.loss_scale ? nlohmann::json(*m.loss_scale) : nlohmann::json(nullptr);
   j["skipped_steps"] = m.skipped_steps;
+  j["global_batch_size"] = m.global_batch_size;
+  j["consumed_samples"] = m.consumed_samples;
   if (!m.moe.empty()) {
     j["moe"] = nlohmann::json::array();
     for (const MoeLayerMetrics& e : m.moe)

@@ -50,6 +50,9 @@ struct MfuReading {
 
 struct StepMetrics {
   int64_t step = 0, steps = 0;
+  // The step's global batch and the samples consumed after it (Megatron's log line prints both; a
+  // batch ramp changes the first, data/batch_sizes.h).
+  int64_t global_batch_size = 0, consumed_samples = 0;
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0, step_time_ms = 0;
   // The whole iteration: from the previous step's log point to this one's, so also the work between

@@ -44,9 +44,9 @@ RankRun::RankRun(const Config& c, const Comm& world_comm, ParamsAt params)
   const bool ends = ranges.front().embedding || ranges.back().head;  // a chunk embeds or computes the loss
   const DocumentRules rules{static_cast<int32_t>(c.data.eod_token), c.data.reset_position_ids,
                             c.data.reset_attention_mask, c.data.eod_mask_loss};
-  feed_.train.emplace(split, c.train.micro_batch_size, data_.train().micro_batches_per_step(), ends, rules);
+  feed_.train.emplace(split, c.train.micro_batch_size, data_.train().max_micro_batches(), ends, rules);
   if (data_.valid())
-    feed_.valid.emplace(split, c.train.micro_batch_size, data_.valid()->micro_batches_per_step(), ends, rules);
+    feed_.valid.emplace(split, c.train.micro_batch_size, data_.valid()->max_micro_batches(), ends, rules);
   feed_.digest = ranges.back().head && !c.log.samples_file.empty() && groups_.tp().rank() == 0 && groups_.cp().rank() == 0;
   for (size_t k = 0; k < ranges.size(); ++k) {
     Chunk ch;
@@ -74,7 +74,7 @@ RankRun::RankRun(const Config& c, const Comm& world_comm, ParamsAt params)
 }
 
 Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
-  const int B = cfg_.train.micro_batch_size, G = cfg_.train.global_batch_size, dp = groups_.dp().size();
+  const int B = cfg_.train.micro_batch_size;
   ForwardOptions opt;
   Stage& stage = *chunks_[static_cast<size_t>(chunk)].stage;
   const StepBatch& b = *feed_.current;
@@ -83,8 +83,7 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
     opt.dloss_scale = static_cast<float>(feed_.loss_scale / static_cast<double>(feed_.counted));
     opt.dropout = true;
     opt.dropout_seed = cfg_.train.seed;
-    opt.first_sample = static_cast<uint64_t>(b.batch()) * G + static_cast<uint64_t>(groups_.dp().rank()) * (G / dp) +
-                       static_cast<uint64_t>(micro) * B;
+    opt.first_sample = static_cast<uint64_t>(data_.train().sample_index(b.batch(), micro, 0));
   }
   const DataConfig& d = cfg_.data;
   const MicroBatch mb{b.tokens(micro), b.targets(micro), opt, d.reset_position_ids ? b.starts(micro) : nullptr,
@@ -145,15 +144,15 @@ double RankRun::forward_backward(int64_t batch, double loss_scale) {
   feed_.train->load(data_.train(), batch, feed_.digest);
   if (feed_.digest) feed_.samples[batch] = feed_.train->digest();
   feed_.current = &*feed_.train;
-  feed_.counted = counted_tokens(*feed_.train, data_.train(), tokens_per_step());
+  feed_.counted = counted_tokens(*feed_.train, data_.train(), tokens_of(batch));
   feed_.loss_scale = loss_scale;
   feed_.loss_sum = 0.0;
   for (Chunk& ch : chunks_) {
-    ch.backwards_left = data_.train().micro_batches_per_step();
+    ch.backwards_left = feed_.train->micro_batches();
     ch.stage->moe_stats().reset_step_tokens();
   }
   for (OptimGroup& g : optim_) g.step_begin();
-  pipeline_->run(shape_.steps, *this);
+  pipeline_->run(shape_.schedules.at(feed_.train->micro_batches()), *this);
   return feed_.loss_sum / static_cast<double>(feed_.counted);
 }
 
@@ -277,7 +276,7 @@ std::vector<MoeLayerStats> RankRun::moe_stats() {
 }
 
 double RankRun::evaluate() {
-  const int micro = data_.valid()->micro_batches_per_step();
+  const int micro = data_.valid()->max_micro_batches();
   feed_.evaluating = true;
   feed_.loss_sum = 0.0;
   feed_.current = &*feed_.valid;

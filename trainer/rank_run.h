@@ -108,9 +108,11 @@ class RankRun final : public PipelineWork {
   std::deque<OptimGroup>& optim_groups() { return optim_; }
   MemoryMetrics memory() const;
   size_t activation_bytes() const;
+  // Tokens of a full global batch; tokens_of: of global batch `batch` (smaller on a batch ramp).
   int64_t tokens_per_step() const {
     return static_cast<int64_t>(cfg_.train.global_batch_size) * cfg_.train.seq_len;
   }
+  int64_t tokens_of(int64_t batch) const { return data_.train().sizes().size(batch) * cfg_.train.seq_len; }
   // The most micro-batches whose activations this rank holds at once (all chunks).
   int held_micro_batches() const { return peak_held_all_; }
   bool on_device() const { return stream_.device != Device::cpu; }

@@ -13,12 +13,17 @@ namespace {
 // position (checked against the global batch size and the batches the loader reserves).
 void adopt(const CheckpointMeta& meta, const Config& cfg, RankRun& run, RunState& at, bool rank0) {
   run.state_written();
-  const int64_t G = cfg.train.global_batch_size, step = meta.state.step, consumed = meta.state.consumed_samples;
-  MT_INPUT_CHECK(consumed % G == 0 && consumed / G >= step,
-                 "{}: the checkpoint consumed {} samples in {} steps, which train.global_batch_size = {} cannot "
-                 "produce; resume with the global batch size it was trained with",
-                 cfg.source, consumed, step, G);
-  const int64_t data_skip = consumed / G - step;
+  const int64_t step = meta.state.step, consumed = meta.state.consumed_samples;
+  const BatchSizes& sizes = run.data().train().sizes();
+  const std::optional<int64_t> batch = sizes.batch_starting_at(consumed);
+  MT_INPUT_CHECK(batch && *batch >= step,
+                 "{}: the checkpoint consumed {} samples in {} steps, which train.global_batch_size = {}{} cannot "
+                 "produce; resume with the global batch size (and ramp) it was trained with",
+                 cfg.source, consumed, step, cfg.train.global_batch_size,
+                 cfg.train.rampup_batch_size.empty()
+                     ? std::string()
+                     : fmt::format(" with train.rampup_batch_size = [{}]", fmt::join(cfg.train.rampup_batch_size, ", ")));
+  const int64_t data_skip = *batch - step;
   MT_INPUT_CHECK(data_skip <= batches_reserved_for_rollbacks(cfg.health),
                  "{}: the checkpoint's data position is {} batches past its step (spike rollbacks skipped them), "
                  "more than the {} batches the data loader reserves for skips; set health.on_spike = \"rollback\" "
@@ -38,8 +43,8 @@ void adopt(const CheckpointMeta& meta, const Config& cfg, RankRun& run, RunState
 
 }  // namespace
 
-TrainState RunState::saved(int64_t done, const Config& cfg) const {
-  TrainState ts{done, (done + data_skip) * cfg.train.global_batch_size, cfg.train.seed, skipped};
+TrainState RunState::saved(int64_t done, const Config& cfg, const BatchSizes& sizes) const {
+  TrainState ts{done, sizes.first_sample(done + data_skip), cfg.train.seed, skipped};
   if (scaler) {
     const LossScaleState& l = scaler->state();
     ts.loss_scale = l.scale, ts.loss_scale_growth_tracker = l.growth_tracker;

@@ -22,8 +22,8 @@ struct RunState {
   std::optional<DynamicLossScaler> scaler;  // fp16
 
   double loss_scale() const { return scaler ? scaler->scale() : 1.0; }
-  // What a checkpoint of the state after step `done` records.
-  TrainState saved(int64_t done, const Config& cfg) const;
+  // What a checkpoint of the state after step `done` records; `sizes`: the training batches'.
+  TrainState saved(int64_t done, const Config& cfg, const BatchSizes& sizes) const;
 };
 
 // The state to start from: checkpoint.load's checkpoint written into `state` (RankRun's

@@ -28,14 +28,15 @@ StepBatch::StepBatch(const CpSplit& split, int B, int micro_batches, bool reads,
 
 void StepBatch::load(const BatchLoader& loader, int64_t batch, bool digest) {
   batch_ = batch;
+  loaded_ = loader.micro_batches(batch);
   digest_ = {};
   counted_ = 0;
   if (!reads_) return;
-  MT_CHECK(loader.micro_batches_per_step() == micro_batches_ && loader.micro_batch_size() == B_,
-           "a step batch of {} micro-batches of {} loaded from a loader of {} of {}", micro_batches_, B_,
-           loader.micro_batches_per_step(), loader.micro_batch_size());
+  MT_CHECK(loaded_ <= micro_batches_ && loader.micro_batch_size() == B_,
+           "a step batch of up to {} micro-batches of {} loaded with {} of {}", micro_batches_, B_, loaded_,
+           loader.micro_batch_size());
   const int64_t S = loader.seq_len();
-  for (int m = 0; m < micro_batches_; ++m) {
+  for (int m = 0; m < loaded_; ++m) {
     int32_t *tokens = tokens_.data() + m * rows_, *targets = targets_.data() + m * rows_;
     // Whole sequences: straight into the batch at cp = 1; else first whole, then this rank's rows.
     const bool whole = split_.cp == 1;

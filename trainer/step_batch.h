@@ -20,14 +20,15 @@ namespace megatrain {
 
 class StepBatch {
  public:
-  // For `micro_batches` micro-batches of B sequences of split.seq_len tokens; `reads`: whether this
-  // rank reads data at all.
+  // For up to `micro_batches` micro-batches of B sequences of split.seq_len tokens (a batch ramp's
+  // smaller batches use the first ones); `reads`: whether this rank reads data at all.
   StepBatch(const CpSplit& split, int B, int micro_batches, bool reads, const DocumentRules& rules = {});
 
   // Global batch `batch` of `loader` (whose micro-batches this was built for); with `digest`, the
   // samples' digest too.
   void load(const BatchLoader& loader, int64_t batch, bool digest);
   int64_t batch() const { return batch_; }
+  int micro_batches() const { return loaded_; }  // of the loaded batch
   const int32_t* tokens(int micro) const { return reads_ ? tokens_.data() + micro * rows_ : nullptr; }
   const int32_t* targets(int micro) const { return reads_ ? targets_.data() + micro * rows_ : nullptr; }
   const SampleDigest& digest() const { return digest_; }
@@ -41,7 +42,7 @@ class StepBatch {
 
  private:
   CpSplit split_;
-  int B_, micro_batches_;
+  int B_, micro_batches_, loaded_ = 0;
   bool reads_;
   DocumentRules rules_;
   int64_t rows_;  // B · this rank's rows of a sequence

@@ -41,6 +41,7 @@ void StepLog::end(const StepOutcome& out) {
   logged_.iteration += last_end_ ? std::chrono::duration<double>(now - *last_end_).count() : out.seconds;
   last_end_ = now;
   ++logged_.steps;
+  logged_.tokens += run_.tokens_of(out.step - 1 + at_.data_skip);
   logged_.comm += out.comm;
   if (out.step == first_step_) {
     log_.memory(out.step, run_.memory());
@@ -59,12 +60,15 @@ StepMetrics StepLog::averages(const StepOutcome& out) {
   StepMetrics m;
   m.step = out.step;
   m.steps = cfg_.train.steps;
+  const BatchSizes& batches = run_.data().train().sizes();
+  m.global_batch_size = batches.size(out.step - 1 + at_.data_skip);
+  m.consumed_samples = batches.first_sample(out.step + at_.data_skip);
   m.loss = out.loss;
   m.lr = out.lr;
   m.grad_norm = out.norm;
   m.step_time_ms = avg * 1e3;
   m.iter_time_ms = logged_.iteration / n * 1e3;
-  m.tokens_per_s = static_cast<double>(run_.tokens_per_step()) / avg;
+  m.tokens_per_s = static_cast<double>(logged_.tokens) / logged_.time;
   m.comm_ms = c.dp.busy_ms / n;
   m.exposed_comm_ms = c.dp.exposed_ms / n;
   m.comm_bytes = static_cast<double>(c.dp.bytes_moved) / n;
@@ -90,7 +94,8 @@ StepMetrics StepLog::averages(const StepOutcome& out) {
   if (at_.scaler) m.loss_scale = out.loss_scale;
   m.skipped_steps = at_.skipped;
   m.moe = moe_metrics(run_.moe_stats(), logged_.steps);
-  m.mfu = peak_.at(flops_per_step_ / avg / run_.world().size());
+  m.mfu = peak_.at(flops_per_step_ * m.tokens_per_s / static_cast<double>(run_.tokens_per_step()) /
+                   run_.world().size());
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   m.eta_s = elapsed / static_cast<double>(out.step - first_step_ + 1) * static_cast<double>(cfg_.train.steps - out.step);
   return m;

@@ -33,7 +33,7 @@ class StepLog final : public StepObserver {
   // Summed over the steps since the last log line.
   struct Logged {
     double time = 0.0, iteration = 0.0;
-    int64_t steps = 0;
+    int64_t steps = 0, tokens = 0;  // tokens: of the steps' global batches (a batch ramp's grow)
     StepComm comm;
   };
   StepMetrics averages(const StepOutcome& out);

@@ -42,9 +42,8 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   log_run_summary(cfg, run, at);
   ReplicaCheck replicas(cfg, run, snapshots);
   UpdateGuard guard(cfg, world.rank() == 0);
-  const LrSchedule lr{cfg.optimizer.lr,          cfg.optimizer.min_lr,          cfg.optimizer.warmup_steps,
-                      cfg.optimizer.decay_steps, cfg.optimizer.decay,           cfg.optimizer.wsd_decay_steps,
-                      cfg.optimizer.wsd_decay_style};
+  const BatchSizes& batches = run.data().train().sizes();
+  const LrSchedule lr = lr_schedule_of(cfg.optimizer, batches);
   StepLog log(cfg, run, at, result);
   SampleLog samples(cfg, run, at);
   StepFaults step_faults(cfg, run, faults);
@@ -70,7 +69,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
       continue;
     }
     const Overflow overflow = compute->first_overflow(false);  // Inf/NaN on any rank
-    out.lr = lr.at(out.step - at.skipped);  // skipped steps do not advance the schedule (Megatron)
+    // Skipped steps do not advance the schedule (Megatron); the updates count the samples of as many
+    // batches from the first (trainer/lr_schedule.h).
+    out.lr = lr.at(batches.first_sample(out.step - at.skipped));
     out.updated = overflow.rank < 0 && verdict == Verdict::update;
     if (out.updated) {
       out.norm = run.grad_norm() / out.loss_scale;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "config/train_batches.h"
 #include "data/dataset_builder.h"
 #include "data/doc_split.h"
 #include "kernels/check.h"
@@ -34,6 +35,7 @@ const IndexedDataset& open_dataset(std::map<std::string, std::unique_ptr<Indexed
 
 TrainData::TrainData(const Config& c, int dp_rank, int dp) {
   const int B = c.train.micro_batch_size, G = c.train.global_batch_size;
+  const BatchSizes sizes = train_batch_sizes(c);
   MT_INPUT_CHECK(!c.data.train.empty(),
                  "{}: data.train is empty; set it to a dataset prefix (megatrain preprocess "
                  "writes one) or [[weight, \"prefix\"], …]",
@@ -76,8 +78,8 @@ TrainData::TrainData(const Config& c, int dp_rank, int dp) {
 
   train_set_ =
       build("data.train", parts_of("data.train", c.data.train, SplitPart::train), c.data.shuffle,
-            (c.train.steps + batches_reserved_for_rollbacks(c.health)) * G);
-  train_loader_ = std::make_unique<BatchLoader>(*train_set_, B, G, dp_rank, dp, c.model.vocab_size);
+            sizes.first_sample(c.train.steps + batches_reserved_for_rollbacks(c.health)));
+  train_loader_ = std::make_unique<BatchLoader>(*train_set_, B, sizes, dp_rank, dp, c.model.vocab_size);
   if (c.train.eval_interval == 0) return;
   const int64_t eval_samples = int64_t{c.train.eval_steps} * G;
   if (split)

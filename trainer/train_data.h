@@ -20,7 +20,8 @@ class TrainData {
  public:
   // Opens the files named by cfg.data (InputError naming the key and the file when one is bad) and
   // builds the loaders of data-parallel rank `dp_rank` of `dp`: training over train.steps global
-  // batches, validation (only when train.eval_interval > 0) over train.eval_steps global batches.
+  // batches (ramped up by train.rampup_batch_size), validation (only when train.eval_interval > 0)
+  // over train.eval_steps global batches of train.global_batch_size.
   // Data-parallel rank 0 writes missing sample-index cache files and logs how the indices were
   // obtained; every rank loads or builds its own copy.
   TrainData(const Config& cfg, int dp_rank, int dp);

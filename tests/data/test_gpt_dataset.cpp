@@ -194,9 +194,9 @@ void check_loader(const GptDataset& g, const std::vector<int32_t>& stream, int B
   for (int64_t k = 0; k < 4; ++k) {
     for (int r = 0; r < dp; ++r) {
       BatchLoader loader(g, B, G, r, dp);
-      ASSERT_EQ(loader.micro_batches_per_step(), G / (B * dp));
+      ASSERT_EQ(loader.max_micro_batches(), G / (B * dp));
       std::vector<int32_t> in(B * s), tg(B * s);
-      for (int m = 0; m < loader.micro_batches_per_step(); ++m) {
+      for (int m = 0; m < loader.max_micro_batches(); ++m) {
         loader.load(k, m, in.data(), tg.data());
         for (int row = 0; row < B; ++row) {
           const int64_t idx = k * G + static_cast<int64_t>(r) * (G / dp) + m * B + row;
@@ -267,12 +267,40 @@ TEST_F(GptData, LoaderRejectsIndivisibleGlobalBatch) {
   EXPECT_NO_THROW(BatchLoader(g, 2, 8, 1, 2));
 }
 
+// On a batch ramp (data/batch_sizes.h) batch k is samples [F_k, F_k + G_k): the dp ranks read
+// contiguous slices of G_k / dp, micro-batch after micro-batch, each sample exactly once — and a
+// ramp size that micro_batch_size × dp does not divide is refused.
+TEST_F(GptData, LoaderReadsEachRampedBatchOnce) {
+  GptDataset g(*ds_, spec_of(*ds_, 5, false, 7, 200));
+  const BatchSizes sizes(16, {4, 4, 40});
+  const int B = 2, dp = 2;
+  std::vector<int64_t> seen;
+  for (int64_t k = 0; k < 10; ++k) {
+    for (int r = 0; r < dp; ++r) {
+      const BatchLoader loader(g, B, sizes, r, dp);
+      ASSERT_EQ(loader.micro_batches(k), sizes.size(k) / (B * dp)) << "batch " << k;
+      ASSERT_EQ(loader.max_micro_batches(), 16 / (B * dp));
+      for (int m = 0; m < loader.micro_batches(k); ++m)
+        for (int row = 0; row < B; ++row) {
+          const int64_t i = loader.sample_index(k, m, row);
+          EXPECT_EQ(i, sizes.first_sample(k) + r * (sizes.size(k) / dp) + m * B + row);
+          seen.push_back(i);
+        }
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<int64_t> all(static_cast<size_t>(sizes.first_sample(10)));
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(seen, all);
+  EXPECT_THROW(BatchLoader(g, 4, sizes, 0, 2), InputError);  // 4 is not a multiple of 4 × 2
+}
+
 // The inputs and targets this rank reads at steps [first, last), concatenated.
 std::vector<int32_t> read_steps(const BatchLoader& loader, int64_t first, int64_t last) {
   const size_t n = static_cast<size_t>(loader.micro_batch_size()) * loader.seq_len();
   std::vector<int32_t> all, in(n), tg(n);
   for (int64_t k = first; k < last; ++k)
-    for (int m = 0; m < loader.micro_batches_per_step(); ++m) {
+    for (int m = 0; m < loader.micro_batches(k); ++m) {
       loader.load(k, m, in.data(), tg.data());
       all.insert(all.end(), in.begin(), in.end());
       all.insert(all.end(), tg.begin(), tg.end());

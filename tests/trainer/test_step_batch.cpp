@@ -29,7 +29,7 @@ TEST(StepBatch, HoldsEveryMicroBatchAsTheLoaderGivesItOrThisCpRanksRowsOfIt) {
   const Numbered data;
   const int B = 2, G = 8;  // 4 micro-batches at dp = 1
   const BatchLoader loader(data, B, G, 0, 1);
-  const int S = data.seq_len(), micro = loader.micro_batches_per_step();
+  const int S = data.seq_len(), micro = loader.max_micro_batches();
   std::vector<int32_t> in(static_cast<size_t>(B * S)), tg(in.size());
   for (int cp : {1, 2}) {
     std::vector<int> seen(static_cast<size_t>(S), 0);
@@ -75,7 +75,7 @@ TEST(StepBatch, FindsEachSequencesDocumentsAndMasksTheTargetsAfterAnEndOfDocumen
   const Numbered data;
   const int B = 2, G = 4, S = data.seq_len();
   const BatchLoader loader(data, B, G, 0, 1);
-  const int micro = loader.micro_batches_per_step();
+  const int micro = loader.max_micro_batches();
   const int32_t eod = 3003;  // sample 3's token 3: the documents of sample 3 are [0, 4) [4, 8)
   std::vector<int32_t> in(static_cast<size_t>(B * S)), tg(in.size());
   for (int cp : {1, 2}) {
