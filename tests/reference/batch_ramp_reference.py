@@ -18,14 +18,13 @@ than the run, with linear decay.
 Usage: batch_ramp_reference.py --megatrain BIN --out DIR
 """
 import argparse
-import importlib.util
 import json
 import os
 import shutil
 import sys
 
 from lr_schedule_reference import NoOptimizer, megatron_scheduler_class
-from megatron_roots import megatron_roots
+from megatron_roots import load_megatron_file
 from ref_process import Mismatch, run
 
 TOL = 2e-7
@@ -45,15 +44,7 @@ interval = 1
 
 
 def megatron_calculator_class():
-    roots, origin = megatron_roots()
-    paths = [os.path.join(r, "core", "num_microbatches_calculator.py") for r in roots]
-    paths = [p for p in paths if os.path.exists(p)]
-    if not paths:
-        raise Mismatch(f"megatron/core/num_microbatches_calculator.py not found ({origin}); run scripts/setup.sh")
-    spec = importlib.util.spec_from_file_location("megatron_num_microbatches_calculator", paths[0])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    print(f"reference: {paths[0]} ({origin})")
+    module = load_megatron_file("megatron_num_microbatches_calculator", "core", "num_microbatches_calculator.py")
     return module.RampupBatchsizeNumMicroBatchesCalculator
 
 
@@ -138,8 +129,7 @@ def main():
     shutil.rmtree(args.out, ignore_errors=True)
     os.makedirs(args.out)
     try:
-        calc_cls = megatron_calculator_class()  # before the scheduler stubs the megatron package
-        sched_cls = megatron_scheduler_class()
+        calc_cls, sched_cls = megatron_calculator_class(), megatron_scheduler_class()
         text = os.path.join(args.out, "text.txt")
         with open(text, "w") as f:
             f.write("the batch of every step, against the reference's. " * 400)

@@ -18,14 +18,13 @@ module with that helper is put in its place. Nothing else of the module is chang
 Usage: lr_schedule_reference.py --megatrain BIN --out DIR
 """
 import argparse
-import importlib.util
 import json
 import os
 import shutil
 import sys
 import types
 
-from megatron_roots import megatron_roots
+from megatron_roots import load_megatron_file
 from ref_process import Mismatch, run
 
 TOL = 2e-7
@@ -47,20 +46,12 @@ interval = 1
 
 
 def megatron_scheduler_class():
-    roots, origin = megatron_roots()
-    paths = [os.path.join(r, "core", "optimizer_param_scheduler.py") for r in roots]
-    paths = [p for p in paths if os.path.exists(p)]
-    if not paths:
-        raise Mismatch(f"megatron/core/optimizer_param_scheduler.py not found ({origin}); run scripts/setup.sh")
     utils = types.ModuleType("megatron.core.utils")
     utils.log_single_rank = lambda logger, level, *args, **kwargs: logger.log(level, *args, **kwargs)
     sys.modules.setdefault("megatron", types.ModuleType("megatron"))
     sys.modules.setdefault("megatron.core", types.ModuleType("megatron.core"))
     sys.modules["megatron.core.utils"] = utils
-    spec = importlib.util.spec_from_file_location("megatron_optimizer_param_scheduler", paths[0])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    print(f"reference: {paths[0]} ({origin})")
+    module = load_megatron_file("megatron_optimizer_param_scheduler", "core", "optimizer_param_scheduler.py")
     return module.OptimizerParamScheduler
 
 
