@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,7 @@ struct CheckpointTensors {
   const ParamLayout* layout = nullptr;
   const ParamLayout* stored = nullptr;
   std::vector<CheckpointPiece> pieces;  // by `begin`, the first at 0
+  std::vector<std::shared_ptr<void>> keep;  // owns slices made for this view (optim/host_moments.h), if any
 };
 
 // Full (replicated) buffers of layout.total() floats each, held by rank `rank` of a communicator of

@@ -97,6 +97,9 @@ struct OptimizerConfig {
   WsdShape wsd_decay_style = WsdShape::linear;
   bool decay_embeddings = false;
   bool decay_norms_and_biases = false;
+  // AdamW's moments between steps: fp32, or bf16 (computed in float32 inside the update, stored
+  // rounded: kernels/cpu/adamw.cpp [Note: 16-bit moments]); checkpoints hold them as float32.
+  Precision state_dtype = Precision::fp32;
   friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
 };
 

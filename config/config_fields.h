@@ -115,7 +115,7 @@ void for_each_field(C& c, V&& v) {
   v("optimizer", "decay", o.decay), v("optimizer", "decay_steps", o.decay_steps);
   v("optimizer", "wsd_decay_steps", o.wsd_decay_steps), v("optimizer", "wsd_decay_style", o.wsd_decay_style);
   v("optimizer", "decay_embeddings", o.decay_embeddings);
-  v("optimizer", "decay_norms_and_biases", o.decay_norms_and_biases);
+  v("optimizer", "decay_norms_and_biases", o.decay_norms_and_biases), v("optimizer", "state_dtype", o.state_dtype);
   v("data", "train", c.data.train), v("data", "valid", c.data.valid), v("data", "split", c.data.split);
   v("data", "shuffle", c.data.shuffle), v("data", "cache_dir", c.data.cache_dir);
   v("data", "reset_position_ids", c.data.reset_position_ids),

@@ -78,6 +78,10 @@ void check_device(const Config& c) {
                  "set train.device = \"cuda\", or attention_backend = \"auto\"",
                  f);
   if (c.train.device == Device::cpu) return;
+  MT_INPUT_CHECK(c.optimizer.state_dtype == Precision::fp32,
+                 "{}: optimizer.state_dtype = \"bf16\" is a CPU path so far (the CUDA AdamW kernel keeps float32 "
+                 "moments); set optimizer.state_dtype = \"fp32\", or train.device = \"cpu\"",
+                 f);
   MT_INPUT_CHECK(!refuses(c, ZeroSwitch::device),
                  "{}: train.device = \"cuda\" reduces gradients exactly so far, but parallel.grad_compression = "
                  "\"{}\", zero_quantized_weights = {}, zero_quantized_gradients = {}, zero_hpz_partition_size = {}, "
@@ -160,6 +164,8 @@ void validate_config_fields(const Config& c) {
   r.at_least("optimizer.warmup_steps", o.warmup_steps, int64_t{0});
   r.at_least("optimizer.decay_steps", o.decay_steps, int64_t{0}, "(0 = train.steps)");
   r.at_least("optimizer.wsd_decay_steps", o.wsd_decay_steps, int64_t{0});
+  r.check(o.state_dtype != Precision::fp16, "optimizer.state_dtype", "\"fp16\"", "\"fp32\" or \"bf16\"",
+          "(Adam's second moment, g², leaves fp16's range; bf16 keeps float32's)");
 
   MT_INPUT_CHECK(c.data.split.empty() || parse_doc_split(c.data.split),
                  "{}: data.split = \"{}\" must be 1 to 3 comma-separated non-negative numbers with a positive sum "

@@ -257,7 +257,9 @@ struct AdamWRange {
 // The four tensors of one AdamW entry, of equal element counts, on the stream's device, and
 // optionally (CPU only) param16: a bf16 or f16 tensor of as many elements that receives the updated
 // param rounded to it (convert's bits) in the same pass (kernels/cpu/adamw.cpp [Note: fused 16-bit
-// copy]). A device rounds after the update instead (model/optimizer.cpp).
+// copy]). A device rounds after the update instead (model/optimizer.cpp). The moments m and v are
+// float32, or (CPU only) both bf16: widened, updated in float32, stored rounded ([Note: 16-bit
+// moments] there).
 struct AdamWTensors {
   Tensor param, grad, m, v;
   Tensor param16 = {};

@@ -10,9 +10,17 @@ AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& opt, const Stream& s
     : AdamW(layout, opt, {0, layout.total()}, layout.total(), s) {}
 
 AdamW::AdamW(const ParamLayout& layout, const AdamWOptions& opt, FlatRange range, int64_t padded, const Stream& s)
-    : layout_(layout), opt_(opt), range_(range), stream_(s), m_(padded, s), v_(padded, s) {
+    : layout_(layout),
+      opt_(opt),
+      range_(range),
+      stream_(s),
+      moments_(2 * Arena::aligned(static_cast<size_t>(padded) * dtype_size(dtype_of(opt.state_dtype))), s),
+      m_(moments_.tensor(Shape{padded}, dtype_of(opt.state_dtype))),
+      v_(moments_.tensor(Shape{padded}, dtype_of(opt.state_dtype))) {
   MT_CHECK(padded >= range.size() && range.begin >= 0 && range.end <= layout.total(), "AdamW range [{}, {}) of {}",
            range.begin, range.end, layout.total());
+  MT_CHECK(opt.state_dtype == Precision::fp32 || (opt.state_dtype == Precision::bf16 && s.device == Device::cpu),
+           "AdamW moments in {} on this device", precision_name(opt.state_dtype));
 }
 
 bool AdamW::decays(const ParamSpec& s) const {
@@ -59,8 +67,8 @@ void AdamW::step(float* params, const float* grads, float lr, double norm, float
       continue;
     }
     (decays(spec) ? decayed_ : undecayed_)
-        .push_back({param, Tensor(const_cast<float*>(grads) + j, flat).on(d), m_.part(j, mine.size()),
-                    v_.part(j, mine.size()), param16});
+        .push_back({param, Tensor(const_cast<float*>(grads) + j, flat).on(d), m_.part(j, flat), v_.part(j, flat),
+                    param16});
   }
   st.weight_decay = opt_.weight_decay;
   adamw_update(stream_, decayed_, st);

@@ -19,6 +19,8 @@ struct AdamWOptions {
   float grad_clip = 1.0f;  // max global L2 norm; 0 = no clipping
   bool decay_embeddings = false;
   bool decay_norms_and_biases = false;
+  // The moments' storage: fp32, or bf16 on CPU (kernels/cpu/adamw.cpp [Note: 16-bit moments]).
+  Precision state_dtype = Precision::fp32;
 };
 
 class AdamW {
@@ -44,10 +46,14 @@ class AdamW {
   FlatRange range() const { return range_; }
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t) { t_ = t; }  // when resuming from a checkpoint
-  // In the stream's device memory; element j = flat element range().begin + j.
-  float* exp_avg() const { return m_.data(); }
-  float* exp_avg_sq() const { return v_.data(); }
-  int64_t state_bytes() const { return (m_.size() + v_.size()) * static_cast<int64_t>(sizeof(float)); }
+  // In the stream's device memory, of padded elements in options().state_dtype; element j = flat
+  // element range().begin + j. exp_avg() / exp_avg_sq(): the float32 moments' data (fp32 only).
+  const Tensor& moment1() const { return m_; }
+  const Tensor& moment2() const { return v_; }
+  float* exp_avg() const { return m_.f32(); }
+  float* exp_avg_sq() const { return v_.f32(); }
+  int64_t state_bytes() const { return static_cast<int64_t>(m_.bytes() + v_.bytes()); }
+  const AdamWOptions& options() const { return opt_; }
 
  private:
   bool decays(const ParamSpec& s) const;
@@ -56,7 +62,8 @@ class AdamW {
   AdamWOptions opt_;
   FlatRange range_;
   Stream stream_;
-  FlatBuffer m_, v_;
+  Arena moments_;
+  Tensor m_, v_;
   // A step's entries, by weight decay (one multi-tensor update each); kept to reuse their memory.
   std::vector<AdamWTensors> decayed_, undecayed_;
   int64_t t_ = 0;

@@ -19,12 +19,11 @@ OptimGroup::OptimGroup(const OptimGroupSpec& spec, const ParamLayout& layout, co
       stream_(stream),
       across_(across),
       zero_(spec.units, dp, spec.zero, spec.breaks, spec.order),
-      adamw_(layout, adamw, zero_.optimizer_range().shifted(spec.begin), zero_.optimizer_padded(), stream) {
+      adamw_(layout, adamw, zero_.optimizer_range().shifted(spec.begin), zero_.optimizer_padded(), stream),
+      host_moments_(make_host_moments(adamw_, zero_.optimizer_range().size(), stream)) {
   if (spec.held) zero_.hold(*spec.held);
   if (stream.device == Device::cpu) return;
-  const auto held = static_cast<size_t>(zero_.held_params_range().size());
-  const auto moments = static_cast<size_t>(zero_.optimizer_range().size());
-  mirror_ = Mirror{std::vector<float>(held), std::vector<float>(moments), std::vector<float>(moments)};
+  mirror_ = Mirror{std::vector<float>(static_cast<size_t>(zero_.held_params_range().size()))};
 }
 
 // Where the parameters are float32 and all-gathered after each update (stages 1–2), a rank draws
@@ -104,13 +103,9 @@ HostSlice OptimGroup::held_params_host() {
 
 HostState OptimGroup::host_state() {
   const FlatRange moments = range();
-  float *m = adamw_.exp_avg(), *v = adamw_.exp_avg_sq();
-  if (mirror_) {
-    copy_to_host(stream_, mirror_->exp_avg.data(), on(stream_, m, moments.size()));
-    copy_to_host(stream_, mirror_->exp_avg_sq.data(), on(stream_, v, moments.size()));
-    m = mirror_->exp_avg.data(), v = mirror_->exp_avg_sq.data();
-  }
-  return {held_params_host(), {m, moments}, {v, moments}, zero_.partition().shifted(spec_.begin)};
+  HostMoments::View v = host_moments_->view();
+  return {held_params_host(), {v.exp_avg, moments}, {v.exp_avg_sq, moments}, zero_.partition().shifted(spec_.begin),
+          std::move(v.keep)};
 }
 
 void OptimGroup::params_written() {
@@ -122,11 +117,7 @@ void OptimGroup::params_written() {
 }
 
 void OptimGroup::state_written() {
-  if (mirror_) {
-    const int64_t n = zero_.optimizer_range().size();
-    copy_from_host(stream_, on(stream_, adamw_.exp_avg(), n), mirror_->exp_avg.data());
-    copy_from_host(stream_, on(stream_, adamw_.exp_avg_sq(), n), mirror_->exp_avg_sq.data());
-  }
+  host_moments_->written();
   params_written();
 }
 

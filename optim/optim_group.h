@@ -22,6 +22,7 @@
 #include "model/params.h"
 #include "model/tp_shared.h"
 #include "optim/adamw.h"
+#include "optim/host_moments.h"
 #include "optim/clip.h"
 #include "optim/zero_state.h"
 
@@ -51,6 +52,7 @@ struct HostSlice {
 struct HostState {
   HostSlice params, exp_avg, exp_avg_sq;
   FlatRange partition;
+  std::shared_ptr<void> keep;  // owns the moments' values when they are a widening (optim/host_moments.h)
 };
 
 // A step of a ParamSpec::state tensor by a rule of its own (the aux-free router bias): `delta` added
@@ -100,9 +102,9 @@ class OptimGroup {
  private:
   bool has_units(int chunk) const;
   void add(const StateStep& step);
-  // [Note: a run on a device]: host copies of the held parameters and the moments.
+  // [Note: a run on a device]: a host copy of the held parameters (the moments': host_moments_).
   struct Mirror {
-    std::vector<float> params, exp_avg, exp_avg_sq;
+    std::vector<float> params;
   };
 
   OptimGroupSpec spec_;
@@ -111,6 +113,7 @@ class OptimGroup {
   const Comm* across_;
   ZeroState zero_;
   AdamW adamw_;
+  std::unique_ptr<HostMoments> host_moments_;
   std::optional<Mirror> mirror_;  // on a device
 };
 

@@ -20,7 +20,8 @@ PlannedMemory plan_memory(const Config& c, int pp_rank) {
     const ZeroPlan z = plan_zero(g.units, g.dp, 0, g.zero, g.breaks, g.order);
     const ZeroMemory zm = z.memory();
     m.params += zm.params, m.master_params += zm.master_params, m.grads += zm.grads, m.comm_buffers += zm.comm_buffers;
-    m.optimizer += 2 * z.optimizer_padded * static_cast<int64_t>(sizeof(float));  // AdamW's m and v
+    // AdamW's m and v, in optimizer.state_dtype (optim/adamw.h state_bytes).
+    m.optimizer += 2 * z.optimizer_padded * static_cast<int64_t>(dtype_size(dtype_of(c.optimizer.state_dtype)));
   }
 
   // Activations: each chunk's stage plan (model/stage_plan.h), with the slots the schedule holds.

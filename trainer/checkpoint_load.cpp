@@ -2,6 +2,7 @@
 // made on rank 0 and shared, and every refusal is the same CheckpointError on every rank, so all
 // ranks issue the same collectives and reach the same outcome.
 #include <spdlog/spdlog.h>
+#include <toml++/toml.h>
 
 #include <filesystem>
 #include <fstream>
@@ -29,6 +30,14 @@ void check_same_model(const std::string& path, const std::string& saved, const C
         path, fmt::join(changes.refused, "\n  ")));
   if (!verbose) return;
   for (const auto& c : changes.noted) spdlog::info("checkpoint {}: {} (a training-only setting)", path, c);
+  // Moments are stored as float32 whatever kept them (optim/host_moments.h); say what a change does.
+  const std::string was = toml::parse(saved)["optimizer"]["state_dtype"].value_or(std::string("fp32")),
+                    now = precision_name(current.optimizer.state_dtype);
+  if (was != now)
+    spdlog::info("checkpoint {}: AdamW's moments were kept in {}, optimizer.state_dtype = \"{}\" keeps them in {}: {}",
+                 path, was, now, now,
+                 now == "bf16" ? "their float32 values are rounded to bf16 (nearest even)"
+                               : "their bf16 values widen to float32 exactly");
   for (const auto& c : changes.warned)
     spdlog::warn("checkpoint {}: {}: the loaded weights now compute a different function", path, c);
 }

@@ -74,7 +74,6 @@ RankRun::RankRun(const Config& c, const Comm& world_comm, ParamsAt params)
 }
 
 Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
-  const int B = cfg_.train.micro_batch_size;
   ForwardOptions opt;
   Stage& stage = *chunks_[static_cast<size_t>(chunk)].stage;
   const StepBatch& b = *feed_.current;
@@ -89,8 +88,7 @@ Tensor RankRun::forward(int chunk, int slot, int micro, Tensor input) {
   const MicroBatch mb{b.tokens(micro), b.targets(micro), opt, d.reset_position_ids ? b.starts(micro) : nullptr,
                       d.reset_attention_mask ? b.starts(micro) : nullptr};
   // The stage's mean over its rows, masked positions 0: the sum of its token losses.
-  feed_.loss_sum += static_cast<double>(stage.forward(slot, mb, input)) * static_cast<double>(B) *
-                    static_cast<double>(cfg_.train.seq_len / groups_.cp().size());
+  feed_.loss_sum += static_cast<double>(stage.forward(slot, mb, input)) * static_cast<double>(b.rows());
   return stage.output(slot);
 }
 
@@ -239,6 +237,7 @@ CheckpointTensors RankRun::checkpoint_tensors() {
     const HostState h = g.host_state();
     t.pieces.push_back({slice(h.params), slice(h.exp_avg), slice(h.exp_avg_sq), h.partition.begin, h.partition.end,
                         g.spec().begin});
+    if (h.keep) t.keep.push_back(h.keep);
   }
   return t;
 }

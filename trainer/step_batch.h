@@ -39,6 +39,8 @@ class StepBatch {
   }
   // The targets this rank's rows of the batch count (not masked).
   int64_t counted() const { return counted_; }
+  // This rank's rows of one micro-batch: B · its rows of a sequence (CpSplit::local_len).
+  int64_t rows() const { return rows_; }
 
  private:
   CpSplit split_;

@@ -33,8 +33,9 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
   HealthWatch health(cfg, world, faults);
   RankRun run(cfg, world, RankRun::ParamsAt::load);
   StartupTimes::instance().mark("model and data");
-  const CheckpointTensors state = run.checkpoint_tensors();  // where loads write (then state_written)
-  RunState at = resume(cfg, state, run, world, options.allow_fresh_start);
+  // Loads write through a view of the state taken for them (then state_written); not one kept for
+  // the run, which with bf16 moments would hold their float32 widening (optim/host_moments.h).
+  RunState at = resume(cfg, run.checkpoint_tensors(), run, world, options.allow_fresh_start);
   StartupTimes::instance().mark(at.loaded ? "checkpoint load" : "parameter initialisation");
   TrainResult result;
   StepSaves saves(cfg, run, at, health.progress(), result);
@@ -62,7 +63,7 @@ TrainResult run_training(const Config& cfg, const Comm& world, const TrainOption
     observers.updating(out.step);
     if (verdict == Verdict::roll_back) {
       saves.wait(out.step);
-      roll_back(cfg, state, run, world, at, out.step);
+      roll_back(cfg, run.checkpoint_tensors(), run, world, at, out.step);
       log.rewind(at.step);
       samples.rewind(at.step);
       step = at.step - 1;  // the loop's ++step: the step after the checkpoint's

@@ -24,5 +24,17 @@ TEST_F(ConfigTest, AttentionBackendSpellingsAndCudnnNeedsAGpu) {
                   "set train.device = \"cuda\", or attention_backend = \"auto\"");
 }
 
+// optimizer.state_dtype: fp32 or bf16 read; fp16 refused (g² leaves its range); bf16 refused on a
+// device, whose AdamW kernel keeps float32 moments.
+TEST_F(ConfigTest, OptimizerStateDtypeIsFp32OrBf16OnTheCpu) {
+  Config c = load_config(write("[optimizer]\nstate_dtype = \"bf16\"\n"), {});
+  resolve_config(c, 1);
+  EXPECT_EQ(c.optimizer.state_dtype, Precision::bf16);
+  EXPECT_CONTAINS(load_error("[optimizer]\nstate_dtype = \"fp16\"\n", "optimizer.state_dtype"), "leaves fp16's range");
+  EXPECT_CONTAINS(
+      load_error("[train]\ndevice = \"cuda\"\n[optimizer]\nstate_dtype = \"bf16\"\n", "optimizer.state_dtype"),
+      "a CPU path so far");
+}
+
 }  // namespace
 }  // namespace megatrain

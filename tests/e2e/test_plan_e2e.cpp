@@ -42,8 +42,8 @@ class PlanE2E : public test::TrainE2E {
 
 // Within 5 % for every buffer (exact for all but the working buffers whose peak depends on the
 // order a step frees them in), over data, tensor and pipeline parallelism, ZeRO 0–3, recompute,
-// zero-bubble's split backward, 16-bit parameters, expert parallelism (MoE, ep = 2) and ZeRO++ (qwZ at stage
-// 1; qwZ, qgZ and hpZ together at stage 3).
+// zero-bubble's split backward, 16-bit parameters, expert parallelism (MoE, ep = 2), ZeRO++ (qwZ at stage 1; qwZ, qgZ and hpZ
+// together at stage 3) and bf16 optimizer states.
 TEST_F(PlanE2E, PredictedMemoryMatchesWhatRunsAccount) {
   const std::vector<Layout> layouts = {
       {1, {}},
@@ -58,6 +58,8 @@ TEST_F(PlanE2E, PredictedMemoryMatchesWhatRunsAccount) {
       {2, {"parallel.zero_stage=3", "train.precision=bf16"}},
       {2, {"moe.n_experts=4", "moe.top_k=2", "parallel.ep=2", "parallel.zero_stage=2"}},
       {2, {"parallel.zero_stage=1", "parallel.zero_quantized_weights=true"}},
+      {2, {"parallel.zero_stage=1", "optimizer.state_dtype=bf16"}},
+      {1, {"train.precision=bf16", "optimizer.state_dtype=bf16"}},
       {4, {"parallel.zero_stage=3", "parallel.zero_quantized_weights=true", "parallel.zero_quantized_gradients=true",
            "parallel.zero_hpz_partition_size=2"}},
   };

@@ -14,18 +14,12 @@
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "tests/kernels/op_harness.h"
+#include "tests/optim/mixed_layout.h"
 
 namespace megatrain {
 namespace {
 
-// One tensor of each group, sizes not multiples of the vector width.
-ParamLayout mixed_layout() {
-  return ParamLayout({{"wte", Shape{5, 7}, TpSplit::rows, {}, ParamGroup::embedding},
-                      {"w", Shape{9, 3}, TpSplit::rows, {}, ParamGroup::matrix},
-                      {"norm", Shape{11}, TpSplit::replicated, {}, ParamGroup::norm, InitKind::ones},
-                      {"b", Shape{13}, TpSplit::replicated, {}, ParamGroup::bias, InitKind::zeros}},
-                     TpCoord{});
-}
+using test::mixed_layout;
 
 struct Reference {
   std::vector<double> p, m, v;
