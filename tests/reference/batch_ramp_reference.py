@@ -17,15 +17,13 @@ than the run, with linear decay.
 
 Usage: batch_ramp_reference.py --megatrain BIN --out DIR
 """
-import argparse
 import json
 import os
-import shutil
 import sys
 
 from lr_schedule_reference import NoOptimizer, megatron_scheduler_class
 from megatron_roots import load_megatron_file
-from ref_process import Mismatch, run
+from ref_process import Mismatch, preprocess_text, run, text_run_args
 
 TOL = 2e-7
 LR, MIN_LR = 1e-3, 1e-4
@@ -121,20 +119,10 @@ CASES = [
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--megatrain", required=True)
-    p.add_argument("--out", required=True)
-    args = p.parse_args()
-    args.out = os.path.abspath(args.out)
-    shutil.rmtree(args.out, ignore_errors=True)
-    os.makedirs(args.out)
+    args = text_run_args(__doc__)
     try:
         calc_cls, sched_cls = megatron_calculator_class(), megatron_scheduler_class()
-        text = os.path.join(args.out, "text.txt")
-        with open(text, "w") as f:
-            f.write("the batch of every step, against the reference's. " * 400)
-        args.data = os.path.join(args.out, "text")
-        run(args.megatrain, "preprocess", "--input", text, "--output-prefix", args.data)
+        args.data = preprocess_text(args, "the batch of every step, against the reference's. " * 400)
         for case in CASES:
             compare(case, *megatrain_run(args, case), *megatron_run(calc_cls, sched_cls, case))
     except Mismatch as e:

@@ -17,15 +17,13 @@ module with that helper is put in its place. Nothing else of the module is chang
 
 Usage: lr_schedule_reference.py --megatrain BIN --out DIR
 """
-import argparse
 import json
 import os
-import shutil
 import sys
 import types
 
 from megatron_roots import load_megatron_file
-from ref_process import Mismatch, run
+from ref_process import Mismatch, preprocess_text, run, text_run_args
 
 TOL = 2e-7
 LR, MIN_LR, WARMUP = 1e-3, 1e-4, 4
@@ -97,20 +95,10 @@ def compare(name, got, want, steps):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--megatrain", required=True)
-    p.add_argument("--out", required=True)
-    args = p.parse_args()
-    args.out = os.path.abspath(args.out)
-    shutil.rmtree(args.out, ignore_errors=True)
-    os.makedirs(args.out)
+    args = text_run_args(__doc__)
     try:
         cls = megatron_scheduler_class()
-        text = os.path.join(args.out, "text.txt")
-        with open(text, "w") as f:
-            f.write("the learning rate of every step, against the reference's. " * 200)
-        args.data = os.path.join(args.out, "text")
-        run(args.megatrain, "preprocess", "--input", text, "--output-prefix", args.data)
+        args.data = preprocess_text(args, "the learning rate of every step, against the reference's. " * 200)
         for decay in ("cosine", "linear"):  # decay over 24 steps, then min_lr to step 30
             got = megatrain_lrs(args, decay, {"train.steps": 30, "optimizer.decay": f'"{decay}"',
                                               "optimizer.decay_steps": 24})

@@ -1,4 +1,8 @@
-"""What the reference scripts share: a failed check, and a command that must succeed."""
+"""What the reference scripts share: a failed check, a command that must succeed, and the set-up of the
+scripts that train megatrain on a repeated line of text."""
+import argparse
+import os
+import shutil
 import subprocess
 
 
@@ -12,3 +16,25 @@ def run(*cmd):
     if r.returncode != 0:
         raise Mismatch(f"`{' '.join(map(str, cmd))}` exited {r.returncode}:\n{r.stdout}{r.stderr}")
     return r.stdout
+
+
+def text_run_args(doc):
+    """--megatrain BIN --out DIR parsed (the description: DOC's first paragraph), DIR made empty and absolute."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--megatrain", required=True)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    args.out = os.path.abspath(args.out)
+    shutil.rmtree(args.out, ignore_errors=True)
+    os.makedirs(args.out)
+    return args
+
+
+def preprocess_text(args, text):
+    """TEXT written to DIR/text.txt and preprocessed; its dataset prefix, DIR/text."""
+    path = os.path.join(args.out, "text.txt")
+    with open(path, "w") as f:
+        f.write(text)
+    prefix = os.path.join(args.out, "text")
+    run(args.megatrain, "preprocess", "--input", path, "--output-prefix", prefix)
+    return prefix
