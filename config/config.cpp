@@ -166,7 +166,8 @@ struct Reader {
     out = static_cast<float>(d);
   }
   template <class I>
-  requires std::is_integral_v<I> void read(std::vector<I>& out, const toml::node& n, const std::string& key) const {
+  requires std::is_integral_v<I>
+  void read(std::vector<I>& out, const toml::node& n, const std::string& key) const {
     constexpr std::string_view kWant = "an array of integers, e.g. [3, 4, 4, 3]";
     if (!n.is_array()) fail(key, kWant, n);
     out.clear();

@@ -75,8 +75,8 @@ ZeroOptions zero_options(const Config& c) {
 
 AdamWOptions adamw_options(const Config& c) {
   const auto& o = c.optimizer;
-  return {o.beta1,           o.beta2,       o.eps, o.weight_decay, o.grad_clip, o.decay_embeddings,
-          o.decay_norms_and_biases, o.state_dtype};
+  return {o.beta1,      o.beta2, o.eps, o.weight_decay, o.grad_clip, o.decay_embeddings, o.decay_norms_and_biases,
+          o.state_dtype};
 }
 
 std::vector<OptimGroupSpec> optim_group_specs(const Config& c, const ParamLayout& layout,

@@ -22,7 +22,7 @@ struct RankLayout {
   std::map<int, std::vector<PipeStep>> schedules;
   ParamLayout layout;              // the tensors this rank holds (its tp, pp and ep coordinates)
   std::vector<OptimGroupSpec> groups;
-  std::vector<int> slots;          // per chunk: micro-batches whose activations it holds at once (any schedule)
+  std::vector<int> slots;  // per chunk: micro-batches whose activations it holds at once (any schedule)
   bool split_backward = false;
 };
 

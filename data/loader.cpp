@@ -9,8 +9,8 @@
 
 namespace megatrain {
 
-BatchLoader::BatchLoader(const SampleSource& dataset, int micro_batch_size, BatchSizes sizes, int dp_rank,
-                         int dp_size, int64_t vocab_size)
+BatchLoader::BatchLoader(const SampleSource& dataset, int micro_batch_size, BatchSizes sizes, int dp_rank, int dp_size,
+                         int64_t vocab_size)
     : dataset_(dataset),
       micro_batch_size_(micro_batch_size),
       dp_rank_(dp_rank),

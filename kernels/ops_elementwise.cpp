@@ -97,15 +97,16 @@ void adamw_update(const Stream& s, const std::vector<AdamWTensors>& list, const 
     expect_f32(e.param, "param", n);
     expect_f32(e.grad, "grad", n);
     const bool bf16_moments = e.m.dtype == DType::bf16;
-    MT_CHECK(e.m.dtype == e.v.dtype && (bf16_moments || e.m.dtype == DType::f32) && e.m.numel() == n &&
-                 e.v.numel() == n,
-             "adamw_update: exp_avg and exp_avg_sq must both be f32 or both bf16 of the param's {} elements, are {} "
-             "of {} and {} of {}",
-             n, dtype_name(e.m.dtype), e.m.numel(), dtype_name(e.v.dtype), e.v.numel());
+    MT_CHECK(
+        e.m.dtype == e.v.dtype && (bf16_moments || e.m.dtype == DType::f32) && e.m.numel() == n && e.v.numel() == n,
+        "adamw_update: exp_avg and exp_avg_sq must both be f32 or both bf16 of the param's {} elements, are {} "
+        "of {} and {} of {}",
+        n, dtype_name(e.m.dtype), e.m.numel(), dtype_name(e.v.dtype), e.v.numel());
     MT_CHECK(e.param16.data == nullptr || !dev,
              "adamw_update: the 16-bit copy in the same pass is a CPU path; on a device, convert after the update "
              "(model/optimizer.cpp)");
-    MT_CHECK(!bf16_moments || !dev, "adamw_update: bf16 moments are a CPU path so far (config refuses them on a "
+    MT_CHECK(!bf16_moments || !dev,
+             "adamw_update: bf16 moments are a CPU path so far (config refuses them on a "
              "device)");
     if (e.param16.data != nullptr) {
       MT_CHECK((e.param16.dtype == DType::bf16 || e.param16.dtype == DType::f16) && e.param16.numel() == n,

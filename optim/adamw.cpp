@@ -67,8 +67,8 @@ void AdamW::step(float* params, const float* grads, float lr, double norm, float
       continue;
     }
     (decays(spec) ? decayed_ : undecayed_)
-        .push_back({param, Tensor(const_cast<float*>(grads) + j, flat).on(d), m_.part(j, flat), v_.part(j, flat),
-                    param16});
+        .push_back(
+            {param, Tensor(const_cast<float*>(grads) + j, flat).on(d), m_.part(j, flat), v_.part(j, flat), param16});
   }
   st.weight_decay = opt_.weight_decay;
   adamw_update(stream_, decayed_, st);

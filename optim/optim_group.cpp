@@ -104,7 +104,10 @@ HostSlice OptimGroup::held_params_host() {
 HostState OptimGroup::host_state() {
   const FlatRange moments = range();
   HostMoments::View v = host_moments_->view();
-  return {held_params_host(), {v.exp_avg, moments}, {v.exp_avg_sq, moments}, zero_.partition().shifted(spec_.begin),
+  return {held_params_host(),
+          {v.exp_avg, moments},
+          {v.exp_avg_sq, moments},
+          zero_.partition().shifted(spec_.begin),
           std::move(v.keep)};
 }
 

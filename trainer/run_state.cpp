@@ -20,9 +20,9 @@ void adopt(const CheckpointMeta& meta, const Config& cfg, RankRun& run, RunState
                  "{}: the checkpoint consumed {} samples in {} steps, which train.global_batch_size = {}{} cannot "
                  "produce; resume with the global batch size (and ramp) it was trained with",
                  cfg.source, consumed, step, cfg.train.global_batch_size,
-                 cfg.train.rampup_batch_size.empty()
-                     ? std::string()
-                     : fmt::format(" with train.rampup_batch_size = [{}]", fmt::join(cfg.train.rampup_batch_size, ", ")));
+                 cfg.train.rampup_batch_size.empty() ? std::string()
+                                                     : fmt::format(" with train.rampup_batch_size = [{}]",
+                                                                   fmt::join(cfg.train.rampup_batch_size, ", ")));
   const int64_t data_skip = *batch - step;
   MT_INPUT_CHECK(data_skip <= batches_reserved_for_rollbacks(cfg.health),
                  "{}: the checkpoint's data position is {} batches past its step (spike rollbacks skipped them), "

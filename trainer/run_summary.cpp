@@ -29,19 +29,21 @@ void log_run_summary(const Config& cfg, RankRun& run, const RunState& at) {
                  cuda_backend().host_addressable() ? "MPI (this backend's memory is host memory)" : "NCCL");
     if (!attention.warning.empty()) spdlog::warn("WARNING: attention: {}", attention.warning);
   }
-  spdlog::info("{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} chunk(s) per rank, {} "
-               "micro-batch slots on rank 0), dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",
-               run.data().train().max_micro_batches(), cfg.train.micro_batch_size, run.groups().tp().size(),
-               cfg.parallel.sequence_parallel ? " (sequence parallel)" : "", run.groups().pp().size(),
-               cfg.parallel.pipeline_schedule, cfg.parallel.virtual_stages, run.held_micro_batches(),
-               run.groups().dp_cp().size(), cfg.parallel.zero_stage, run.optim_groups().front().zero().buckets().size(),
-               run.tokens_per_step());
+  spdlog::info(
+      "{} micro-batches of {} per step per rank, tp = {}{}, pp = {} ({}, {} chunk(s) per rank, {} "
+      "micro-batch slots on rank 0), dp = {}, ZeRO stage {}, {} gradient buckets, {} tokens per step",
+      run.data().train().max_micro_batches(), cfg.train.micro_batch_size, run.groups().tp().size(),
+      cfg.parallel.sequence_parallel ? " (sequence parallel)" : "", run.groups().pp().size(),
+      cfg.parallel.pipeline_schedule, cfg.parallel.virtual_stages, run.held_micro_batches(),
+      run.groups().dp_cp().size(), cfg.parallel.zero_stage, run.optim_groups().front().zero().buckets().size(),
+      run.tokens_per_step());
   const BatchSizes& batches = run.data().train().sizes();
   if (batches.ramp_batches() > 0)
-    spdlog::info("batch ramp-up (train.rampup_batch_size): global batches of {} samples over the first {} steps ({} "
-                 "samples), then {}; the learning-rate schedule counts samples",
-                 fmt::join(batches.sizes(), ", "), batches.ramp_batches(),
-                 batches.first_sample(batches.ramp_batches()), batches.global());
+    spdlog::info(
+        "batch ramp-up (train.rampup_batch_size): global batches of {} samples over the first {} steps ({} "
+        "samples), then {}; the learning-rate schedule counts samples",
+        fmt::join(batches.sizes(), ", "), batches.ramp_batches(), batches.first_sample(batches.ramp_batches()),
+        batches.global());
 }
 
 }  // namespace megatrain

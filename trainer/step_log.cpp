@@ -94,8 +94,8 @@ StepMetrics StepLog::averages(const StepOutcome& out) {
   if (at_.scaler) m.loss_scale = out.loss_scale;
   m.skipped_steps = at_.skipped;
   m.moe = moe_metrics(run_.moe_stats(), logged_.steps);
-  m.mfu = peak_.at(flops_per_step_ * m.tokens_per_s / static_cast<double>(run_.tokens_per_step()) /
-                   run_.world().size());
+  m.mfu =
+      peak_.at(flops_per_step_ * m.tokens_per_s / static_cast<double>(run_.tokens_per_step()) / run_.world().size());
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   m.eta_s = elapsed / static_cast<double>(out.step - first_step_ + 1) * static_cast<double>(cfg_.train.steps - out.step);
   return m;

@@ -36,7 +36,8 @@ void StepSaves::wait(int64_t step) {
 bool StepSaves::save(int64_t step, Checkpointer::IfBusy if_busy) {
   progress_.enter(Section::checkpoint, step);
   // Taken now: on a device, the host copy of this step's state (rank_run.h [Note: a run on a device]).
-  const bool done = checkpointer_->save([&] { return run_.checkpoint_tensors(); }, at_.saved(step, cfg_, run_.data().train().sizes()), if_busy);
+  const bool done = checkpointer_->save([&] { return run_.checkpoint_tensors(); },
+                                        at_.saved(step, cfg_, run_.data().train().sizes()), if_busy);
   committed_ = committed_ || done;
   return done;
 }

@@ -76,9 +76,8 @@ TrainData::TrainData(const Config& c, int dp_rank, int dp) {
     return set;
   };
 
-  train_set_ =
-      build("data.train", parts_of("data.train", c.data.train, SplitPart::train), c.data.shuffle,
-            sizes.first_sample(c.train.steps + batches_reserved_for_rollbacks(c.health)));
+  train_set_ = build("data.train", parts_of("data.train", c.data.train, SplitPart::train), c.data.shuffle,
+                     sizes.first_sample(c.train.steps + batches_reserved_for_rollbacks(c.health)));
   train_loader_ = std::make_unique<BatchLoader>(*train_set_, B, sizes, dp_rank, dp, c.model.vocab_size);
   if (c.train.eval_interval == 0) return;
   const int64_t eval_samples = int64_t{c.train.eval_steps} * G;

@@ -98,8 +98,8 @@ void adamw_update(float* param, uint16_t* param16, Precision p, const float* gra
   update_rounding(param, param16, p, grad, F32Moments{m, v}, n, st);
 }
 
-void adamw_update(float* param, uint16_t* param16, Precision p, const float* grad, uint16_t* m, uint16_t* v,
-                  int64_t n, const AdamWStep& st) {
+void adamw_update(float* param, uint16_t* param16, Precision p, const float* grad, uint16_t* m, uint16_t* v, int64_t n,
+                  const AdamWStep& st) {
   update_rounding(param, param16, p, grad, Bf16Moments{m, v}, n, st);
 }
 

@@ -110,7 +110,7 @@ void adamw_update(float* param, uint16_t* param16, Precision p, const float* gra
 // The same two with bf16 moments: widened to float32, stored rounded (kernels/cpu/adamw.cpp
 // [Note: 16-bit moments]).
 void adamw_update(float* param, const float* grad, uint16_t* m, uint16_t* v, int64_t n, const AdamWStep& st);
-void adamw_update(float* param, uint16_t* param16, Precision p, const float* grad, uint16_t* m, uint16_t* v,
-                  int64_t n, const AdamWStep& st);
+void adamw_update(float* param, uint16_t* param16, Precision p, const float* grad, uint16_t* m, uint16_t* v, int64_t n,
+                  const AdamWStep& st);
 
 }  // namespace megatrain::cpu

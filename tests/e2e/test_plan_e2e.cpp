@@ -60,8 +60,9 @@ TEST_F(PlanE2E, PredictedMemoryMatchesWhatRunsAccount) {
       {2, {"parallel.zero_stage=1", "parallel.zero_quantized_weights=true"}},
       {2, {"parallel.zero_stage=1", "optimizer.state_dtype=bf16"}},
       {1, {"train.precision=bf16", "optimizer.state_dtype=bf16"}},
-      {4, {"parallel.zero_stage=3", "parallel.zero_quantized_weights=true", "parallel.zero_quantized_gradients=true",
-           "parallel.zero_hpz_partition_size=2"}},
+      {4,
+       {"parallel.zero_stage=3", "parallel.zero_quantized_weights=true", "parallel.zero_quantized_gradients=true",
+        "parallel.zero_hpz_partition_size=2"}},
   };
   int exact = 0;
   for (size_t i = 0; i < layouts.size(); ++i) {
